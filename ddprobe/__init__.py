@@ -1,0 +1,4 @@
+"""ddprobe: diagnose speculative-decoding deployments on remote GPU hosts."""
+from __future__ import annotations
+
+__version__ = "0.1.0"

@@ -1,0 +1,109 @@
+"""The `ddprobe` command: global options, the error boundary, and the command modules."""
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+import traceback
+from typing import Optional
+
+import typer
+
+from ddprobe import __version__
+from ddprobe.cli import common
+from ddprobe.errors import DdprobeError
+from ddprobe.exitcodes import ExitCode
+
+app = typer.Typer(
+    name="ddprobe", add_completion=False, no_args_is_help=True,
+    pretty_exceptions_enable=False, rich_markup_mode=None,
+    help="Diagnose speculative-decoding deployments on GPU hosts: restart, probe, bisect.")
+
+# Each module adds its commands with `register(app)`. One concept per module.
+_MODULES = ["hosts", "facts", "testbed", "sources", "patch", "server", "probe", "run", "bisect",
+            "report", "playbook", "smoke"]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"ddprobe {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _global(
+    inventory: Optional[str] = typer.Option(
+        None, "--inventory", "-i", envvar="DDPROBE_INVENTORY",
+        help="hosts.yaml (default: ./hosts.yaml, then ~/.config/ddprobe/hosts.yaml)."),
+    ssh_config: Optional[str] = typer.Option(None, "--ssh-config",
+                                             help="ssh_config file (default ~/.ssh/config)."),
+    accept_new_host_keys: bool = typer.Option(
+        False, "--accept-new-host-keys",
+        help="Record unknown host keys in the known_hosts file in use (never changed keys)."),
+    connect_timeout: float = typer.Option(15.0, "--connect-timeout", help="SSH connect timeout."),
+    debug: bool = typer.Option(False, "--debug", help="Show tracebacks and debug logs."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Show the version and exit."),
+) -> None:
+    common.reset()
+    common.OPTS = common.GlobalOptions(inventory=inventory, ssh_config=ssh_config,
+                                       accept_new_host_keys=accept_new_host_keys, debug=debug,
+                                       connect_timeout=connect_timeout)
+    common.apply_remote_options()
+    if debug:
+        logging.basicConfig(level=logging.DEBUG, stream=sys.stderr,
+                            format="%(asctime)s %(name)s %(message)s")
+
+
+def _register_all() -> None:
+    for name in _MODULES:
+        try:
+            mod = importlib.import_module(f"ddprobe.cli.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"ddprobe.cli.{name}":
+                continue  # not written yet
+            raise
+        mod.register(app)
+
+
+_register_all()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point with the one error boundary: DdprobeError -> one line + its exit code."""
+    args = sys.argv[1:] if argv is None else argv
+    debug = "--debug" in args
+    try:
+        rv = app(args=args, prog_name="ddprobe", standalone_mode=False)
+        return int(rv or 0)
+    except DdprobeError as e:
+        if debug:
+            traceback.print_exc()
+        common.err.print(f"[red]error:[/red] {e}", markup=True, highlight=False)
+        return int(e.exit_code)
+    except KeyboardInterrupt:
+        common.err.print("interrupted")
+        return int(ExitCode.INTERRUPTED)
+    except SystemExit as e:
+        return int(e.code or 0) if not isinstance(e.code, str) else 1
+    except Exception as e:  # noqa: BLE001 - the boundary: no tracebacks unless --debug
+        name = type(e).__name__
+        if name in ("UsageError", "NoSuchOption", "BadParameter", "MissingParameter",
+                    "BadOptionUsage", "BadArgumentUsage", "NoArgsIsHelpError"):
+            show = getattr(e, "show", None)
+            if callable(show):
+                show()
+            else:
+                common.err.print(f"error: {e}")
+            return int(getattr(e, "exit_code", ExitCode.USAGE))
+        if name == "Exit":
+            return int(getattr(e, "exit_code", 0))
+        if name == "Abort":
+            common.err.print("aborted")
+            return int(ExitCode.INTERRUPTED)
+        if debug:
+            traceback.print_exc()
+        else:
+            common.err.print(f"internal error: {name}: {e} (re-run with --debug for the "
+                             "traceback)")
+        return int(ExitCode.INTERNAL)

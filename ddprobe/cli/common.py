@@ -1,0 +1,95 @@
+"""Shared CLI plumbing: global options, consoles, JSON output, host selection.
+
+Only the CLI prints. stdout carries data (tables or JSON); messages and progress go to stderr.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import typer
+from rich.console import Console
+
+from ddprobe import remote
+from ddprobe.inventory import Host, Inventory, load_inventory
+
+
+def _color() -> bool | None:
+    if os.environ.get("NO_COLOR"):
+        return False
+    return None
+
+
+def make_console(stderr: bool) -> Console:
+    nc = bool(os.environ.get("NO_COLOR"))
+    return Console(stderr=stderr, no_color=nc, highlight=False, soft_wrap=True)
+
+
+out = make_console(stderr=False)
+err = make_console(stderr=True)
+
+
+@dataclass
+class GlobalOptions:
+    inventory: str | None = None
+    ssh_config: str | None = None
+    accept_new_host_keys: bool = False
+    debug: bool = False
+    connect_timeout: float = 15.0
+
+
+OPTS = GlobalOptions()
+_inventory: Inventory | None = None
+
+
+def inventory() -> Inventory:
+    global _inventory
+    if _inventory is None:
+        _inventory = load_inventory(OPTS.inventory)
+    return _inventory
+
+
+def reset() -> None:
+    """Forget cached state (the CLI can be invoked many times in one process, e.g. tests)."""
+    global _inventory, out, err
+    _inventory = None
+    out = make_console(stderr=False)
+    err = make_console(stderr=True)
+
+
+def apply_remote_options() -> None:
+    remote.set_default_options(remote.RemoteOptions(
+        ssh_config=OPTS.ssh_config, accept_new_host_keys=OPTS.accept_new_host_keys,
+        connect_timeout=OPTS.connect_timeout))
+
+
+def hosts(spec: str) -> list[Host]:
+    return inventory().select(spec)
+
+
+def one_host(spec: str) -> Host:
+    return inventory().get(spec)
+
+
+def emit_json(data: Any) -> None:
+    """Write one JSON document to stdout (never through rich, so nothing is re-wrapped)."""
+    sys.stdout.write(json.dumps(data, indent=2, default=_default) + "\n")
+    sys.stdout.flush()
+
+
+def _default(o: Any) -> Any:
+    if hasattr(o, "to_dict"):
+        return o.to_dict()
+    if hasattr(o, "__dataclass_fields__"):
+        from dataclasses import asdict
+        return asdict(o)
+    if isinstance(o, (set, frozenset, tuple)):
+        return list(o)
+    return str(o)
+
+
+HostOpt = typer.Option(..., "--host", "-H", help="Host, group, or comma list (see `ddprobe hosts`).")
+JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")

@@ -1,0 +1,66 @@
+"""`ddprobe hosts [--check]`: the inventory, and each host's reachability in parallel."""
+from __future__ import annotations
+
+import time
+from typing import Optional
+
+import typer
+from rich.table import Table
+
+from ddprobe import remote
+from ddprobe.cli import common
+from ddprobe.exitcodes import ExitCode
+from ddprobe.inventory import Host
+
+
+def _check(h: Host) -> float:
+    t0 = time.monotonic()
+    with remote.connect(h) as r:
+        r.run(["true"], check=True, timeout=15)
+    return time.monotonic() - t0
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("hosts")
+    def hosts_cmd(
+        check: bool = typer.Option(False, "--check", help="Connect to each host, in parallel."),
+        host: Optional[str] = typer.Option(None, "--host", "-H", help="Only these hosts/groups."),
+        deadline: float = typer.Option(30.0, "--deadline", help="Per-host deadline (s)."),
+        as_json: bool = common.JsonOpt,
+    ) -> None:
+        """List the inventory; with --check, reachability and round-trip time per host."""
+        inv = common.inventory()
+        hs = inv.select(host) if host else list(inv.hosts.values())
+        rows = [{"name": h.name, "target": h.target, "transport": h.transport,
+                 "python": h.python, "package": h.package, "labels": h.labels_dict,
+                 "groups": [g for g, m in inv.groups.items() if h.name in m],
+                 "source": h.source} for h in hs]
+        failed = False
+        if check:
+            with common.err.status(f"checking {len(hs)} host(s)..."):
+                res = remote.fan_out(hs, _check, max_workers=16, deadline=deadline)
+            for row, o in zip(rows, res):
+                row["status"] = o.status
+                row["rtt_ms"] = round(o.value * 1000, 1) if o.value is not None else None
+                row["error"] = o.error
+                failed |= o.status != "ok"
+        if as_json:
+            common.emit_json({"inventory": inv.path, "hosts": rows,
+                              "groups": {g: list(m) for g, m in inv.groups.items()}})
+        else:
+            t = Table(title=f"inventory: {inv.path or '(none: built-in hosts only)'}")
+            for c in ["host", "target", "python", "package", "groups"] + (
+                    ["status", "rtt ms", "error"] if check else []):
+                t.add_column(c)
+            for row in rows:
+                cells = [row["name"], row["target"], row["python"], row["package"],
+                         ",".join(row["groups"])]
+                if check:
+                    st = row["status"]
+                    color = "green" if st == "ok" else "red"
+                    cells += [f"[{color}]{st}[/{color}]", str(row["rtt_ms"] or ""),
+                              row["error"] or ""]
+                t.add_row(*cells)
+            common.out.print(t)
+        if failed:
+            raise typer.Exit(int(ExitCode.UNREACHABLE))

@@ -1,0 +1,24 @@
+"""Every exit code ddprobe uses, in one place (documented in README.md)."""
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    FAILED = 1  # a probe/cell failed, or a bisect found a bad config
+    USAGE = 2  # bad command-line usage (typer/click default)
+    CONFIG = 3  # inventory, playbook, scenario or other configuration invalid
+    UNREACHABLE = 4  # host unreachable, auth or host-key failure
+    SERVER = 5  # server failed to start / become ready (infrastructure side)
+    INCONCLUSIVE = 6  # bisect could not decide
+    REFUSED = 7  # the server (or the flags check) refused the config
+    CRASH = 8  # smoke: the server crashed
+    GARBAGE = 9  # smoke: output is wrong
+    DEGRADED = 10  # smoke: throughput below threshold
+    HANG = 11  # smoke: the server never became healthy
+    LOCKED = 12  # the host is locked by another ddprobe run
+    PATCH = 13  # a patch could not be applied / reverted
+    INTERNAL = 70  # a bug in ddprobe
+    BISECT_SKIP = 125  # git bisect run protocol: skip
+    INTERRUPTED = 130

@@ -1,0 +1,321 @@
+"""The inventory: hosts.yaml (+ the built-in `testbed` host) -> typed Host records.
+
+Lookup order: --inventory FILE, $DDPROBE_INVENTORY, ./hosts.yaml, ~/.config/ddprobe/hosts.yaml.
+No inventory at all is fine: the built-in `testbed` host is always there.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from ddprobe.errors import ConfigError
+from ddprobe.yamlio import LineDict, load_yaml
+
+TESTBED = "testbed"
+
+
+@dataclass(frozen=True)
+class ServerSettings:
+    """How ddprobe runs the server on a host (used by ddprobe.server)."""
+
+    manager: str = "command"  # command | systemd | docker
+    port: int = 30000
+    bind: str = "127.0.0.1"  # the address the server listens on (as seen from the host)
+    model_path: str = ""
+    algorithm: str = "EAGLE"  # --speculative-algorithm
+    budget_flag: str = "draft_tokens"  # draft_tokens (--speculative-num-draft-tokens N+1) | ddtree
+    draft_model_path: str = ""
+    steps: int | None = None  # --speculative-num-steps
+    topk: int | None = None  # --speculative-eagle-topk
+    budget: int | None = None  # the production budget (smoke)
+    max_bs: int | None = None  # the production --cuda-graph-max-bs
+    backend: str | None = None  # the production --attention-backend
+    args: tuple[str, ...] = ()  # extra launch args, passed through quoted
+    env: tuple[tuple[str, str], ...] = ()  # extra environment (e.g. SGLANG_* variables)
+    launch: tuple[str, ...] = ()  # argv template; default: {python} -m {package}.launch_server
+    unit: str = ""  # systemd unit
+    container: str = ""  # docker container name
+    image: str = ""  # docker image
+    workdir: str = "~/.ddprobe"  # where pidfiles, logs and the lock live on the host
+    health_timeout: float = 900.0  # seconds to wait for /health_generate
+    stop_timeout: float = 30.0  # TERM grace period before KILL
+    tok_s_min_ratio: float = 0.5  # degraded below this ratio of the baseline tok/s
+
+
+@dataclass(frozen=True)
+class Host:
+    name: str
+    host: str = ""  # hostname or ~/.ssh/config alias
+    user: str | None = None
+    port: int | None = None
+    identity_file: str | None = None
+    python: str = "python3"  # the interpreter the server runs with (where SGLang is installed)
+    package: str = "sglang"  # the package ddprobe analyses and launches
+    env: tuple[tuple[str, str], ...] = ()  # environment for every interpreter / server command
+    server: ServerSettings = field(default_factory=ServerSettings)
+    labels: tuple[tuple[str, str], ...] = ()
+    transport: str = "ssh"  # ssh | local
+    source: str = ""  # where this host was defined (file:line or "built-in")
+
+    @property
+    def env_dict(self) -> dict[str, str]:
+        return dict(self.env)
+
+    @property
+    def labels_dict(self) -> dict[str, str]:
+        return dict(self.labels)
+
+    @property
+    def target(self) -> str:
+        """user@host:port as a person would write it (for messages)."""
+        if self.transport == "local":
+            return "local"
+        s = self.host or self.name
+        if self.user:
+            s = f"{self.user}@{s}"
+        if self.port:
+            s = f"{s}:{self.port}"
+        return s
+
+
+@dataclass(frozen=True)
+class Inventory:
+    hosts: dict[str, Host]
+    groups: dict[str, tuple[str, ...]]
+    path: str | None = None
+
+    def select(self, spec: str) -> list[Host]:
+        """Hosts for a --host value: a host, a group, or a comma list of either."""
+        out: list[Host] = []
+        for word in [w.strip() for w in spec.split(",") if w.strip()]:
+            if word in self.hosts:
+                names: tuple[str, ...] = (word,)
+            elif word in self.groups:
+                names = self.groups[word]
+            else:
+                known = ", ".join(sorted(self.hosts) + sorted(self.groups))
+                where = self.path or "no inventory file (only the built-in host)"
+                raise ConfigError(f"unknown host or group '{word}' (known: {known}; "
+                                  f"inventory: {where})", key="--host")
+            for n in names:
+                h = self.hosts[n]
+                if h not in out:
+                    out.append(h)
+        if not out:
+            raise ConfigError("no host given", key="--host")
+        return out
+
+    def get(self, name: str) -> Host:
+        hosts = self.select(name)
+        if len(hosts) != 1:
+            raise ConfigError(f"'{name}' names {len(hosts)} hosts; this command takes one",
+                              key="--host")
+        return hosts[0]
+
+
+def testbed_prefix() -> Path:
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "ddprobe" / "testbed"
+
+
+def builtin_testbed() -> Host:
+    """The always-present local host that runs ddprobe's own testbed server.
+
+    It is an ordinary host entry: a local transport, an interpreter, an install directory on
+    PYTHONPATH and a package name. ddprobe's logic treats it exactly like an SGLang host.
+    """
+    prefix = testbed_prefix()
+    return Host(
+        name=TESTBED, host="localhost", python=sys.executable, package="ddtestbed",
+        env=(("PYTHONPATH", str(prefix / "site")), ("DDTESTBED_TIME_SCALE",
+             os.environ.get("DDTESTBED_TIME_SCALE", "0.05"))),
+        server=ServerSettings(
+            port=int(os.environ.get("DDPROBE_TESTBED_PORT", "31830")), model_path="ddtestbed/tiny-coder",
+            algorithm="DDTREE", budget_flag="ddtree", draft_model_path="ddtestbed/tiny-drafter",
+            budget=8, max_bs=64, args=("--testbed-scenario", "seed"),
+            workdir=str(prefix / "work"), health_timeout=60.0),
+        labels=(("gpu", "NVIDIA B300 SXM6 (simulated)"),), transport="local", source="built-in")
+
+
+# ----- parsing --------------------------------------------------------------------------------
+
+_HOST_KEYS = {"host", "user", "port", "identity_file", "python", "package", "env", "server",
+              "labels", "transport"}
+_TOP_KEYS = {"defaults", "hosts", "groups"}
+_SERVER_TYPES: dict[str, Any] = {f.name: f.type for f in fields(ServerSettings)}
+
+
+def _type_name(v: Any) -> str:
+    return {str: "a string", int: "an integer", float: "a number", bool: "true/false",
+            list: "a list", dict: "a mapping"}.get(type(v), type(v).__name__)
+
+
+class _Parser:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def err(self, msg: str, d: Any, key: Any = None) -> ConfigError:
+        line = d.line_of(key) if isinstance(d, LineDict) else None
+        return ConfigError(msg, path=self.path, line=line, key=None if key is None else str(key))
+
+    def mapping(self, v: Any, parent: Any, key: str) -> LineDict:
+        if v is None:
+            v = LineDict()
+            v.line, v.key_lines = 0, {}
+        if not isinstance(v, dict):
+            raise self.err(f"'{key}' must be a mapping, got {_type_name(v)}", parent, key)
+        return v  # type: ignore[return-value]
+
+    def scalar(self, v: Any, want: tuple[type, ...], parent: Any, key: str) -> Any:
+        if isinstance(v, bool) and bool not in want:
+            raise self.err(f"'{key}' must be {_type_name(want[0]())}, got true/false", parent, key)
+        if float in want and isinstance(v, int) and not isinstance(v, bool):
+            return float(v)
+        if not isinstance(v, want):
+            raise self.err(f"'{key}' must be {_type_name(want[0]())}, got {_type_name(v)}",
+                           parent, key)
+        return v
+
+    def str_map(self, v: Any, parent: Any, key: str) -> tuple[tuple[str, str], ...]:
+        m = self.mapping(v, parent, key)
+        out = []
+        for k, val in m.items():
+            if not isinstance(val, (str, int, float)) or isinstance(val, bool):
+                raise self.err(f"'{key}.{k}' must be a string, got {_type_name(val)}", m, k)
+            out.append((str(k), str(val)))
+        return tuple(out)
+
+    def str_list(self, v: Any, parent: Any, key: str) -> tuple[str, ...]:
+        if not isinstance(v, list):
+            raise self.err(f"'{key}' must be a list, got {_type_name(v)}", parent, key)
+        for item in v:
+            if not isinstance(item, (str, int, float)) or isinstance(item, bool):
+                raise self.err(f"'{key}' items must be strings, got {_type_name(item)}", parent,
+                               key)
+        return tuple(str(x) for x in v)
+
+    def server(self, v: Any, parent: Any, base: ServerSettings) -> ServerSettings:
+        m = self.mapping(v, parent, "server")
+        kw: dict[str, Any] = {}
+        for k, val in m.items():
+            if k not in _SERVER_TYPES:
+                raise self.err(f"unknown key 'server.{k}' (known: "
+                               f"{', '.join(sorted(_SERVER_TYPES))})", m, k)
+            t = _SERVER_TYPES[k]
+            if k in ("args", "launch"):
+                kw[k] = self.str_list(val, m, f"server.{k}")
+            elif k == "env":
+                kw[k] = self.str_map(val, m, "server.env")
+            elif "int" in t and val is None:
+                kw[k] = None
+            elif "int" in t:
+                kw[k] = self.scalar(val, (int,), m, f"server.{k}")
+            elif "float" in t:
+                kw[k] = self.scalar(val, (float, int), m, f"server.{k}")
+            else:
+                kw[k] = self.scalar(val, (str,), m, f"server.{k}")
+        if "manager" in kw and kw["manager"] not in ("command", "systemd", "docker"):
+            raise self.err(f"'server.manager' must be command, systemd or docker, got "
+                           f"'{kw['manager']}'", m, "manager")
+        if "budget_flag" in kw and kw["budget_flag"] not in ("draft_tokens", "ddtree"):
+            raise self.err("'server.budget_flag' must be draft_tokens or ddtree", m, "budget_flag")
+        return replace(base, **kw)
+
+    def host(self, name: str, v: Any, parent: Any, defaults: dict[str, Any],
+             dserver: ServerSettings) -> Host:
+        m = self.mapping(v, parent, name)
+        merged: dict[str, Any] = {}
+        for src in (defaults, m):
+            for k, val in src.items():
+                if k not in _HOST_KEYS:
+                    raise self.err(f"unknown key '{k}' in host '{name}' (known: "
+                                   f"{', '.join(sorted(_HOST_KEYS))})", src, k)
+        kw: dict[str, Any] = {"name": name, "source": f"{self.path}:{m.line}"}
+        server = dserver
+        for k in _HOST_KEYS:
+            src = m if k in m else defaults if k in defaults else None
+            if src is None:
+                continue
+            val = src[k]
+            if k == "port":
+                kw[k] = self.scalar(val, (int,), src, k)
+                if not 0 < kw[k] < 65536:
+                    raise self.err(f"'port' must be 1..65535, got {kw[k]}", src, k)
+            elif k in ("env", "labels"):
+                kw[k] = self.str_map(val, src, k)
+            elif k == "server":
+                if src is m:
+                    server = self.server(val, m, dserver)
+            elif k == "transport":
+                kw[k] = self.scalar(val, (str,), src, k)
+                if kw[k] not in ("ssh", "local"):
+                    raise self.err("'transport' must be ssh or local", src, k)
+            else:
+                kw[k] = str(self.scalar(val, (str,), src, k))
+        merged = kw
+        merged["server"] = server
+        if merged.get("transport", "ssh") == "ssh" and not merged.get("host"):
+            merged["host"] = name  # the name itself may be an ssh_config alias
+        return Host(**merged)
+
+
+def find_inventory(explicit: str | None = None) -> Path | None:
+    if explicit:
+        p = Path(explicit).expanduser()
+        if not p.is_file():
+            raise ConfigError("inventory file not found", path=str(p), key="--inventory")
+        return p
+    env = os.environ.get("DDPROBE_INVENTORY")
+    if env:
+        p = Path(env).expanduser()
+        if not p.is_file():
+            raise ConfigError("inventory file not found (from $DDPROBE_INVENTORY)", path=str(p))
+        return p
+    for p in (Path("hosts.yaml"), Path.home() / ".config" / "ddprobe" / "hosts.yaml"):
+        if p.is_file():
+            return p
+    return None
+
+
+def parse_inventory(data: Any, path: str) -> Inventory:
+    ps = _Parser(path)
+    hosts: dict[str, Host] = {TESTBED: builtin_testbed()}
+    groups: dict[str, tuple[str, ...]] = {}
+    if data is None:
+        return Inventory(hosts, groups, path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"top level must be a mapping with {', '.join(sorted(_TOP_KEYS))}",
+                          path=path, line=1)
+    for k in data:
+        if k not in _TOP_KEYS:
+            raise ps.err(f"unknown top-level key '{k}' (known: {', '.join(sorted(_TOP_KEYS))})",
+                         data, k)
+    defaults = ps.mapping(data.get("defaults"), data, "defaults")
+    dserver = ServerSettings()
+    if "server" in defaults:
+        dserver = ps.server(defaults["server"], defaults, dserver)
+    hmap = ps.mapping(data.get("hosts"), data, "hosts")
+    for name, v in hmap.items():
+        if not isinstance(name, str) or not name or "," in name:
+            raise ps.err(f"bad host name {name!r}", hmap, name)
+        hosts[name] = ps.host(name, v, hmap, defaults, dserver)
+    gmap = ps.mapping(data.get("groups"), data, "groups")
+    for g, members in gmap.items():
+        if g in hosts:
+            raise ps.err(f"group '{g}' has the name of a host", gmap, g)
+        names = ps.str_list(members, gmap, f"groups.{g}")
+        for n in names:
+            if n not in hosts:
+                raise ps.err(f"group '{g}' names unknown host '{n}'", gmap, g)
+        groups[str(g)] = names
+    return Inventory(hosts, groups, path)
+
+
+def load_inventory(explicit: str | None = None) -> Inventory:
+    path = find_inventory(explicit)
+    if path is None:
+        return Inventory({TESTBED: builtin_testbed()}, {}, None)
+    return parse_inventory(load_yaml(path), str(path))

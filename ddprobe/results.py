@@ -1,0 +1,146 @@
+"""The typed records that cross layers: a server config, a cell's outcome, a signature.
+
+Every layer above `experiment` (bisect, sweep, smoke, reports, the run store) speaks these.
+They serialise to plain dicts (`to_dict` / `from_dict`) for the journal and `--json`.
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any
+
+
+class Outcome(str, Enum):
+    OK = "ok"
+    CRASH = "crash"  # the server process died / start-up failed with a server-side error
+    GARBAGE = "garbage"  # server up, but output wrong (coding tests fail, divergence, junk)
+    HANG = "hang"  # never became healthy before the deadline
+    DEGRADED = "degraded"  # correct but tok/s below the threshold against a baseline
+    REFUSED = "refused"  # the flags were refused (before restart, or by the server's argparse)
+    ERROR = "error"  # infrastructure: ssh drop, port in use, disk full... never SGLang's fault
+
+    @property
+    def bad(self) -> bool:
+        return self in (Outcome.CRASH, Outcome.GARBAGE, Outcome.HANG, Outcome.DEGRADED)
+
+
+@dataclass(frozen=True)
+class Config:
+    """One server configuration. `budget` is the draft-tree budget (draft tokens = budget + 1)."""
+
+    budget: int
+    graph: bool = True
+    max_bs: int | None = None
+    backend: str | None = None
+    extra_args: tuple[str, ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def key(self) -> str:
+        parts = [f"b{self.budget}", "graph" if self.graph else "eager"]
+        if self.max_bs is not None:
+            parts.append(f"bs{self.max_bs}")
+        if self.backend:
+            parts.append(self.backend)
+        if self.extra_args:
+            digest = hashlib.sha1("\0".join(self.extra_args).encode()).hexdigest()[:6]
+            parts.append("x" + digest)
+        return "-".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["extra_args"] = list(self.extra_args)
+        d["env"] = dict(self.env)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Config:
+        return cls(budget=int(d["budget"]), graph=bool(d.get("graph", True)),
+                   max_bs=d.get("max_bs"), backend=d.get("backend"),
+                   extra_args=tuple(d.get("extra_args") or ()),
+                   env=tuple(sorted((d.get("env") or {}).items())))
+
+
+@dataclass(frozen=True)
+class Signature:
+    """A normalised failure fingerprint: class + key line with addresses/pids/times stripped."""
+
+    kind: str  # e.g. "cuda_illegal_address", "cublas", "capture", "oom", "traceback", "garbage"
+    key: str  # normalised key line
+    line: str = ""  # the raw line it came from (for evidence)
+
+    @property
+    def id(self) -> str:
+        return f"{self.kind}: {self.key}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> Signature | None:
+        return None if d is None else cls(**d)
+
+
+@dataclass
+class ProbeSummary:
+    passed: int = 0
+    total: int = 0
+    accept_length: float | None = None  # from /generate meta_info (mean over requests)
+    accept_source: str = ""  # "spec_accept_length" | "completion_tokens/spec_verify_ct" | ""
+    server_accept_length: float | None = None  # /server_info internal_states avg_spec_accept_length
+    tok_s: float | None = None  # median per-request output tok/s
+    aggregate_tok_s: float | None = None
+    latency_s: float | None = None  # median e2e latency
+    garbage_flags: list[str] = field(default_factory=list)  # why output looked like garbage
+    divergence: str | None = None  # differential check vs baseline: first differing position
+    failures: list[str] = field(default_factory=list)  # per-task failure reasons (short)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"coding {self.passed}/{self.total}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> ProbeSummary | None:
+        return None if d is None else cls(**d)
+
+
+@dataclass
+class CellResult:
+    host: str
+    config: Config
+    outcome: Outcome
+    signature: Signature | None = None
+    probes: ProbeSummary | None = None
+    timings: dict[str, float] = field(default_factory=dict)  # restart, health, probe, total
+    log_excerpt: list[str] = field(default_factory=list)
+    error: str | None = None  # for ERROR/REFUSED: the reason in one line
+    log_path: str | None = None  # server log of this cell on the host
+    started_at: str = ""
+    patches: list[str] = field(default_factory=list)  # patch ids applied during the cell
+    kind: str = "cell"  # "cell" | "sanitize"
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "host": self.host, "config": self.config.to_dict(), "outcome": self.outcome.value,
+            "signature": self.signature.to_dict() if self.signature else None,
+            "probes": self.probes.to_dict() if self.probes else None,
+            "timings": self.timings, "log_excerpt": self.log_excerpt, "error": self.error,
+            "log_path": self.log_path, "started_at": self.started_at, "patches": self.patches,
+            "kind": self.kind, "extra": self.extra,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> CellResult:
+        return cls(host=d["host"], config=Config.from_dict(d["config"]),
+                   outcome=Outcome(d["outcome"]), signature=Signature.from_dict(d.get("signature")),
+                   probes=ProbeSummary.from_dict(d.get("probes")), timings=d.get("timings") or {},
+                   log_excerpt=d.get("log_excerpt") or [], error=d.get("error"),
+                   log_path=d.get("log_path"), started_at=d.get("started_at", ""),
+                   patches=d.get("patches") or [], kind=d.get("kind", "cell"),
+                   extra=d.get("extra") or {})

@@ -1,0 +1,74 @@
+"""Safe YAML loading that remembers the line of every mapping key (for error messages)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ddprobe.errors import ConfigError
+
+_Base: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+class LineDict(dict):  # type: ignore[type-arg]
+    """A dict that knows the 1-based line of each key and of itself."""
+
+    line: int = 0
+    key_lines: dict[Any, int]
+
+    def line_of(self, key: Any) -> int:
+        return self.key_lines.get(key, self.line)
+
+
+class _Loader(yaml.SafeLoader):
+    pass
+
+
+def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> LineDict:
+    loader.flatten_mapping(node)
+    d = LineDict()
+    d.line = node.start_mark.line + 1
+    d.key_lines = {}
+    for key_node, value_node in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in d:
+            raise ConfigError(f"duplicate key '{key}'", path=getattr(loader, "_path", None),
+                              line=key_node.start_mark.line + 1, key=str(key))
+        d[key] = loader.construct_object(value_node, deep=True)
+        d.key_lines[key] = key_node.start_mark.line + 1
+    return d
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def load_yaml(path: Path | str, text: str | None = None) -> Any:
+    """Load a YAML file; syntax errors become ConfigError with file and line."""
+    p = str(path)
+    if text is None:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError("file not found", path=p) from None
+        except OSError as e:
+            raise ConfigError(f"cannot read: {e.strerror}", path=p) from None
+    loader = _Loader(text)
+    loader._path = p  # type: ignore[attr-defined]
+    try:
+        return loader.get_single_data()
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        line = mark.line + 1 if mark else None
+        raise ConfigError(f"YAML syntax error: {e.problem or e.context}", path=p,
+                          line=line) from None
+    except yaml.YAMLError as e:
+        raise ConfigError(f"YAML error: {e}", path=p) from None
+    finally:
+        loader.dispose()
+
+
+def line_of(obj: Any, key: Any = None) -> int | None:
+    if isinstance(obj, LineDict):
+        return obj.line_of(key) if key is not None else obj.line
+    return None

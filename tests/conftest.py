@@ -1,0 +1,262 @@
+"""Test harness: real OpenSSH sshd servers on loopback, real SGLang wheels in venvs.
+
+The sshd fixture never silently skips: if sshd is missing it installs openssh-server when it can
+(root with apt), otherwise the SSH tests fail with a clear message.
+"""
+from __future__ import annotations
+
+import getpass
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from ddprobe.inventory import Host, ServerSettings
+
+CACHE = Path(os.environ.get("DDPROBE_TEST_CACHE", Path.home() / ".cache" / "ddprobe-tests"))
+SGLANG_VERSIONS = ("0.4.10.post2", "0.5.2", "0.5.10", "0.5.23")
+
+
+def _find_sshd() -> str | None:
+    return shutil.which("sshd", path=os.environ.get("PATH", "") + ":/usr/sbin:/usr/local/sbin")
+
+
+def ensure_sshd() -> str:
+    sshd = _find_sshd()
+    if sshd:
+        return sshd
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(["apt-get", "update", "-qq"], env=env, check=False,
+                       stdout=subprocess.DEVNULL)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "openssh-server", "openssh-client"],
+                       env=env, check=False, stdout=subprocess.DEVNULL)
+        sshd = _find_sshd()
+        if sshd:
+            return sshd
+    pytest.fail("OpenSSH sshd is not installed and could not be installed: "
+                "run `apt-get install openssh-server` (the SSH suite never skips)")
+
+
+@dataclass(frozen=True)
+class SshServer:
+    host: str
+    port: int
+    user: str
+    key: Path
+    known_hosts: Path
+    ssh_config: Path  # Host alias `gpu-<name>` -> this server, with our key and known_hosts
+    alias: str
+    log: Path
+    dir: Path
+    pid: int
+
+
+def _keygen(p: Path) -> None:
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(p)], check=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_ready(port: int, proc: subprocess.Popen[bytes], timeout: float = 10.0) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if proc.poll() is not None:
+            raise RuntimeError(f"sshd exited rc={proc.returncode}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1) as s:
+                if s.recv(64).startswith(b"SSH-"):
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError("sshd did not become ready")
+
+
+SSHD_CONFIG = """\
+Port {port}
+ListenAddress 127.0.0.1
+HostKey {d}/host_ed25519
+PidFile {d}/sshd.pid
+AuthorizedKeysFile {d}/authorized_keys
+StrictModes no
+UsePAM no
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+AllowTcpForwarding yes
+PermitRootLogin yes
+MaxSessions 64
+MaxStartups 64:30:128
+Subsystem sftp internal-sftp
+LogLevel VERBOSE
+"""
+
+
+def start_sshd(d: Path, alias: str, client_key: Path | None = None) -> tuple[SshServer,
+                                                                           subprocess.Popen[bytes]]:
+    sshd = ensure_sshd()
+    d.mkdir(parents=True, exist_ok=True)
+    d.chmod(0o700)
+    _keygen(d / "host_ed25519")
+    if client_key is None:
+        client_key = d / "client_ed25519"
+        _keygen(client_key)
+    shutil.copy(str(client_key) + ".pub", d / "authorized_keys")
+    (d / "authorized_keys").chmod(0o600)
+    Path("/run/sshd").mkdir(exist_ok=True) if os.geteuid() == 0 else None
+    log = d / "sshd.log"
+    proc: subprocess.Popen[bytes] | None = None
+    for attempt in range(5):  # sshd cannot bind port 0: retry on the free-port race
+        port = _free_port()
+        cfg = d / "sshd_config"
+        cfg.write_text(SSHD_CONFIG.format(port=port, d=d))
+        subprocess.run([sshd, "-t", "-f", str(cfg)], check=True)
+        fh = open(log, "ab")
+        proc = subprocess.Popen([sshd, "-D", "-e", "-f", str(cfg)], stderr=fh,
+                                stdin=subprocess.DEVNULL)
+        try:
+            _wait_ready(port, proc)
+            break
+        except (RuntimeError, TimeoutError):
+            proc.kill()
+            proc.wait()
+            if attempt == 4:
+                raise RuntimeError("sshd failed to start:\n" + log.read_text()[-4000:])
+    assert proc is not None
+    typ, b64 = (d / "host_ed25519.pub").read_text().split()[:2]
+    kh = d / "known_hosts"
+    kh.write_text(f"[127.0.0.1]:{port} {typ} {b64}\n")
+    user = getpass.getuser()
+    sc = d / "ssh_config"
+    sc.write_text(
+        f"Host {alias}\n  HostName 127.0.0.1\n  Port {port}\n  User {user}\n"
+        f"  IdentityFile {client_key}\n  IdentitiesOnly yes\n  UserKnownHostsFile {kh}\n"
+        f"  StrictHostKeyChecking yes\n  ServerAliveInterval 15\n"
+        f"Host *\n  UserKnownHostsFile {kh}\n  GlobalKnownHostsFile /dev/null\n"
+        f"  IdentityFile {client_key}\n  IdentitiesOnly yes\n  BatchMode yes\n")
+    return SshServer("127.0.0.1", port, user, client_key, kh, sc, alias, log, d, proc.pid), proc
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=5)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="session")
+def sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SshServer]:
+    server, proc = start_sshd(tmp_path_factory.mktemp("sshd-a"), "gpu-a")
+    try:
+        yield server
+    finally:
+        _stop(proc)
+
+
+@pytest.fixture(scope="session")
+def sshd2(tmp_path_factory: pytest.TempPathFactory, sshd: SshServer) -> Iterator[SshServer]:
+    """A second host (same client key) for fan-out tests."""
+    server, proc = start_sshd(tmp_path_factory.mktemp("sshd-b"), "gpu-b", client_key=sshd.key)
+    try:
+        yield server
+    finally:
+        _stop(proc)
+
+
+def _wheel(version: str) -> Path:
+    wheels = CACHE / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    for src in (wheels, Path("/tmp/wheels")):
+        found = sorted(src.glob(f"sglang-{version}-*.whl")) if src.is_dir() else []
+        if found:
+            if src != wheels:
+                shutil.copy(found[0], wheels / found[0].name)
+            return wheels / found[0].name
+    subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", str(wheels),
+                    f"sglang=={version}"], check=True)
+    return sorted(wheels.glob(f"sglang-{version}-*.whl"))[0]
+
+
+def make_sglang_venv(version: str) -> Path:
+    """A cached venv with the real sglang wheel installed --no-deps; returns its python."""
+    venv = CACHE / "venvs" / f"sglang-{version}"
+    py = venv / "bin" / "python"
+    marker = venv / ".ddprobe-ready"
+    if marker.exists() and py.exists():
+        return py
+    shutil.rmtree(venv, ignore_errors=True)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-compile",
+                    "--disable-pip-version-check", "--target",
+                    str(_site_packages(py)), str(_wheel(version))], check=True)
+    marker.write_text(version)
+    return py
+
+
+def _site_packages(py: Path) -> Path:
+    out = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    return Path(out)
+
+
+@pytest.fixture(scope="session")
+def sglang_venv() -> Callable[[str], Path]:
+    return make_sglang_venv
+
+
+@pytest.fixture
+def make_host(sshd: SshServer) -> Callable[..., Host]:
+    def make(name: str = "gpu-a", *, python: str | Path = sys.executable, package: str = "sglang",
+             env: dict[str, str] | None = None, server: ServerSettings | None = None,
+             server_: SshServer | None = None) -> Host:
+        s = server_ or sshd
+        return Host(name=name, host=s.alias, python=str(python), package=package,
+                    env=tuple((env or {}).items()), server=server or ServerSettings(),
+                    transport="ssh", source="test")
+    return make
+
+
+@pytest.fixture(autouse=True)
+def _ssh_config_default(sshd_config_env: None) -> None:
+    return None
+
+
+@pytest.fixture
+def sshd_config_env(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Tests that use an sshd get its ssh_config as the default --ssh-config."""
+    from ddprobe import remote
+    if "sshd" not in request.fixturenames and "make_host" not in request.fixturenames:
+        yield None
+        return
+    server: SshServer = request.getfixturevalue("sshd")
+    old = remote.default_options()
+    cfg = server.ssh_config
+    if "sshd2" in request.fixturenames:
+        s2: SshServer = request.getfixturevalue("sshd2")
+        merged = server.dir / "ssh_config_ab"
+        merged.write_text(cfg.read_text().split("Host *")[0] + s2.ssh_config.read_text())
+        cfg = merged
+    remote.set_default_options(remote.RemoteOptions(ssh_config=str(cfg)))
+    try:
+        yield None
+    finally:
+        remote.set_default_options(old)
+
+
+def write_inventory(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
