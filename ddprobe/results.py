@@ -144,3 +144,52 @@ class CellResult:
                    log_path=d.get("log_path"), started_at=d.get("started_at", ""),
                    patches=d.get("patches") or [], kind=d.get("kind", "cell"),
                    extra=d.get("extra") or {})
+
+
+VERDICT_KINDS = ("buffer_sizing", "graph_capture", "kernel", "config_error", "inconclusive",
+                 "flaky", "ok")
+
+
+@dataclass
+class Evidence:
+    """One piece of evidence behind a verdict."""
+
+    kind: str  # eager | frontier | static | oversize | max_bs | sanitize | patch | signature | facts
+    summary: str  # one line a reviewer reads
+    cells: list[str] = field(default_factory=list)  # config keys of the cells it rests on
+    details: dict[str, Any] = field(default_factory=dict)  # e.g. buffer file:line and sizes
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Evidence:
+        return cls(**d)
+
+
+@dataclass
+class Verdict:
+    """The diagnosis of one failure mode (a group of failing cells with one signature)."""
+
+    kind: str  # one of VERDICT_KINDS
+    budgets: list[int]
+    signature: str | None  # Signature.id of the group (None for ok/inconclusive without one)
+    outcome: str  # the group's outcome (crash, garbage, ...)
+    confidence: str  # high | medium | low
+    decided_by: str  # which evidence decided it (e.g. "oversize experiment")
+    evidence: list[Evidence] = field(default_factory=list)
+    next_step: str = ""
+    buffer: dict[str, Any] | None = None  # {attr, file, line, expr, sizes...} when named
+    host: str | None = None
+    patch_confirmed: bool | None = None  # --confirm-patch: did the patch fix it
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["evidence"] = [e.to_dict() for e in self.evidence]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Verdict:
+        d = dict(d)
+        d["evidence"] = [Evidence.from_dict(e) for e in d.get("evidence") or []]
+        return cls(**d)

@@ -1,0 +1,135 @@
+"""Runs on disk: runs/<run-id>/ holds journal.jsonl (one JSON event a line), per-cell server
+logs and the rendered reports. A run is resumable and re-renderable without touching a host.
+
+Journal events (each a JSON object with a "type"):
+  {"type": "run", "run_id", "command", "argv", "hosts", "budgets", "started_at", "options": {}}
+  {"type": "plan", "cells": [config dicts], "note": str}
+  {"type": "cell", **CellResult.to_dict()}
+  {"type": "verdict", **Verdict.to_dict()}
+  {"type": "note", "text": str}
+  {"type": "end", "finished_at", "restarts_used", "restarts_full_sweep", "exit_code"}
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddprobe.errors import ConfigError
+from ddprobe.results import CellResult, Verdict
+
+
+def runs_root() -> Path:
+    return Path(os.environ.get("DDPROBE_RUNS", "runs"))
+
+
+def new_run_id(command: str) -> str:
+    return time.strftime("%Y%m%d-%H%M%S") + f"-{command}-{secrets.token_hex(2)}"
+
+
+@dataclass
+class RunRecord:
+    run_id: str
+    dir: Path
+    meta: dict[str, Any] = field(default_factory=dict)
+    plan: list[dict[str, Any]] = field(default_factory=list)
+    cells: list[CellResult] = field(default_factory=list)
+    verdicts: list[Verdict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    end: dict[str, Any] | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.end is not None
+
+    @property
+    def restarts_used(self) -> int:
+        return sum(1 for c in self.cells if c.timings.get("restart") is not None
+                   and c.outcome.value != "refused")
+
+
+class RunStore:
+    """Append-only writer for one run directory."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.dir = run_dir
+        self.dir.mkdir(parents=True, exist_ok=True)
+        (self.dir / "logs").mkdir(exist_ok=True)
+        self.journal = self.dir / "journal.jsonl"
+
+    @classmethod
+    def create(cls, command: str, root: Path | None = None) -> RunStore:
+        rid = new_run_id(command)
+        return cls((root or runs_root()) / rid)
+
+    @property
+    def run_id(self) -> str:
+        return self.dir.name
+
+    def append(self, event: dict[str, Any]) -> None:
+        line = json.dumps(event, default=str)
+        with open(self.journal, "a", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def cell(self, c: CellResult) -> None:
+        self.append({"type": "cell", **c.to_dict()})
+
+    def verdict(self, v: Verdict) -> None:
+        self.append({"type": "verdict", **v.to_dict()})
+
+    def log_path(self, host: str, key: str) -> Path:
+        return self.dir / "logs" / f"{host}-{key}.log"
+
+
+def find_run(run_id: str, root: Path | None = None) -> Path:
+    base = root or runs_root()
+    p = Path(run_id)
+    if p.is_dir() and (p / "journal.jsonl").exists():
+        return p
+    cand = base / run_id
+    if (cand / "journal.jsonl").exists():
+        return cand
+    matches = sorted(base.glob(f"{run_id}*")) if base.is_dir() else []
+    matches = [m for m in matches if (m / "journal.jsonl").exists()]
+    if len(matches) == 1:
+        return matches[0]
+    if run_id == "latest" and base.is_dir():
+        all_runs = sorted(m for m in base.iterdir() if (m / "journal.jsonl").exists())
+        if all_runs:
+            return all_runs[-1]
+    raise ConfigError(f"no run '{run_id}' under {base}", key="RUN_ID")
+
+
+def load_run(run_dir: Path) -> RunRecord:
+    j = run_dir / "journal.jsonl"
+    rec = RunRecord(run_id=run_dir.name, dir=run_dir)
+    for n, line in enumerate(j.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            ev = json.loads(line)
+        except json.JSONDecodeError:
+            # a kill mid-write leaves at most a torn last line: ignore it, resume redoes the cell
+            continue
+        t = ev.pop("type", None)
+        if t == "run":
+            rec.meta = ev
+        elif t == "plan":
+            rec.plan = ev.get("cells", [])
+        elif t == "cell":
+            rec.cells.append(CellResult.from_dict(ev))
+        elif t == "verdict":
+            rec.verdicts.append(Verdict.from_dict(ev))
+        elif t == "note":
+            rec.notes.append(ev.get("text", ""))
+        elif t == "end":
+            rec.end = ev
+        elif t is None:
+            raise ConfigError("journal event without a type", path=str(j), line=n)
+    return rec
