@@ -22,6 +22,7 @@ from typing import Generic, TypeVar
 import paramiko
 from fabric import Config, Connection
 
+from ddprobe.agent import AGENT_SRC, Agent, AgentDead, AgentTimeout
 from ddprobe.errors import (DdprobeError, HostKeyError, RemoteCommandError, RemoteError,
                             RemoteTimeout, UnreachableError)
 from ddprobe.inventory import Host
@@ -51,6 +52,7 @@ class RemoteOptions:
     connect_timeout: float = 15.0
     command_timeout: float = 120.0
     keepalive: int = 30
+    agent: bool = True  # keep one command runner alive per connection (see ddprobe/agent.py)
 
 
 _defaults = RemoteOptions()
@@ -132,6 +134,12 @@ class Remote:
         """A local port that reaches remote_host:remote_port as seen from the host."""
         raise NotImplementedError
         yield 0  # pragma: no cover
+
+    def ping(self) -> float:
+        """Round-trip time of one protocol message, no shell started (seconds)."""
+        t0 = time.monotonic()
+        self.run(["true"], check=True, timeout=15)
+        return time.monotonic() - t0
 
     def close(self) -> None:
         pass
@@ -236,7 +244,8 @@ class SshRemote(Remote):
         self._conn: Connection | None = None
         self._gateways: list[Connection] = []
         self._sftp: paramiko.SFTPClient | None = None
-        self._lock = threading.Lock()
+        self._agent: Agent | None = None
+        self._agent_failed = not self.opts.agent
 
     # -- connection ------------------------------------------------------------------------
     def _connection(self, t: SshTarget, gateway: Connection | None) -> Connection:
@@ -323,7 +332,21 @@ class SshRemote(Remote):
         self._open()
         return self
 
+    def ping(self) -> float:
+        # a global request the server must answer (OpenSSH replies "failure" to unknown ones):
+        # a true round trip through the authenticated connection, without starting a shell
+        transport = self._open().transport
+        assert transport is not None
+        t0 = time.monotonic()
+        transport.global_request("keepalive@openssh.com", wait=True)
+        if not transport.is_active():
+            raise UnreachableError(f"{self.host.name}: connection dropped")
+        return time.monotonic() - t0
+
     def close(self) -> None:
+        if self._agent is not None:
+            self._agent.close()
+            self._agent = None
         if self._sftp is not None:
             with contextlib.suppress(Exception):
                 self._sftp.close()
@@ -335,12 +358,64 @@ class SshRemote(Remote):
         self._conn, self._gateways = None, []
 
     # -- commands --------------------------------------------------------------------------
+    _LAUNCH = ('for p in "$2" python3 python; do if command -v "$p" >/dev/null 2>&1; then '
+               'exec "$p" -u -c "$1"; fi; done; echo "ddprobe: no python for the agent" >&2; '
+               'exit 127')
+
+    def _get_agent(self) -> Agent | None:
+        if self._agent is not None or self._agent_failed:
+            return self._agent
+        transport = self._open().transport
+        assert transport is not None
+        try:
+            chan = transport.open_session(timeout=self.opts.connect_timeout)
+            chan.exec_command(build_command(["sh", "-c", self._LAUNCH, "sh", AGENT_SRC,
+                                             self.host.python]))
+            self._agent = Agent(chan)
+        except (AgentDead, AgentTimeout, paramiko.SSHException, OSError) as e:
+            log.debug("%s: no agent (%s); one exec channel per command", self.host.name, e)
+            self._agent_failed = True
+        return self._agent
+
     def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = False,
             input: str | bytes | None = None, env: Mapping[str, str] | None = None,
             cwd: str | None = None) -> CmdResult:
         words = tuple(str(a) for a in argv)
-        cmd = build_command(words, env=env, cwd=cwd)
+        if not words:
+            raise ValueError("empty argv")
         limit = timeout or self.opts.command_timeout
+        agent = self._get_agent()
+        if agent is not None:
+            data = input.encode() if isinstance(input, str) else input
+            t0 = time.monotonic()
+            log.debug("%s: running %s (agent)", self.host.name, shlex.join(words))
+            try:
+                rc, o, e = agent.call(words, timeout=limit, input=data, env=env,
+                                      cwd=self.expand(cwd) if cwd else None)
+                res = CmdResult(words, rc, _decode(o), _decode(e), time.monotonic() - t0)
+                return self._checked(res, check)
+            except AgentTimeout:
+                if agent.broken:
+                    agent.close()
+                    self._agent = None
+                raise RemoteTimeout(f"{self.host.name}: command timed out after {limit:.0f}s: "
+                                    f"{shlex.join(words)[:120]}") from None
+            except AgentDead as ex:
+                # never re-run the command: it may have had effects before the agent died
+                self._agent, self._agent_failed = None, True
+                agent.close()
+                tr = self._conn.transport if self._conn else None
+                if tr is None or not tr.is_active():
+                    raise UnreachableError(f"{self.host.name}: ssh connection lost during "
+                                           f"{shlex.join(words)[:80]}") from None
+                raise RemoteError(f"{self.host.name}: remote command runner died during "
+                                  f"{shlex.join(words)[:80]}: {ex}") from None
+        return self._run_exec(words, limit=limit, check=check, input=input, env=env, cwd=cwd)
+
+    def _run_exec(self, words: tuple[str, ...], *, limit: float, check: bool,
+                  input: str | bytes | None, env: Mapping[str, str] | None,
+                  cwd: str | None) -> CmdResult:
+        cmd = build_command(words, env=env, cwd=cwd)
         conn = self._open()
         transport = conn.transport
         if transport is None or not transport.is_active():

@@ -1,6 +1,7 @@
 """`ddprobe hosts [--check]`: the inventory, and each host's reachability in parallel."""
 from __future__ import annotations
 
+import dataclasses
 import time
 from typing import Optional
 
@@ -13,11 +14,13 @@ from ddprobe.exitcodes import ExitCode
 from ddprobe.inventory import Host
 
 
-def _check(h: Host) -> float:
+def _check(h: Host) -> tuple[float, float]:
+    """Connect and authenticate (host key checked), then time one round trip."""
     t0 = time.monotonic()
-    with remote.connect(h) as r:
-        r.run(["true"], check=True, timeout=15)
-    return time.monotonic() - t0
+    opts = dataclasses.replace(remote.default_options(), agent=False)
+    with remote.connect(h, opts) as r:
+        rtt = min(r.ping() for _ in range(3))
+    return rtt, time.monotonic() - t0
 
 
 def register(app: typer.Typer) -> None:
@@ -41,7 +44,8 @@ def register(app: typer.Typer) -> None:
                 res = remote.fan_out(hs, _check, max_workers=16, deadline=deadline)
             for row, o in zip(rows, res):
                 row["status"] = o.status
-                row["rtt_ms"] = round(o.value * 1000, 1) if o.value is not None else None
+                row["rtt_ms"] = round(o.value[0] * 1000, 2) if o.value is not None else None
+                row["connect_ms"] = round(o.value[1] * 1000, 1) if o.value is not None else None
                 row["error"] = o.error
                 failed |= o.status != "ok"
         if as_json:

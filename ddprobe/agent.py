@@ -1,0 +1,129 @@
+"""A tiny command runner kept alive on the host for the whole connection (like Ansible's
+pipelining or mitogen): each command is an argv list sent as one JSON line and executed with
+execve (no shell at all, so nothing can be re-parsed), its result sent back as one JSON line.
+
+Why: every SSH `exec` starts the user's login shell, and real GPU hosts source heavy rc files
+(conda/pyenv init: 100+ ms each time). One agent per connection pays that once.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import select
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import paramiko
+
+AGENT_SRC = r'''
+import base64, json, os, signal, subprocess, sys
+out = sys.stdout.buffer
+out.write(b'{"ready": 1}\n'); out.flush()
+for line in sys.stdin.buffer:
+    req = json.loads(line)
+    env = None
+    if req.get("env"):
+        env = dict(os.environ); env.update(req["env"])
+    data = base64.b64decode(req["input"]) if req.get("input") is not None else None
+    res = {"id": req["id"]}
+    try:
+        p = subprocess.Popen(req["argv"], stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                             cwd=req.get("cwd"), start_new_session=True)
+        try:
+            o, e = p.communicate(data, timeout=req.get("timeout"))
+            res.update(rc=p.returncode, out=base64.b64encode(o).decode(), err=base64.b64encode(e).decode())
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            p.communicate()
+            res.update(timeout=1)
+    except FileNotFoundError as ex:
+        if req.get("cwd") and not os.path.isdir(req["cwd"]):
+            res.update(rc=125, out="", err=base64.b64encode(("cd: %s: No such file or directory\n" % req["cwd"]).encode()).decode())
+        else:
+            res.update(rc=127, out="", err=base64.b64encode(("%s: command not found\n" % req["argv"][0]).encode()).decode())
+    except (NotADirectoryError, PermissionError) as ex:
+        res.update(rc=126 if isinstance(ex, PermissionError) else 125, out="", err=base64.b64encode((str(ex) + "\n").encode()).decode())
+    out.write(json.dumps(res).encode() + b"\n"); out.flush()
+'''
+
+
+class AgentDead(Exception):
+    pass
+
+
+class AgentTimeout(Exception):
+    pass
+
+
+class Agent:
+    """Client side: one channel, one request at a time (a lock serialises callers)."""
+
+    def __init__(self, chan: paramiko.Channel) -> None:
+        self.chan = chan
+        self._buf = bytearray()
+        self._lock = threading.Lock()
+        self._n = 0
+        self.broken = False
+        first = self._readline(deadline=time.monotonic() + 30)
+        if json.loads(first).get("ready") != 1:
+            raise AgentDead("agent did not start")
+
+    def _readline(self, deadline: float) -> bytes:
+        while b"\n" not in self._buf:
+            if time.monotonic() > deadline:
+                raise AgentTimeout()
+            if self.chan.recv_ready():
+                chunk = self.chan.recv(1 << 20)
+                if not chunk:
+                    raise AgentDead(self._stderr())
+                self._buf += chunk
+                continue
+            if self.chan.closed or self.chan.eof_received or self.chan.exit_status_ready():
+                raise AgentDead(self._stderr())
+            select.select([self.chan], [], [], 0.05)
+        i = self._buf.index(b"\n")
+        line = bytes(self._buf[:i])
+        del self._buf[:i + 1]
+        return line
+
+    def _stderr(self) -> str:
+        err = b""
+        while self.chan.recv_stderr_ready():
+            err += self.chan.recv_stderr(65536)
+        return err.decode(errors="replace").strip()[-300:] or "agent exited"
+
+    def call(self, argv: Sequence[str], *, timeout: float, input: bytes | None,
+             env: Mapping[str, str] | None, cwd: str | None) -> tuple[int, bytes, bytes]:
+        with self._lock:
+            self._n += 1
+            req: dict[str, Any] = {"id": self._n, "argv": list(argv), "timeout": timeout,
+                                   "env": dict(env) if env else None, "cwd": cwd,
+                                   "input": base64.b64encode(input).decode()
+                                   if input is not None else None}
+            try:
+                self.chan.sendall(json.dumps(req).encode() + b"\n")
+            except (OSError, paramiko.SSHException) as e:
+                raise AgentDead(str(e)) from None
+            try:
+                line = self._readline(deadline=time.monotonic() + timeout + 15)
+            except AgentTimeout:
+                self.broken = True  # the agent itself missed its own deadline: replace it
+                raise
+            res = json.loads(line)
+            if res.get("timeout"):
+                raise AgentTimeout()
+            return (int(res["rc"]), base64.b64decode(res["out"] or ""),
+                    base64.b64decode(res["err"] or ""))
+
+    def close(self) -> None:
+        try:
+            self.chan.shutdown_write()
+            self.chan.close()
+        except Exception:  # noqa: BLE001 - closing a dead channel
+            pass
