@@ -1,0 +1,152 @@
+"""`ddprobe probe --host H [--suite coding] [--concurrency N] [--json]`: probe a running server."""
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ddprobe import remote
+from ddprobe.cli import common
+from ddprobe.errors import ConfigError, UsageError
+from ddprobe.exitcodes import ExitCode
+from ddprobe.inventory import Host
+from ddprobe.probes.client import ProbeHTTPError
+from ddprobe.probes.coding import load_suite
+from ddprobe.probes.runner import ProbeReport, TaskResult, baseline_from_report, run_probes
+
+_WILDCARD = ("", "0.0.0.0", "::", "[::]")
+
+
+@contextlib.contextmanager
+def _server_url(host: Host) -> Iterator[str]:
+    """The URL of the host's server as seen from here, for the duration of the block.
+
+    Local hosts (the built-in testbed) are reached directly; SSH hosts through a port forward
+    over the host's one SSH connection, so the server never has to listen on a public address.
+    """
+    port = host.server.port
+    bind = host.server.bind
+    target = "127.0.0.1" if bind in _WILDCARD else bind
+    if host.transport == "local":
+        yield f"http://{_url_host(target)}:{port}"
+        return
+    with remote.connect(host) as r, r.tunnel(port, target) as local_port:
+        yield f"http://127.0.0.1:{local_port}"
+
+
+def _url_host(h: str) -> str:
+    return f"[{h}]" if ":" in h and not h.startswith("[") else h
+
+
+def _load_baseline(path: str) -> dict[str, str]:
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"cannot read baseline: {e.strerror}", path=path) from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"invalid JSON: {e.msg}", path=path, line=e.lineno) from None
+    texts = doc.get("texts") if isinstance(doc, dict) and "texts" in doc else doc
+    if not isinstance(texts, dict) or not all(isinstance(v, str) for v in texts.values()):
+        raise ConfigError("a baseline is an object of task id -> answer text", path=path,
+                          key="texts")
+    return {str(k): v for k, v in texts.items()}
+
+
+def _render(report: ProbeReport) -> None:
+    s = report.summary
+    t = Table(title=f"{report.suite} probes: {report.base_url}")
+    for col in ("task", "result", "tok/s", "accept", "latency", "why"):
+        t.add_column(col, justify="right" if col in ("tok/s", "accept", "latency") else "left")
+    for r in report.results:
+        why = r.reason if not r.passed else ", ".join(r.garbage) or (r.divergence or "")
+        t.add_row(r.task_id, "[green]pass[/green]" if r.passed else "[red]FAIL[/red]",
+                  _f(r.tok_s, 1), _f(r.accept_length, 2), _f(r.latency_s, 2), why)
+    common.out.print(t)
+    acc = f"{_f(s.accept_length, 2)} ({s.accept_source or 'not reported'})"
+    common.out.print(f"[bold]{s.label}[/bold]   accept length {acc}   server accept "
+                     f"{_f(s.server_accept_length, 2)}   tok/s median {_f(s.tok_s, 1)}   "
+                     f"aggregate {_f(s.aggregate_tok_s, 1)}   latency median "
+                     f"{_f(s.latency_s, 2)} s   wall {report.wall_s:.1f} s "
+                     f"(concurrency {report.concurrency})")
+    for f in s.garbage_flags:
+        common.out.print(f"[yellow]garbage:[/yellow] {f}")
+    if s.divergence:
+        common.out.print(f"[yellow]divergence:[/yellow] {s.divergence}")
+    for n in s.notes:
+        common.out.print(f"note: {n}")
+
+
+def _f(v: float | None, digits: int) -> str:
+    return "-" if v is None else f"{v:.{digits}f}"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("probe")
+    def probe_cmd(
+        host: Optional[str] = typer.Option(None, "--host", "-H",
+                                           help="Host whose server to probe (its server port)."),
+        url: Optional[str] = typer.Option(None, "--url",
+                                          help="Probe this server URL instead of a host's."),
+        suite: str = typer.Option("coding", "--suite", help="Bundled suite name or a .json."),
+        concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, max=256,
+                                        help="Tasks in flight at once."),
+        tasks: Optional[str] = typer.Option(None, "--tasks", help="Comma list of task ids."),
+        max_tokens: int = typer.Option(512, "--max-tokens", min=1,
+                                       help="Bound on each chat answer (the code)."),
+        accept_tokens: int = typer.Option(
+            128, "--accept-tokens", min=0,
+            help="Tokens of the /generate request that measures acceptance (0: skip it)."),
+        timeout: float = typer.Option(300.0, "--timeout", help="Per-request timeout (s)."),
+        baseline: Optional[str] = typer.Option(
+            None, "--baseline", help="Compare answers with this baseline file (differential)."),
+        save_baseline: Optional[str] = typer.Option(
+            None, "--save-baseline", help="Write this run's answers as a baseline file."),
+        as_json: bool = common.JsonOpt,
+    ) -> None:
+        """Probe a running server: coding suite in a sandbox, acceptance length, tok/s."""
+        if bool(host) == bool(url):
+            raise UsageError("give exactly one of --host or --url")
+        base = _load_baseline(baseline) if baseline else None
+        ids = [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None
+        with contextlib.ExitStack() as stack:
+            target = url or stack.enter_context(_server_url(common.one_host(host or "")))
+            report = _run_with_progress(target, suite=suite, concurrency=concurrency,
+                                        baseline=base, tasks=ids, max_tokens=max_tokens,
+                                        accept_tokens=accept_tokens, timeout=timeout,
+                                        show=sys.stderr.isatty() and not as_json)
+        if report.results and all(r.errors and not r.text for r in report.results):
+            raise ProbeHTTPError(report.base_url, "no answer to any probe: "
+                                 + report.results[0].reason)
+        if save_baseline:
+            Path(save_baseline).write_text(json.dumps(
+                {"suite": report.suite, "base_url": report.base_url,
+                 "texts": baseline_from_report(report)}, indent=1) + "\n", encoding="utf-8")
+        if as_json:
+            common.emit_json(report.to_dict())
+        else:
+            _render(report)
+        if not report.ok:
+            raise typer.Exit(code=int(ExitCode.FAILED))
+
+
+def _run_with_progress(url: str, *, show: bool, **kw: object) -> ProbeReport:
+    if not show:
+        return run_probes(url, **kw)  # type: ignore[arg-type]
+    with Progress(TextColumn("probing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.description}"), console=common.err, transient=True,
+                  redirect_stdout=False, redirect_stderr=False) as prog:
+        todo = load_suite(str(kw["suite"])).select(kw.get("tasks"))  # type: ignore[arg-type]
+        bar = prog.add_task("", total=len(todo))
+
+        def tick(r: TaskResult) -> None:
+            prog.update(bar, advance=1, description=f"{r.task_id}: "
+                        f"{'pass' if r.passed else 'FAIL'}")
+
+        return run_probes(url, progress=tick, **kw)  # type: ignore[arg-type]

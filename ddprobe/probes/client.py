@@ -1,0 +1,211 @@
+"""An async HTTP client for an SGLang server: native /generate, OpenAI chat, server info.
+
+Speaks every SGLang dialect ddprobe meets (0.4.x to 0.5.2x): acceptance length comes from
+`meta_info.spec_accept_length` when the server computes it, else from
+`completion_tokens / spec_verify_ct` (what SGLang's own tests compute), else from the older
+`spec_accept_token_num` counts; server-wide acceptance from `/server_info` (newer) or
+`/get_server_info` (older), `internal_states[0].avg_spec_accept_length`.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import httpx
+
+from ddprobe.errors import ServerError
+
+SRC_SPEC_ACCEPT_LENGTH: Final = "spec_accept_length"
+SRC_VERIFY_CT: Final = "completion_tokens/spec_verify_ct"
+SRC_ACCEPTED_COUNT: Final = "spec_accept_token_num/spec_verify_ct"
+
+
+class ProbeHTTPError(ServerError):
+    """The server did not answer a probe request properly (refused, timed out, non-2xx, junk)."""
+
+    def __init__(self, url: str, message: str, *, status: int | None = None) -> None:
+        self.url, self.status = url, status
+        super().__init__(f"{url}: {message}")
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One answered request: text, token counts, timing and speculative-decoding metrics."""
+
+    text: str
+    latency_s: float
+    completion_tokens: int | None = None
+    prompt_tokens: int | None = None
+    finish_reason: str | None = None
+    accept_length: float | None = None  # per request, including the bonus token
+    accept_source: str = ""  # which field it came from (SRC_*), "" when absent
+    spec_verify_ct: int | None = None
+    meta: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def tok_s(self) -> float | None:
+        if not self.completion_tokens or self.latency_s <= 0:
+            return None
+        return self.completion_tokens / self.latency_s
+
+
+def accept_from_meta(meta: dict[str, Any]) -> tuple[float | None, str, int | None]:
+    """(acceptance length, source, spec_verify_ct) from a /generate meta_info dict."""
+    ct = _int(meta.get("spec_verify_ct"))
+    val = _num(meta.get("spec_accept_length"))
+    if val is not None and val > 0:
+        return val, SRC_SPEC_ACCEPT_LENGTH, ct
+    toks = _int(meta.get("completion_tokens"))
+    if ct and toks:
+        return toks / ct, SRC_VERIFY_CT, ct
+    accepted = _int(meta.get("spec_accept_token_num"))
+    if ct and accepted is not None:
+        return (accepted + ct) / ct, SRC_ACCEPTED_COUNT, ct
+    return None, "", ct
+
+
+def server_accept_length(info: dict[str, Any]) -> float | None:
+    """`internal_states[0].avg_spec_accept_length` (or the old top-level spelling)."""
+    states = info.get("internal_states")
+    if isinstance(states, list) and states and isinstance(states[0], dict):
+        v = _num(states[0].get("avg_spec_accept_length"))
+        if v is not None:
+            return v
+    return _num(info.get("avg_spec_accept_length"))
+
+
+class ProbeClient:
+    """One connection pool to one server. Use as `async with ProbeClient(url) as c:`."""
+
+    def __init__(self, base_url: str, *, timeout: float = 300.0, model: str = "default",
+                 client: httpx.AsyncClient | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model = model
+        self._own = client is None
+        # no proxies from the environment: the server is on loopback or behind our tunnel
+        self._client = client or httpx.AsyncClient(
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)), trust_env=False,
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+
+    async def __aenter__(self) -> ProbeClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        if self._own:
+            await self._client.aclose()
+
+    async def generate(self, text: str, *, max_new_tokens: int = 512,
+                       temperature: float = 0.0) -> Completion:
+        """Native `/generate` (greedy by default); reads meta_info for acceptance."""
+        body = {"text": text, "sampling_params": {"temperature": temperature,
+                                                  "max_new_tokens": max_new_tokens}}
+        data, latency = await self._post("/generate", body)
+        if isinstance(data, list):  # a batch answer: we sent one prompt
+            data = data[0] if data else {}
+        if not isinstance(data, dict) or not isinstance(data.get("text"), str):
+            raise ProbeHTTPError(self.base_url + "/generate", "answer has no 'text'")
+        meta = data.get("meta_info") if isinstance(data.get("meta_info"), dict) else {}
+        acc, src, ct = accept_from_meta(meta)
+        fr = meta.get("finish_reason")
+        return Completion(text=data["text"], latency_s=latency,
+                          completion_tokens=_int(meta.get("completion_tokens")),
+                          prompt_tokens=_int(meta.get("prompt_tokens")),
+                          finish_reason=fr.get("type") if isinstance(fr, dict) else _str(fr),
+                          accept_length=acc, accept_source=src, spec_verify_ct=ct, meta=meta)
+
+    async def chat(self, prompt: str, *, max_tokens: int = 512,
+                   system: str | None = None) -> Completion:
+        """OpenAI `/v1/chat/completions`, greedy (temperature 0)."""
+        messages = ([{"role": "system", "content": system}] if system else []) + [
+            {"role": "user", "content": prompt}]
+        body = {"model": self.model, "messages": messages, "temperature": 0,
+                "max_tokens": max_tokens, "stream": False}
+        data, latency = await self._post("/v1/chat/completions", body)
+        try:
+            choice = data["choices"][0]
+            text = choice["message"]["content"] or ""
+        except (KeyError, IndexError, TypeError):
+            raise ProbeHTTPError(self.base_url + "/v1/chat/completions",
+                                 "answer has no choices[0].message.content") from None
+        usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+        # newer SGLang can attach spec metrics to OpenAI answers (sglext.spec_tokens_details)
+        ext = data.get("sglext") if isinstance(data.get("sglext"), dict) else {}
+        spec = ext.get("spec_tokens_details") if isinstance(ext, dict) else None
+        meta = dict(spec) if isinstance(spec, dict) else {}
+        if meta and "completion_tokens" not in meta:
+            meta["completion_tokens"] = usage.get("completion_tokens")
+        acc, src, ct = accept_from_meta(meta) if meta else (None, "", None)
+        return Completion(text=str(text), latency_s=latency,
+                          completion_tokens=_int(usage.get("completion_tokens")),
+                          prompt_tokens=_int(usage.get("prompt_tokens")),
+                          finish_reason=_str(choice.get("finish_reason")),
+                          accept_length=acc, accept_source=src, spec_verify_ct=ct, meta=meta)
+
+    async def server_info(self) -> dict[str, Any]:
+        """`/server_info`, falling back to `/get_server_info` on versions that lack it."""
+        last: ProbeHTTPError | None = None
+        for path in ("/server_info", "/get_server_info"):
+            try:
+                data = await self._get(path)
+            except ProbeHTTPError as e:
+                if e.status in (404, 405):
+                    last = e
+                    continue
+                raise
+            if isinstance(data, dict):
+                return data
+            last = ProbeHTTPError(self.base_url + path, "answer is not a JSON object")
+        assert last is not None
+        raise last
+
+    async def _post(self, path: str, body: dict[str, Any]) -> tuple[Any, float]:
+        url = self.base_url + path
+        t0 = time.perf_counter()
+        try:
+            r = await self._client.post(url, json=body)
+        except httpx.TimeoutException:
+            raise ProbeHTTPError(url, "timed out") from None
+        except httpx.HTTPError as e:
+            raise ProbeHTTPError(url, f"request failed: {type(e).__name__}: {e}") from None
+        latency = time.perf_counter() - t0
+        return self._json(url, r), latency
+
+    async def _get(self, path: str) -> Any:
+        url = self.base_url + path
+        try:
+            r = await self._client.get(url)
+        except httpx.HTTPError as e:
+            raise ProbeHTTPError(url, f"request failed: {type(e).__name__}: {e}") from None
+        return self._json(url, r)
+
+    @staticmethod
+    def _json(url: str, r: httpx.Response) -> Any:
+        if r.status_code >= 400:
+            snippet = " ".join(r.text.split())[:200]
+            raise ProbeHTTPError(url, f"HTTP {r.status_code}: {snippet}", status=r.status_code)
+        try:
+            return r.json()
+        except ValueError:
+            raise ProbeHTTPError(url, "answer is not JSON", status=r.status_code) from None
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _int(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    if isinstance(v, float) and v.is_integer():
+        return int(v)
+    return None
+
+
+def _str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None

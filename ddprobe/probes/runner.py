@@ -1,0 +1,193 @@
+"""Run a probe suite against a server, concurrently, and summarise it.
+
+Per task, two greedy requests go out together: chat completions (the answer whose code is
+tested in the sandbox) and native /generate on the same prompt (meta_info: acceptance length).
+A task whose request fails is a failed task with the HTTP reason: the caller (a cell) decides
+whether that was a crash (server gone) or the network (it checks the server separately).
+"""
+from __future__ import annotations
+
+import asyncio
+import statistics
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ddprobe.probes import garbage
+from ddprobe.probes.client import Completion, ProbeClient, ProbeHTTPError, server_accept_length
+from ddprobe.probes.coding import CodingTask, check_answer, load_suite
+from ddprobe.probes.sandbox import SandboxLimits
+from ddprobe.results import ProbeSummary
+
+
+@dataclass(frozen=True)
+class TaskResult:
+    task_id: str
+    passed: bool
+    reason: str  # "ok", or why not (request error, no code, failing assert, sandbox limit)
+    text: str = ""  # the greedy chat answer
+    latency_s: float | None = None  # chat request, end to end
+    completion_tokens: int | None = None
+    tok_s: float | None = None  # chat request output tok/s
+    accept_length: float | None = None  # from /generate meta_info (or the chat answer)
+    accept_source: str = ""
+    generate_tok_s: float | None = None
+    generate_tokens: int | None = None
+    garbage: tuple[str, ...] = ()
+    divergence: str | None = None  # vs the baseline's text for this task
+    errors: tuple[str, ...] = ()  # request errors (chat/generate)
+    check_s: float | None = None  # ddprobe's own time: code extraction + sandboxed tests
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["garbage"] = list(self.garbage)
+        d["errors"] = list(self.errors)
+        return d
+
+
+@dataclass(frozen=True)
+class ProbeReport:
+    suite: str
+    base_url: str
+    results: tuple[TaskResult, ...]
+    summary: ProbeSummary
+    wall_s: float
+    concurrency: int
+    server_info: dict[str, Any] | None = field(default=None, compare=False)
+
+    @property
+    def ok(self) -> bool:
+        s = self.summary
+        return s.total > 0 and s.passed == s.total and not s.garbage_flags and not s.divergence
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"suite": self.suite, "base_url": self.base_url, "wall_s": self.wall_s,
+                "concurrency": self.concurrency, "summary": self.summary.to_dict(),
+                "label": self.summary.label, "ok": self.ok,
+                "results": [r.to_dict() for r in self.results]}
+
+
+def baseline_from_report(report: ProbeReport) -> dict[str, str]:
+    """Task id -> greedy answer text, for a later cell's differential check."""
+    return {r.task_id: r.text for r in report.results if not r.errors}
+
+
+def run_probes(base_url: str, *, suite: str = "coding", concurrency: int = 8,
+               timeout: float = 300.0, baseline: Mapping[str, str] | None = None,
+               progress: Callable[[TaskResult], None] | None = None,
+               tasks: Sequence[str] | None = None, max_tokens: int = 512,
+               accept_tokens: int = 128,
+               limits: SandboxLimits = SandboxLimits()) -> ProbeReport:
+    """Blocking wrapper around `run_probes_async` (do not call from inside an event loop)."""
+    return asyncio.run(run_probes_async(base_url, suite=suite, concurrency=concurrency,
+                                        timeout=timeout, baseline=baseline, progress=progress,
+                                        tasks=tasks, max_tokens=max_tokens,
+                                        accept_tokens=accept_tokens, limits=limits))
+
+
+async def run_probes_async(base_url: str, *, suite: str = "coding", concurrency: int = 8,
+                           timeout: float = 300.0, baseline: Mapping[str, str] | None = None,
+                           progress: Callable[[TaskResult], None] | None = None,
+                           tasks: Sequence[str] | None = None, max_tokens: int = 512,
+                           accept_tokens: int = 128,
+                           limits: SandboxLimits = SandboxLimits()) -> ProbeReport:
+    """Probe `base_url` with a suite; `concurrency` tasks in flight at once.
+
+    `max_tokens` bounds the chat answer (the code); `accept_tokens` bounds the /generate
+    request that only measures acceptance (0: skip it), so it adds little load to the batch.
+    """
+    s = load_suite(suite)
+    todo = s.select(list(tasks) if tasks else None)
+    sem = asyncio.Semaphore(max(1, concurrency))
+    base = dict(baseline or {})
+    async with ProbeClient(base_url, timeout=timeout) as client:
+        async def one(task: CodingTask) -> TaskResult:
+            async with sem:
+                res = await _probe_task(client, task, max_tokens=max_tokens,
+                                        accept_tokens=accept_tokens, limits=limits,
+                                        baseline=base.get(task.id))
+            if progress is not None:
+                progress(res)
+            return res
+
+        t0 = time.perf_counter()
+        results = await asyncio.gather(*(one(t) for t in todo))
+        wall = time.perf_counter() - t0
+        info: dict[str, Any] | None
+        try:
+            info = await client.server_info()
+        except ProbeHTTPError:
+            info = None
+    summary = summarise(list(results), wall_s=wall, server_info=info, baseline=base)
+    return ProbeReport(suite=s.name, base_url=base_url, results=tuple(results),
+                       summary=summary, wall_s=wall, concurrency=concurrency, server_info=info)
+
+
+async def _probe_task(client: ProbeClient, task: CodingTask, *, max_tokens: int,
+                      accept_tokens: int, limits: SandboxLimits,
+                      baseline: str | None) -> TaskResult:
+    async def no_generate() -> None:
+        return None
+
+    chat_r, gen_r = await asyncio.gather(
+        client.chat(task.prompt, max_tokens=max_tokens),
+        client.generate(task.prompt, max_new_tokens=accept_tokens) if accept_tokens > 0
+        else no_generate(), return_exceptions=True)
+    errors = tuple(f"{name}: {r}" for name, r in (("chat", chat_r), ("generate", gen_r))
+                   if isinstance(r, BaseException))
+    for r in (chat_r, gen_r):
+        if isinstance(r, BaseException) and not isinstance(r, ProbeHTTPError):
+            raise r
+    gen = gen_r if isinstance(gen_r, Completion) else None
+    acc, src = (gen.accept_length, gen.accept_source) if gen and gen.accept_source else (None, "")
+    if not isinstance(chat_r, Completion):
+        return TaskResult(task.id, False, errors[0], accept_length=acc, accept_source=src,
+                          generate_tok_s=gen.tok_s if gen else None,
+                          generate_tokens=gen.completion_tokens if gen else None, errors=errors)
+    chat = chat_r
+    if acc is None and chat.accept_source:
+        acc, src = chat.accept_length, chat.accept_source
+    t0 = time.perf_counter()
+    check = await check_answer(task, chat.text, limits=limits)
+    check_s = time.perf_counter() - t0
+    return TaskResult(
+        task_id=task.id, passed=check.passed, reason=check.reason, text=chat.text,
+        latency_s=chat.latency_s, completion_tokens=chat.completion_tokens, tok_s=chat.tok_s,
+        accept_length=acc, accept_source=src, generate_tok_s=gen.tok_s if gen else None,
+        generate_tokens=gen.completion_tokens if gen else None,
+        garbage=tuple(garbage.garbage_flags(chat.text)),
+        divergence=garbage.divergence(chat.text, baseline) if baseline is not None else None,
+        errors=errors, check_s=round(check_s, 4))
+
+
+def summarise(results: list[TaskResult], *, wall_s: float, server_info: dict[str, Any] | None,
+              baseline: Mapping[str, str] | None = None) -> ProbeSummary:
+    """The cell-level numbers: passed/total, acceptance (and its source), speed, garbage."""
+    accs = [r.accept_length for r in results if r.accept_length is not None]
+    sources = Counter(r.accept_source for r in results if r.accept_source)
+    tok_s = [v for r in results for v in (r.tok_s, r.generate_tok_s) if v is not None]
+    lat = [r.latency_s for r in results if r.latency_s is not None]
+    tokens = sum((r.completion_tokens or 0) + (r.generate_tokens or 0) for r in results)
+    passed = sum(1 for r in results if r.passed)
+    srv_acc = server_accept_length(server_info) if server_info else None
+    flags: list[str] = []
+    counts = Counter(f.split(" ")[0] for r in results for f in r.garbage)
+    for kind, n in sorted(counts.items()):
+        flags.append(f"{kind} in {n}/{len(results)} answers")
+    texts = {r.task_id: r.text for r in results if not r.errors}
+    div = garbage.summarise_divergence(texts, baseline) if baseline else None
+    acc = round(statistics.fmean(accs), 4) if accs else None
+    notes = garbage.acceptance_notes(acc, srv_acc, passed, len(results))
+    if server_info is None:
+        notes.append("no /server_info or /get_server_info: server-wide acceptance unknown")
+    return ProbeSummary(
+        passed=passed, total=len(results), accept_length=acc,
+        accept_source=sources.most_common(1)[0][0] if sources else "",
+        server_accept_length=srv_acc,
+        tok_s=round(statistics.median(tok_s), 2) if tok_s else None,
+        aggregate_tok_s=round(tokens / wall_s, 2) if tokens and wall_s > 0 else None,
+        latency_s=round(statistics.median(lat), 4) if lat else None,
+        garbage_flags=flags, divergence=div,
+        failures=[f"{r.task_id}: {r.reason}" for r in results if not r.passed], notes=notes)

@@ -1,0 +1,1 @@
+"""Bundled probe suites (data files: one JSON document per suite)."""

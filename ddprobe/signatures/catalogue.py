@@ -1,0 +1,191 @@
+"""Load and validate the failure-signature catalogue (catalogue.yaml, a data file).
+
+The catalogue is data so that a new failure string is a one-line change with a test, not code.
+Validation turns every mistake in the file into one ConfigError naming file, line and key.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib import resources
+from pathlib import Path
+from typing import Any, Final
+
+from ddprobe.errors import ConfigError
+from ddprobe.yamlio import line_of, load_yaml
+
+OUTCOMES: Final = ("crash", "refused", "garbage", "hang")
+SEVERITIES: Final = ("fatal", "error", "warning")
+HANDLERS: Final = ("traceback",)
+_ENTRY_KEYS: Final = frozenset({"id", "kind", "outcome", "severity", "patterns", "handler",
+                                "suffix", "details", "hint"})
+
+
+@dataclass(frozen=True)
+class Suffix:
+    """A regex looked for in the `within` lines after the key line; its `key` group is appended."""
+
+    pattern: re.Pattern[str]
+    within: int
+
+
+@dataclass(frozen=True)
+class Entry:
+    id: str
+    kind: str
+    outcome: str
+    severity: str
+    patterns: tuple[re.Pattern[str], ...]
+    handler: str | None = None
+    suffix: Suffix | None = None
+    details: tuple[tuple[str, re.Pattern[str]], ...] = ()
+    hint: str = ""
+
+
+@dataclass(frozen=True)
+class Phases:
+    capture_begin: tuple[re.Pattern[str], ...]
+    capture_end: tuple[re.Pattern[str], ...]
+    serving: tuple[re.Pattern[str], ...]
+    details: tuple[tuple[str, re.Pattern[str]], ...]
+
+
+@dataclass(frozen=True)
+class Catalogue:
+    version: int
+    entries: tuple[Entry, ...]
+    phases: Phases
+    path: str
+
+    def entry(self, entry_id: str) -> Entry:
+        for e in self.entries:
+            if e.id == entry_id:
+                return e
+        raise KeyError(entry_id)
+
+
+def default_path() -> Path:
+    return Path(str(resources.files("ddprobe.signatures").joinpath("catalogue.yaml")))
+
+
+@lru_cache(maxsize=8)
+def load_catalogue(path: str | None = None) -> Catalogue:
+    """Parse and validate a catalogue file (the bundled one by default); cached per path."""
+    p = path or str(default_path())
+    doc = load_yaml(p)
+    if not isinstance(doc, dict):
+        raise ConfigError("the catalogue must be a mapping with 'entries'", path=p, line=1)
+    version = doc.get("version", 1)
+    if not isinstance(version, int):
+        raise ConfigError("'version' must be an integer", path=p, line=line_of(doc, "version"),
+                          key="version")
+    entries_raw = doc.get("entries")
+    if not isinstance(entries_raw, list) or not entries_raw:
+        raise ConfigError("'entries' must be a non-empty list", path=p,
+                          line=line_of(doc, "entries"), key="entries")
+    entries: list[Entry] = []
+    seen: set[str] = set()
+    for i, raw in enumerate(entries_raw):
+        entry = _entry(raw, p, i)
+        if entry.id in seen:
+            raise ConfigError(f"duplicate entry id '{entry.id}'", path=p, line=line_of(raw, "id"),
+                              key="id")
+        seen.add(entry.id)
+        entries.append(entry)
+    return Catalogue(version=version, entries=tuple(entries),
+                     phases=_phases(doc.get("phases") or {}, p), path=p)
+
+
+def _entry(raw: Any, path: str, index: int) -> Entry:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"entry #{index + 1} must be a mapping", path=path)
+    line = line_of(raw)
+    unknown = set(raw) - _ENTRY_KEYS
+    if unknown:
+        key = sorted(unknown)[0]
+        raise ConfigError(f"unknown key '{key}' in entry #{index + 1}", path=path,
+                          line=line_of(raw, key), key=key)
+    for req in ("id", "kind", "outcome"):
+        if not isinstance(raw.get(req), str) or not raw[req]:
+            raise ConfigError(f"entry #{index + 1} needs a string '{req}'", path=path,
+                              line=line_of(raw, req) if req in raw else line, key=req)
+    outcome = raw["outcome"]
+    if outcome not in OUTCOMES:
+        raise ConfigError(f"'outcome' must be one of {', '.join(OUTCOMES)}, not '{outcome}'",
+                          path=path, line=line_of(raw, "outcome"), key="outcome")
+    severity = raw.get("severity", "fatal")
+    if severity not in SEVERITIES:
+        raise ConfigError(f"'severity' must be one of {', '.join(SEVERITIES)}", path=path,
+                          line=line_of(raw, "severity"), key="severity")
+    handler = raw.get("handler")
+    if handler is not None and handler not in HANDLERS:
+        raise ConfigError(f"'handler' must be one of {', '.join(HANDLERS)}", path=path,
+                          line=line_of(raw, "handler"), key="handler")
+    pats_raw = raw.get("patterns") or []
+    if not isinstance(pats_raw, list) or (not pats_raw and handler is None):
+        raise ConfigError(f"entry '{raw['id']}' needs a list of 'patterns'", path=path,
+                          line=line_of(raw, "patterns") if "patterns" in raw else line,
+                          key="patterns")
+    patterns = tuple(_regex(s, path, line_of(raw, "patterns"), "patterns") for s in pats_raw)
+    suffix = None
+    if raw.get("suffix") is not None:
+        s = raw["suffix"]
+        if not isinstance(s, dict) or "pattern" not in s:
+            raise ConfigError("'suffix' must be a mapping with 'pattern' and 'within'",
+                              path=path, line=line_of(raw, "suffix"), key="suffix")
+        rx = _regex(s["pattern"], path, line_of(s, "pattern"), "suffix.pattern")
+        if "key" not in rx.groupindex:
+            raise ConfigError("'suffix.pattern' needs a named group 'key'", path=path,
+                              line=line_of(s, "pattern"), key="suffix.pattern")
+        within = s.get("within", 3)
+        if not isinstance(within, int) or within < 1:
+            raise ConfigError("'suffix.within' must be a positive integer", path=path,
+                              line=line_of(s, "within"), key="suffix.within")
+        suffix = Suffix(rx, within)
+    return Entry(id=raw["id"], kind=raw["kind"], outcome=outcome, severity=severity,
+                 patterns=patterns, handler=handler, suffix=suffix,
+                 details=_details(raw.get("details") or {}, path, "details"),
+                 hint=str(raw.get("hint") or "").strip())
+
+
+def _phases(raw: Any, path: str) -> Phases:
+    if not isinstance(raw, dict):
+        raise ConfigError("'phases' must be a mapping", path=path, key="phases")
+
+    def pats(name: str) -> tuple[re.Pattern[str], ...]:
+        items = raw.get(name) or []
+        if not isinstance(items, list):
+            raise ConfigError(f"'phases.{name}' must be a list", path=path,
+                              line=line_of(raw, name), key=f"phases.{name}")
+        return tuple(_regex(s, path, line_of(raw, name), f"phases.{name}", ignore_case=True)
+                     for s in items)
+
+    return Phases(capture_begin=pats("capture_begin"), capture_end=pats("capture_end"),
+                  serving=pats("serving"),
+                  details=_details(raw.get("details") or {}, path, "phases.details",
+                                   ignore_case=True))
+
+
+def _details(raw: Any, path: str, where: str, *,
+             ignore_case: bool = False) -> tuple[tuple[str, re.Pattern[str]], ...]:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"'{where}' must be a mapping of name -> regex", path=path, key=where)
+    out = []
+    for name, src in raw.items():
+        rx = _regex(src, path, line_of(raw, name), f"{where}.{name}", ignore_case=ignore_case)
+        if "v" not in rx.groupindex:
+            raise ConfigError(f"'{where}.{name}' needs a named group 'v'", path=path,
+                              line=line_of(raw, name), key=f"{where}.{name}")
+        out.append((str(name), rx))
+    return tuple(out)
+
+
+def _regex(src: Any, path: str, line: int | None, key: str, *,
+           ignore_case: bool = False) -> re.Pattern[str]:
+    if not isinstance(src, str) or not src:
+        raise ConfigError("a pattern must be a non-empty string", path=path, line=line, key=key)
+    try:
+        return re.compile(src, re.IGNORECASE if ignore_case else 0)
+    except re.error as e:
+        raise ConfigError(f"bad regex {src!r}: {e}", path=path, line=line, key=key) from None

@@ -1,0 +1,247 @@
+"""Match server logs against the catalogue: the root-cause signature, its phase, evidence.
+
+`match_log(text)` is what a cell calls; `find_matches` gives every matched entry with context
+(phase, line number, hint, details) in priority order, the winner first.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from typing import Any, Final
+
+try:  # the regex parser, for required_literal (3.11+ moved it; the old name still works)
+    from re import _parser as _sre_parse  # type: ignore[attr-defined]
+except ImportError:  # pragma: no cover - Python 3.10
+    import sre_parse as _sre_parse  # type: ignore[no-redef]
+
+from ddprobe.results import Signature
+from ddprobe.signatures.catalogue import Catalogue, Entry, load_catalogue
+from ddprobe.signatures.normalise import normalise, strip_prefix
+
+PHASES: Final = ("startup", "capture", "serving")
+_ANSI: Final = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_TB_HEADER: Final = "Traceback (most recent call last):"
+_FRAME: Final = re.compile(r'^\s*File "(?P<file>[^"]+)", line \d+, in (?P<func>\S+)')
+_EXC_LINE: Final = re.compile(r"^(?P<cls>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Fault"
+                              r"|Warning|Failure|Exhausted|Timeout)?)(?::\s?(?P<msg>.*))?$")
+# A traceback ended by these is a shutdown (ddprobe's own stop), not a failure.
+_BENIGN: Final = frozenset({"KeyboardInterrupt", "SystemExit", "asyncio.CancelledError",
+                            "asyncio.exceptions.CancelledError", "CancelledError",
+                            "GeneratorExit", "BrokenPipeError"})
+
+
+@dataclass(frozen=True)
+class LogMatch:
+    """One catalogue entry found in a log, with the evidence around it."""
+
+    signature: Signature
+    entry: str  # catalogue entry id
+    outcome: str  # crash | refused | garbage | hang (the catalogue's suggestion)
+    severity: str
+    phase: str  # startup | capture | serving, at the key line
+    line_no: int  # 1-based line of the key line in the text
+    hint: str = ""
+    details: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def details_dict(self) -> dict[str, str]:
+        return dict(self.details)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["details"] = dict(self.details)
+        return d
+
+
+def match_log(text: str, *, catalogue: Catalogue | None = None) -> Signature | None:
+    """The root-cause signature of a log, or None when nothing catalogued is in it."""
+    best = best_match(text, catalogue=catalogue)
+    return best.signature if best else None
+
+
+def match_all(text: str, *, catalogue: Catalogue | None = None) -> list[Signature]:
+    """Every distinct signature in the log, highest priority first."""
+    out: list[Signature] = []
+    for m in find_matches(text, catalogue=catalogue):
+        if m.signature not in out:
+            out.append(m.signature)
+    return out
+
+
+def best_match(text: str, *, catalogue: Catalogue | None = None) -> LogMatch | None:
+    matches = find_matches(text, catalogue=catalogue, first_only=True)
+    return matches[0] if matches else None
+
+
+def find_matches(text: str, *, catalogue: Catalogue | None = None,
+                 first_only: bool = False) -> list[LogMatch]:
+    """All catalogue entries found in `text`, in catalogue (priority) order."""
+    cat = catalogue or load_catalogue()
+    clean = _ANSI.sub("", text)
+    lines = [strip_prefix(line) for line in clean.splitlines()]
+    out: list[LogMatch] = []
+    claimed: set[int] = set()  # a line explains one failure: the highest-priority entry's
+    for entry in cat.entries:
+        found = _traceback_key(lines, claimed) if entry.handler == "traceback" else \
+            _pattern_key(entry, clean, lines, claimed)
+        if found is None:
+            continue
+        idx, key = found
+        claimed.add(idx)
+        phase = _phase_at(cat, lines, idx)
+        if phase == "capture" and entry.kind != "capture":
+            # the same error at capture time and at serving time are different failures
+            key = "[capture] " + key
+        details = _details(cat, entry, lines, idx, phase)
+        out.append(LogMatch(signature=Signature(entry.kind, key, lines[idx].strip()[:500]),
+                            entry=entry.id, outcome=entry.outcome, severity=entry.severity,
+                            phase=phase, line_no=idx + 1, hint=entry.hint, details=details))
+        if first_only:
+            break
+    return out
+
+
+def classify_phase(text: str, *, line_no: int | None = None,
+                   catalogue: Catalogue | None = None) -> str:
+    """Where the server was at `line_no` (1-based; default: the end of the log)."""
+    cat = catalogue or load_catalogue()
+    lines = [strip_prefix(line) for line in _ANSI.sub("", text).splitlines()]
+    if not lines:
+        return "startup"
+    idx = len(lines) - 1 if line_no is None else max(0, min(line_no - 1, len(lines) - 1))
+    return _phase_at(cat, lines, idx)
+
+
+def _pattern_key(entry: Entry, clean: str, lines: list[str],
+                 claimed: set[int]) -> tuple[int, str] | None:
+    # Cheap prefilter: a literal every match must contain, looked for with `in` (C speed);
+    # most entries are absent from most logs.
+    live = [(rx, lit) for rx in entry.patterns
+            for lit in (required_literal(rx),) if lit is None or lit in clean]
+    if not live:
+        return None
+    for idx, line in enumerate(lines):
+        if idx in claimed:
+            continue
+        for rx, lit in live:
+            if lit is not None and lit not in line:
+                continue
+            m = rx.search(line)
+            if m is None:
+                continue
+            raw = m.group("key") if "key" in rx.groupindex and m.group("key") else line
+            key = normalise(raw)
+            if entry.suffix is not None:
+                for nxt in lines[idx + 1: idx + 1 + entry.suffix.within]:
+                    sm = entry.suffix.pattern.search(nxt)
+                    if sm:
+                        key = f"{key} in {normalise(sm.group('key'))}"
+                        break
+            return idx, key
+    return None
+
+
+@lru_cache(maxsize=1024)
+def required_literal(rx: re.Pattern[str]) -> str | None:
+    """The longest literal (3+ chars) that every match of `rx` contains, if one is obvious."""
+    if rx.flags & re.IGNORECASE:
+        return None
+    try:
+        seq = _sre_parse.parse(rx.pattern)
+    except Exception:  # noqa: BLE001 - an optimisation only: fall back to the plain regex
+        return None
+    runs = [r for r in _literal_runs(list(seq)) if len(r) >= 3]
+    return max(runs, key=len) if runs else None
+
+
+def _literal_runs(seq: list[Any]) -> list[str]:
+    runs: list[str] = []
+    cur: list[str] = []
+    for op, av in seq:
+        name = str(op)
+        if name == "LITERAL":
+            cur.append(chr(av))
+            continue
+        runs.append("".join(cur))
+        cur = []
+        if name == "SUBPATTERN":
+            runs.extend(_literal_runs(list(av[-1])))
+        elif name in ("MAX_REPEAT", "MIN_REPEAT") and av[0] >= 1:
+            runs.extend(_literal_runs(list(av[2])))
+    runs.append("".join(cur))
+    return [r for r in runs if r]
+
+
+def _traceback_key(lines: list[str], claimed: set[int]) -> tuple[int, str] | None:
+    """Exception class + message + innermost frame of the first real traceback."""
+    i, n = 0, len(lines)
+    while i < n:
+        if _TB_HEADER not in lines[i]:
+            i += 1
+            continue
+        frame: re.Match[str] | None = None
+        j = i + 1
+        while j < n:
+            t = lines[j]
+            fm = _FRAME.match(t)
+            if fm:
+                frame = fm
+            elif not (t.startswith((" ", "\t")) or not t.strip()):
+                break
+            j += 1
+        if j < n and frame is not None:
+            em = _EXC_LINE.match(lines[j].strip())
+            if em and em.group("cls") not in _BENIGN and j not in claimed:
+                cls = em.group("cls")
+                msg = (em.group("msg") or "").strip()
+                head = normalise(f"{cls}: {msg}" if msg else cls)
+                where = f"{frame.group('file').rsplit('/', 1)[-1]}:{frame.group('func')}"
+                return j, f"{head} (in {where})"
+        i = j if j > i else i + 1
+    return None
+
+
+@lru_cache(maxsize=8)
+def _phase_regexes(cat: Catalogue) -> tuple[re.Pattern[str], re.Pattern[str], re.Pattern[str]]:
+    def join(pats: tuple[re.Pattern[str], ...]) -> re.Pattern[str]:
+        # an empty list must match nothing, not everything
+        return re.compile("|".join(f"(?:{p.pattern})" for p in pats) or r"(?!x)x", re.I)
+    return join(cat.phases.capture_begin), join(cat.phases.capture_end), join(cat.phases.serving)
+
+
+def _phase_at(cat: Catalogue, lines: list[str], idx: int) -> str:
+    """The phase at line idx: decided by the last marker at or before it (scanning back, so a
+    failure at the end of a long serving log costs a line or two, not the whole log)."""
+    begin, end, serving = _phase_regexes(cat)
+    ended = False  # a capture ended after this point: startup, unless serving came first
+    for i in range(idx, -1, -1):
+        line = lines[i]
+        if begin.search(line):
+            return "startup" if ended else "capture"
+        if end.search(line):
+            ended = True
+        elif serving.search(line):
+            return "serving"
+    return "startup"
+
+
+def _details(cat: Catalogue, entry: Entry, lines: list[str], idx: int,
+             phase: str) -> tuple[tuple[str, str], ...]:
+    out: dict[str, str] = {}
+    for name, rx in cat.phases.details:
+        if name.startswith("capture") and phase != "capture":
+            continue
+        for line in reversed(lines[: idx + 1]):
+            m = rx.search(line)
+            if m:
+                if m.group("v").strip():
+                    out[name] = m.group("v").strip()
+                break
+    for name, rx in entry.details:
+        for line in lines[idx:] + lines[:idx]:
+            m = rx.search(line)
+            if m:
+                out[name] = m.group("v").strip()
+                break
+    return tuple(out.items())

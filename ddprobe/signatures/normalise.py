@@ -1,0 +1,73 @@
+"""Normalise log lines so the same failure on two hosts, runs or ranks compares equal.
+
+Two steps: `strip_prefix` removes what loggers put in front of a message (timestamps,
+`[2025-08-05 12:00:00 TP0]`, `[rank0]:`, vLLM's `(EngineCore pid=…)`, journald and docker
+stamps, ANSI colour, compute-sanitizer's `=====`), keeping the message's own indentation;
+`normalise` then blanks what varies between runs inside the message: addresses, timestamps,
+paths (kept as basenames), numbers (pids, sizes, durations, line numbers, batch sizes).
+"""
+from __future__ import annotations
+
+import re
+from typing import Final
+
+MAX_KEY_CHARS: Final = 200
+
+_ANSI: Final = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+_PREFIXES: Final = (
+    # journald: "Aug 05 12:34:56 gpu-host python[1234]: "
+    re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d \S+ [\w.@/-]+(?:\[\d+\])?: "),
+    # docker --timestamps / ISO stamps: "2025-08-05T12:34:56.123456789Z "
+    re.compile(r"^\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?\s+"),
+    # SGLang / torch.distributed: "[2025-08-05 12:34:56 TP0] ", "[rank0]: ", "[TP0 DP1] "
+    re.compile(r"^\[(?:\d{4}-\d\d-\d\d[^\]]*|[^\]]{0,40}?\b(?:TP|DP|EP|PP|CP|rank|Rank)\s*\d+"
+               r"[^\]]{0,40})\]:?\s?"),
+    # vLLM: "INFO 08-05 12:34:56 [engine.py:123] ", "ERROR 08-05 12:34:56.789 [...] "
+    re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?"
+               r"(?: \[[^\]]*\])?\s"),
+    # vLLM worker prefixes: "(EngineCore_0 pid=12345) ", "(VllmWorker rank=1 pid=9) "
+    re.compile(r"^\((?:EngineCore|VllmWorker|Worker|APIServer|RayWorker)[^)]*\)\s?"),
+    # python logging default format: "ERROR:sglang.srt.managers.scheduler:"
+    re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:\s?"),
+    # compute-sanitizer: "========= "
+    re.compile(r"^=+ ?"),
+)
+# One alternation: a line is tried against all prefix forms in a single regex call.
+_PREFIX_ANY: Final = re.compile("|".join(f"(?:{rx.pattern})" for rx in _PREFIXES))
+_HEX: Final = re.compile(r"0x[0-9a-fA-F]+")
+_LONG_HEX: Final = re.compile(r"\b[0-9a-f]{12,}\b")
+_STAMP: Final = re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)?"
+                           r"|\b\d\d:\d\d:\d\d(?:[.,]\d+)?\b")
+_RANK_TAG: Final = re.compile(r"\[(?:TP|DP|EP|PP|CP|rank|Rank)\s*\d+\]\s?")
+_PATH: Final = re.compile(r"(?<![\w:])\.{0,2}(?:/[\w.+@-]+)+/([\w.+@-]+)")
+_NUMBER: Final = re.compile(r"(?<![\w.])[-+]?\d+(?:[.,]\d+)*")
+_SPACE: Final = re.compile(r"\s+")
+
+
+def strip_prefix(line: str) -> str:
+    """Remove logger prefixes (repeatedly: journald around an SGLang line, etc.)."""
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    line = line.rstrip("\r\n")
+    for _ in range(4):
+        m = _PREFIX_ANY.match(line)
+        if m is None or not m.end():
+            break
+        line = line[m.end():]
+    return line
+
+
+def normalise(text: str) -> str:
+    """The comparable form of a message: varying parts blanked, whitespace collapsed."""
+    s = strip_prefix(text)
+    s = _RANK_TAG.sub("", s)
+    s = _HEX.sub("<addr>", s)
+    s = _LONG_HEX.sub("<hex>", s)
+    s = _STAMP.sub("<time>", s)
+    s = _PATH.sub(r"\1", s)
+    s = _NUMBER.sub("N", s)
+    s = s.replace("`", "")  # quoting style differs between call sites and versions
+    s = _SPACE.sub(" ", s).strip()
+    if len(s) > MAX_KEY_CHARS:
+        s = s[: MAX_KEY_CHARS - 3].rstrip() + "..."
+    return s
