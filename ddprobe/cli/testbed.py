@@ -1,0 +1,83 @@
+"""`ddprobe testbed install|serve`: the built-in SGLang stand-in."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+
+from ddprobe.errors import ConfigError, DdprobeError
+from ddprobe.testbed.install import InstallError, InstallResult, default_prefix, sync_testbed
+
+_console = Console()
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `testbed` command group to the main app."""
+    testbed = typer.Typer(help="The built-in SGLang stand-in (a testbed server with planted "
+                               "defects).", no_args_is_help=True)
+    testbed.command("install")(install)
+    testbed.command(
+        "serve",
+        context_settings={"allow_extra_args": True, "ignore_unknown_options": True,
+                          "help_option_names": []},
+        add_help_option=False,
+    )(serve)
+    app.add_typer(testbed, name="testbed")
+
+
+def install(
+    prefix: Optional[Path] = typer.Option(
+        None, "--prefix", help="Install directory (default: the user data dir, "
+                               "e.g. ~/.local/share/ddprobe/testbed)."),
+    force: bool = typer.Option(
+        False, "--force", help="Overwrite files that were modified since install (patches)."),
+    suite: Optional[Path] = typer.Option(
+        None, "--suite", help="Coding suite JSON to install (default: ddprobe's bundled one)."),
+) -> None:
+    """Install or update the testbed as package `ddtestbed` under a prefix.
+
+    Run it with: PYTHONPATH=PREFIX python -m ddtestbed.launch_server --model-path M --port P
+    """
+    result = _sync(prefix or default_prefix(), force=force, suite=suite)
+    _render(result)
+
+
+def serve(ctx: typer.Context) -> None:
+    """Run the in-tree testbed in the foreground; all arguments are SGLang launch flags.
+
+    Example: ddprobe testbed serve --model-path sim --port 30000 --speculative-algorithm DDTREE
+    --speculative-ddtree-budget 16 --testbed-scenario seed
+    """
+    from ddprobe.testbed.launch_server import main
+
+    try:
+        code = main(list(ctx.args))
+    except SystemExit as e:  # argparse usage errors exit 2, like SGLang's launcher
+        code = e.code if isinstance(e.code, int) else 1
+    raise typer.Exit(code)
+
+
+def _sync(prefix: Path, *, force: bool, suite: Optional[Path]) -> InstallResult:
+    try:
+        return sync_testbed(prefix, force=force, suite=suite)
+    except InstallError as e:
+        if suite is not None and not suite.is_file():
+            raise ConfigError(str(e), path=str(suite)) from None
+        raise DdprobeError(str(e)) from None
+
+
+def _render(result: InstallResult) -> None:
+    where = f"{result.package_dir} (ddtestbed {result.version})"
+    if result.changed:
+        _console.print(f"installed {where}: {len(result.written)} written, "
+                       f"{len(result.removed)} removed")
+    else:
+        _console.print(f"up to date: {where}")
+    for rel in result.kept_modified:
+        _console.print(f"[yellow]kept locally modified file[/] {rel} (use --force to replace)")
+    if result.suite is None:
+        _console.print("[yellow]no coding suite found[/]: the model will only know generic text")
+    _console.print(f"run: PYTHONPATH={result.prefix} python -m ddtestbed.launch_server "
+                   "--model-path sim --port 30000")
