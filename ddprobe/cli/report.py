@@ -1,0 +1,78 @@
+"""`ddprobe report RUN_ID [--format ...] [--output FILE]`: re-render a run; no host is touched."""
+from __future__ import annotations
+
+import io
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.text import Text
+
+from ddprobe.cli import common
+from ddprobe.errors import DdprobeError
+from ddprobe.report import render, render_terminal, resolve_run, write_reports
+from ddprobe.report.write import write_text_atomic
+from ddprobe.store import load_run
+
+
+class Format(str, Enum):
+    term = "term"
+    md = "md"
+    json = "json"
+    csv = "csv"
+    html = "html"
+    all = "all"
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("report")
+    def report_cmd(
+        run_id: str = typer.Argument(..., metavar="RUN_ID",
+                                     help="A run id, a unique prefix of one, `latest`, or a run "
+                                          "directory."),
+        fmt: Format = typer.Option(Format.term, "--format", "-f",
+                                   help="term (default), md, json, csv (one row per cell), "
+                                        "html (self-contained, with the grid and charts), or "
+                                        "all (writes the four files into the run directory)."),
+        output: Optional[Path] = typer.Option(None, "--output", "-o",
+                                              help="Write to FILE instead of stdout."),
+        runs: Optional[Path] = typer.Option(None, "--runs", envvar="DDPROBE_RUNS",
+                                            help="The runs directory (default ./runs)."),
+    ) -> None:
+        """Re-render a stored run (sweep, bisect, smoke, playbook) without touching a host.
+
+        Example: ddprobe report latest --format html --output b300.html
+        """
+        rec = load_run(resolve_run(run_id, runs))
+        if fmt is Format.all:
+            if output is not None:
+                raise DdprobeError("--format all writes into the run directory; drop --output")
+            for name, path in write_reports(rec).items():
+                common.err.print(Text(f"{name}: {path}"))
+            return
+        if fmt is Format.term:
+            if output is None:
+                render_terminal(rec, common.out)
+                return
+            buf = io.StringIO()
+            render_terminal(rec, Console(file=buf, width=120, no_color=True, highlight=False))
+            text = buf.getvalue()
+        else:
+            text = render(rec, fmt.value)
+        if output is None:
+            _stdout(text)
+            return
+        try:
+            write_text_atomic(output, text)
+        except OSError as e:
+            raise DdprobeError(f"cannot write {output}: {e.strerror or e}") from None
+        common.err.print(Text(f"{rec.run_id}: {fmt.value} report written to {output}"))
+
+
+def _stdout(text: str) -> None:
+    # not through rich: the document goes out byte for byte, never re-wrapped
+    sys.stdout.write(text)
+    sys.stdout.flush()

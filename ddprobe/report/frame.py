@@ -1,0 +1,46 @@
+"""`cells.csv`: one row per cell, through pandas (so a notebook reads it with `read_csv`)."""
+from __future__ import annotations
+
+import pandas as pd
+
+from ddprobe.store import RunRecord
+
+COLUMNS: tuple[str, ...] = (
+    "run_id", "index", "host", "key", "budget", "graph", "max_bs", "backend", "extra_args",
+    "outcome", "signature_kind", "signature", "coding_passed", "coding_total", "accept_length",
+    "accept_source", "server_accept_length", "tok_s", "aggregate_tok_s", "latency_s",
+    "restart_s", "health_s", "probe_s", "total_s", "patches", "kind", "error", "started_at",
+    "log_path")
+
+
+def cells_frame(rec: RunRecord) -> pd.DataFrame:
+    rows = []
+    for i, c in enumerate(rec.cells, 1):
+        p = c.probes
+        t = c.timings
+        rows.append({
+            "run_id": rec.run_id, "index": i, "host": c.host, "key": c.config.key,
+            "budget": c.config.budget, "graph": c.config.graph, "max_bs": c.config.max_bs,
+            "backend": c.config.backend or "", "extra_args": " ".join(c.config.extra_args),
+            "outcome": c.outcome.value,
+            "signature_kind": c.signature.kind if c.signature else "",
+            "signature": c.signature.key if c.signature else "",
+            "coding_passed": p.passed if p else None, "coding_total": p.total if p else None,
+            "accept_length": p.accept_length if p else None,
+            "accept_source": p.accept_source if p else "",
+            "server_accept_length": p.server_accept_length if p else None,
+            "tok_s": p.tok_s if p else None, "aggregate_tok_s": p.aggregate_tok_s if p else None,
+            "latency_s": p.latency_s if p else None,
+            "restart_s": t.get("restart"), "health_s": t.get("health"),
+            "probe_s": t.get("probe"), "total_s": t.get("total"),
+            "patches": " ".join(c.patches), "kind": c.kind, "error": c.error or "",
+            "started_at": c.started_at, "log_path": c.log_path or ""})
+    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    # integer columns with gaps would otherwise turn into floats ("64.0") in the CSV
+    for col in ("max_bs", "coding_passed", "coding_total"):
+        df[col] = df[col].astype("Int64")
+    return df
+
+
+def render_csv(rec: RunRecord) -> str:
+    return str(cells_frame(rec).to_csv(index=False, lineterminator="\n"))

@@ -1,0 +1,111 @@
+"""`report.md`: the run for a pull request or an issue: verdicts first, then the matrix."""
+from __future__ import annotations
+
+from ddprobe.report.model import HostMatrix, MatrixEntry, ReportModel, build_model
+from ddprobe.report.style import (buffer_shape, buffer_sizes, buffer_where, fmt_accept,
+                                  fmt_secs, fmt_tok_s, restarts_line, verdict_words)
+from ddprobe.results import Verdict
+from ddprobe.store import RunRecord
+
+
+def _esc(s: object) -> str:
+    """Text safe inside a markdown table cell."""
+    return str(s).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def _matrix_cell(e: MatrixEntry) -> str:
+    if e.outcome == "not-run":
+        return "-"
+    bits = [f"**{e.outcome}**"]
+    if e.accept is not None:
+        bits.append(f"accept {fmt_accept(e.accept)}")
+    if e.tok_s is not None:
+        bits.append(f"{fmt_tok_s(e.tok_s)} tok/s")
+    if e.coding:
+        bits.append(f"coding {e.coding}")
+    if e.signature and e.outcome != "ok":
+        bits.append(f"`{e.signature}`")
+    for v in e.variants:
+        bits.append(f"({v.variant or 'repeat'}: {v.outcome})")
+    head, rest = bits[0], ", ".join(bits[1:])
+    return _esc(f"{head} {rest}" if rest else head)
+
+
+def _matrix(hm: HostMatrix) -> list[str]:
+    lines = ["| budget | " + " | ".join(hm.modes) + " |",
+             "| ---: | " + " | ".join("---" for _ in hm.modes) + " |"]
+    for b in hm.budgets:
+        lines.append(f"| {b} | " + " | ".join(_matrix_cell(hm.get(b, m)) for m in hm.modes)
+                     + " |")
+    return lines
+
+
+def _verdict(n: int, v: Verdict) -> list[str]:
+    head = (f"### {n}. {verdict_words(v.kind)}: budget{'s' if len(v.budgets) != 1 else ''} "
+            f"{', '.join(map(str, v.budgets))}")
+    lines = [head, ""]
+    facts = [("outcome", v.outcome), ("signature", f"`{v.signature}`" if v.signature else ""),
+             ("confidence", v.confidence), ("decided by", v.decided_by),
+             ("host", v.host or "")]
+    if v.buffer:
+        b = v.buffer
+        text = f"`{b.get('attr', '?')}` at `{buffer_where(b)}`"
+        if buffer_shape(b):
+            text += f", shape `{buffer_shape(b)}`"
+        if buffer_sizes(b):
+            text += f"; {buffer_sizes(b)}"
+        facts.append(("buffer", text))
+    if v.patch_confirmed is not None:
+        facts.append(("patch", "fixed it" if v.patch_confirmed else "did not fix it"))
+    lines += [f"- **{k}**: {val}" for k, val in facts if val]
+    if v.evidence:
+        lines += ["", "Evidence:", ""]
+        for e in v.evidence:
+            cells = f" (cells: {', '.join(e.cells)})" if e.cells else ""
+            lines.append(f"- *{e.kind}*: {e.summary}{cells}")
+    if v.next_step:
+        lines += ["", f"Next step: {v.next_step}"]
+    return lines + [""]
+
+
+def render_markdown(rec: RunRecord, model: ReportModel | None = None) -> str:
+    m = model or build_model(rec)
+    out = [f"# ddprobe {m.command or 'run'} {m.run_id}", ""]
+    state = "finished" if m.finished else "unfinished (resume with `--resume`)"
+    out += [f"- hosts: {', '.join(m.hosts) or '-'}",
+            f"- budgets: {', '.join(map(str, m.budgets)) or '-'}",
+            f"- started: {m.started_at or '?'}; {state}"
+            + (f" at {m.finished_at}" if m.finished_at else ""),
+            f"- cells: {len(m.cells)} ({', '.join(f'{n} {o}' for o, n in m.counts) or 'none'});"
+            f" {restarts_line(m.restarts_used, m.restarts_full_sweep)}"]
+    if m.exit_code is not None:
+        out.append(f"- exit code: {m.exit_code}")
+    out.append("")
+    out += ["## Verdicts", ""]
+    if not m.verdicts:
+        out += ["No verdicts recorded.", ""]
+    for n, v in enumerate(m.verdicts, 1):
+        out += _verdict(n, v)
+    out += ["## Outcome matrix (budget x CUDA graph)", ""]
+    for hm in m.matrices:
+        if len(m.matrices) > 1:
+            out += [f"### {hm.host}", ""]
+        out += _matrix(hm) + [""]
+    if not m.matrices:
+        out += ["No cells were run.", ""]
+    if m.disagreements:
+        out += ["Hosts disagree (architecture-specific?):", ""]
+        out += [f"- {d}" for d in m.disagreements] + [""]
+    out += ["## Cells", "",
+            "| # | host | config | outcome | signature | coding | accept | tok/s | restart "
+            "| total | note |",
+            "| ---: | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    for c in m.cells:
+        note = "; ".join(x for x in (c.variant, c.error or "") if x)
+        out.append("| " + " | ".join(_esc(x) for x in (
+            c.index, c.host, c.key, c.outcome, c.signature or "", c.coding, fmt_accept(c.accept),
+            fmt_tok_s(c.tok_s), fmt_secs(c.restart_s), fmt_secs(c.total_s), note)) + " |")
+    out.append("")
+    if m.notes:
+        out += ["## Notes", ""] + [f"- {_esc(n)}" for n in m.notes] + [""]
+    return "\n".join(out)

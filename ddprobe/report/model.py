@@ -1,0 +1,263 @@
+"""The view of a run that every renderer draws from: cells, the budget x graph matrix, series.
+
+Pure: `build_model(rec)` reads a `RunRecord` and returns frozen data; nothing here formats text.
+Several cells can share a budget and a graph mode (repeats, a max-bs experiment, an oversize or
+confirm patch): the matrix shows the cells of the run's base config there and lists the others
+as variants, so a patched re-run never hides the failure it was run to explain.
+"""
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ddprobe.results import CellResult, Outcome, Verdict
+from ddprobe.store import RunRecord
+
+MODES: tuple[str, ...] = ("graph", "eager")
+_BAD = {o.value for o in Outcome if o.bad}
+
+
+@dataclass(frozen=True)
+class CellView:
+    index: int  # position in the journal (1-based)
+    key: str
+    host: str
+    budget: int
+    graph: bool
+    max_bs: int | None
+    backend: str | None
+    outcome: str
+    signature: str | None
+    signature_kind: str | None
+    accept: float | None
+    tok_s: float | None
+    passed: int | None
+    total: int | None
+    restart_s: float | None
+    total_s: float | None
+    error: str | None
+    patches: tuple[str, ...]
+    kind: str
+    variant: str  # "" for the run's base config, else what differs ("max bs 32", "patch X")
+
+    @property
+    def mode(self) -> str:
+        return "graph" if self.graph else "eager"
+
+    @property
+    def coding(self) -> str:
+        return f"{self.passed}/{self.total}" if self.total else ""
+
+
+@dataclass(frozen=True)
+class MatrixEntry:
+    host: str
+    budget: int
+    mode: str
+    outcome: str  # an Outcome value, "flaky" (repeats disagree) or "not-run"
+    cells: tuple[CellView, ...]  # the base-config cells behind `outcome`
+    variants: tuple[CellView, ...]  # other cells at this budget and mode
+    accept: float | None = None
+    tok_s: float | None = None
+    coding: str = ""
+    signature: str | None = None
+
+
+@dataclass(frozen=True)
+class HostMatrix:
+    host: str
+    budgets: tuple[int, ...]
+    modes: tuple[str, ...]
+    entries: tuple[MatrixEntry, ...]
+
+    def get(self, budget: int, mode: str) -> MatrixEntry:
+        for e in self.entries:
+            if e.budget == budget and e.mode == mode:
+                return e
+        return MatrixEntry(self.host, budget, mode, "not-run", (), ())
+
+
+@dataclass(frozen=True)
+class Point:
+    budget: int
+    value: float | None
+    outcome: str
+
+
+@dataclass(frozen=True)
+class Series:
+    name: str
+    mode: str
+    points: tuple[Point, ...]
+
+
+@dataclass(frozen=True)
+class ReportModel:
+    run_id: str
+    command: str
+    hosts: tuple[str, ...]
+    budgets: tuple[int, ...]
+    started_at: str
+    finished_at: str | None
+    exit_code: int | None
+    restarts_used: int
+    restarts_full_sweep: int | None
+    cells: tuple[CellView, ...]
+    matrices: tuple[HostMatrix, ...]
+    verdicts: tuple[Verdict, ...]
+    notes: tuple[str, ...]
+    accept_series: tuple[Series, ...]
+    tok_series: tuple[Series, ...]
+    disagreements: tuple[str, ...]
+    counts: tuple[tuple[str, int], ...]
+    argv: tuple[str, ...] = ()
+
+    @property
+    def finished(self) -> bool:
+        return self.finished_at is not None
+
+
+def _variation(c: CellResult, common_bs: int | None) -> tuple[int, str]:
+    """How far a cell is from the run's base config, and the words for the difference."""
+    parts: list[str] = []
+    if c.config.max_bs is not None and c.config.max_bs != common_bs:
+        parts.append(f"max bs {c.config.max_bs}")
+    if c.patches:
+        parts.append("patch " + ", ".join(c.patches))
+    if c.config.extra_args:
+        parts.append("args " + " ".join(c.config.extra_args))
+    if c.config.env:
+        parts.append("env " + " ".join(f"{k}={v}" for k, v in c.config.env))
+    if c.kind != "cell":
+        parts.append(c.kind)
+    return len(parts), "; ".join(parts)
+
+
+def _view(i: int, c: CellResult, variant: str) -> CellView:
+    p = c.probes
+    return CellView(
+        index=i, key=c.config.key, host=c.host, budget=c.config.budget, graph=c.config.graph,
+        max_bs=c.config.max_bs, backend=c.config.backend, outcome=c.outcome.value,
+        signature=c.signature.id if c.signature else None,
+        signature_kind=c.signature.kind if c.signature else None,
+        accept=p.accept_length if p else None, tok_s=p.tok_s if p else None,
+        passed=p.passed if p else None, total=p.total if p else None,
+        restart_s=_num(c.timings.get("restart")), total_s=_num(c.timings.get("total")),
+        error=c.error, patches=tuple(c.patches), kind=c.kind, variant=variant)
+
+
+def _num(v: Any) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _mean(vals: Sequence[float | None]) -> float | None:
+    got = [v for v in vals if v is not None]
+    return round(statistics.fmean(got), 3) if got else None
+
+
+def _combine(cells: Sequence[CellView]) -> str:
+    """One outcome for the repeats of a config; repeats that disagree (ok vs bad) are flaky."""
+    real = [c.outcome for c in cells if c.outcome != "error"] or [c.outcome for c in cells]
+    kinds = set(real)
+    if len(kinds) == 1:
+        return real[0]
+    if kinds & _BAD and "ok" in kinds:
+        return "flaky"
+    return Counter(real).most_common(1)[0][0]
+
+
+def _entry(host: str, budget: int, mode: str, views: Sequence[CellView]) -> MatrixEntry:
+    base = [v for v in views if not v.variant]
+    if not base:  # only variants ran here: show the least varied one as the cell
+        least = min(len(v.variant.split(";")) for v in views)
+        base = [v for v in views if len(v.variant.split(";")) == least][:1]
+    rest = tuple(v for v in views if v not in base)
+    outcome = _combine(base)
+    sig = next((v.signature for v in base if v.signature), None)
+    totals = [(v.passed or 0, v.total or 0) for v in base if v.total]
+    coding = f"{sum(p for p, _ in totals)}/{sum(t for _, t in totals)}" if totals else ""
+    return MatrixEntry(host, budget, mode, outcome, tuple(base), rest,
+                       accept=_mean([v.accept for v in base]), tok_s=_mean([v.tok_s for v in base]),
+                       coding=coding, signature=sig)
+
+
+def _budgets(rec: RunRecord) -> list[int]:
+    got = {c.config.budget for c in rec.cells}
+    for b in rec.meta.get("budgets") or []:
+        try:
+            got.add(int(b))
+        except (TypeError, ValueError):
+            continue
+    return sorted(got)
+
+
+def build_model(rec: RunRecord) -> ReportModel:
+    """Everything a renderer needs, computed once from the run record."""
+    plain = [c for c in rec.cells if not c.patches and c.kind == "cell"]
+    bs_counts = Counter(c.config.max_bs for c in plain or rec.cells)
+    common_bs = bs_counts.most_common(1)[0][0] if bs_counts else None
+    views = []
+    for i, c in enumerate(rec.cells, 1):
+        _, words = _variation(c, common_bs)
+        views.append(_view(i, c, words))
+    hosts = list(dict.fromkeys([v.host for v in views]
+                               + [str(h) for h in rec.meta.get("hosts") or []]))
+    budgets = _budgets(rec)
+    modes = tuple(m for m in MODES if any(v.mode == m for v in views)) or ("graph",)
+    matrices = []
+    for h in hosts if views else []:  # no cells (e.g. a playbook of static steps): no grid
+        entries = []
+        for b in budgets:
+            for m in modes:
+                here = [v for v in views if v.host == h and v.budget == b and v.mode == m]
+                if here:
+                    entries.append(_entry(h, b, m, here))
+        matrices.append(HostMatrix(h, tuple(budgets), modes, tuple(entries)))
+    end = rec.end or {}
+    used = end.get("restarts_used")
+    meta_budgets = tuple(budgets)
+    return ReportModel(
+        run_id=rec.run_id, command=str(rec.meta.get("command") or ""), hosts=tuple(hosts),
+        budgets=meta_budgets, started_at=str(rec.meta.get("started_at") or ""),
+        finished_at=str(end["finished_at"]) if end.get("finished_at") else (
+            "" if rec.end is not None else None),
+        exit_code=end.get("exit_code"),
+        restarts_used=int(used) if isinstance(used, int) else rec.restarts_used,
+        restarts_full_sweep=end.get("restarts_full_sweep"),
+        cells=tuple(views), matrices=tuple(matrices), verdicts=tuple(rec.verdicts),
+        notes=tuple(rec.notes), accept_series=_series(matrices, "accept"),
+        tok_series=_series(matrices, "tok_s"), disagreements=_disagreements(matrices),
+        counts=tuple(sorted(Counter(v.outcome for v in views).items())),
+        argv=tuple(str(a) for a in rec.meta.get("argv") or ()))
+
+
+def _series(matrices: Sequence[HostMatrix], metric: str) -> tuple[Series, ...]:
+    out = []
+    for hm in matrices:
+        for m in hm.modes:
+            pts = []
+            for b in hm.budgets:
+                e = hm.get(b, m)
+                pts.append(Point(b, getattr(e, metric), e.outcome))
+            if any(p.outcome != "not-run" for p in pts):
+                name = m if len(matrices) == 1 else f"{hm.host} {m}"
+                out.append(Series(name, m, tuple(pts)))
+    return tuple(out)
+
+
+def _disagreements(matrices: Sequence[HostMatrix]) -> tuple[str, ...]:
+    """Where hosts that ran the same cell disagree (architecture-specific behaviour)."""
+    if len(matrices) < 2:
+        return ()
+    out = []
+    budgets = sorted({b for hm in matrices for b in hm.budgets})
+    for b in budgets:
+        for m in MODES:
+            seen = {hm.host: hm.get(b, m).outcome for hm in matrices}
+            ran = {h: o for h, o in seen.items() if o not in ("not-run", "error")}
+            if len(set(ran.values())) > 1:
+                out.append(f"b{b} {m}: " + ", ".join(f"{h} {o}" for h, o in ran.items()))
+    return tuple(out)
