@@ -1,0 +1,161 @@
+"""`ddprobe patch apply|revert|status|diff|list`: reversible edits of a host's install."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from ddprobe import remote
+from ddprobe.cli import common
+from ddprobe.errors import PatchError, UsageError
+from ddprobe.exitcodes import ExitCode
+from ddprobe.sources.patches import (apply_patch, list_patches, load_patch, patch_diff,
+                                     patch_status, revert_patch)
+from ddprobe.sources.patchtext import Patch
+
+
+def _print_diff(diff: str) -> None:
+    for line in diff.splitlines():
+        style = "green" if line.startswith("+") and not line.startswith("+++") else (
+            "red" if line.startswith("-") and not line.startswith("---") else (
+                "cyan" if line.startswith("@@") else ""))
+        common.out.print(Text(line, style=style))
+
+
+def _patch_or_id(spec: str) -> Patch | str:
+    try:
+        return load_patch(spec)
+    except PatchError:
+        if "/" in spec or spec.endswith(".patch"):
+            raise
+        return spec  # an id as recorded in the host's ledger
+
+
+def register(app: typer.Typer) -> None:
+    papp = typer.Typer(help="Apply, revert and inspect patches of a host's install.",
+                       no_args_is_help=True)
+    app.add_typer(papp, name="patch")
+
+    @papp.command("apply")
+    def apply_cmd(
+        patch: str = typer.Argument(..., help="A .patch file or a name in playbooks/patches."),
+        host: str = common.HostOpt,
+        dry_run: bool = typer.Option(False, "--dry-run", help="Print the diff, change nothing."),
+        force: bool = typer.Option(False, "--force", help="Apply even if the file was edited "
+                                   "or the version differs."),
+        as_json: bool = common.JsonOpt,
+    ) -> None:
+        """Apply a patch atomically (all files or none), recording it in the host's ledger."""
+        h = common.one_host(host)
+        p = load_patch(patch)
+        with remote.connect(h) as r:
+            res = apply_patch(r, p, host=h, dry_run=dry_run, force=force)
+        if as_json:
+            common.emit_json(res.to_dict())
+            return
+        if res.diff and (dry_run or res.status in ("applied", "finished")):
+            _print_diff(res.diff)
+        msg = {"dry-run": "dry run: nothing changed",
+               "applied": f"applied {len(res.changed)} file(s)",
+               "finished": f"finished an interrupted apply ({len(res.changed)} file(s))",
+               "recorded": "the files were already patched: recorded in the ledger",
+               "noop": "already applied: nothing to do"}.get(res.status, res.status)
+        common.err.print(Text(f"{h.name}: patch {res.patch_id}: {msg}"
+                              + (f" (ledger {res.ledger})" if res.ledger else "")))
+
+    @papp.command("revert")
+    def revert_cmd(
+        patch: Optional[str] = typer.Argument(None, help="Patch id, file or name."),
+        host: str = common.HostOpt,
+        all_: bool = typer.Option(False, "--all", help="Revert every applied patch."),
+        force: bool = typer.Option(False, "--force", help="Restore even if the patched file "
+                                   "changed since (the changed copy is kept beside the backup)."),
+        as_json: bool = common.JsonOpt,
+    ) -> None:
+        """Restore the originals byte for byte (sha256 checked) and drop the ledger entry."""
+        if (patch is None) == (not all_):
+            raise UsageError("give a patch to revert, or --all (not both)")
+        h = common.one_host(host)
+        target = _patch_or_id(patch) if patch else None
+        with remote.connect(h) as r:
+            res = revert_patch(r, target, host=h, all_patches=all_, force=force)
+        if as_json:
+            common.emit_json(res.to_dict())
+            return
+        if not res.reverted:
+            common.err.print(Text(f"{h.name}: {res.message or 'nothing to revert'}"))
+        for pid, files in res.reverted:
+            common.err.print(Text(f"{h.name}: reverted {pid}: restored {len(files)} file(s)"
+                                  + (f" ({res.message})" if res.message else "")))
+
+    @papp.command("status")
+    def status_cmd(host: str = common.HostOpt, as_json: bool = common.JsonOpt) -> None:
+        """Applied patches and drift; an interrupted apply says how to finish or roll back."""
+        h = common.one_host(host)
+        with remote.connect(h) as r:
+            st = patch_status(r, host=h)
+        if as_json:
+            common.emit_json(st.to_dict())
+        else:
+            common.out.print(Text(f"{h.name}: {st.install.package} {st.install.version} at "
+                                  f"{st.install.path}"))
+            if not st.entries:
+                common.out.print(Text("no patches applied", style="dim"))
+            for e in st.entries:
+                color = "green" if e.verdict == "applied" else "red"
+                common.out.print(Text(f"{e.id}: {e.verdict}", style=f"bold {color}"))
+                common.out.print(Text(f"  {e.description}  [{e.applied_at} by {e.who}]",
+                                      style="dim"))
+                t = Table(show_header=True, box=None, pad_edge=False)
+                for c in ("file", "state", "sha256 before", "after", "backup"):
+                    t.add_column(c)
+                for f in e.files:
+                    t.add_row(Text(f.path), Text(f.state, style="green" if f.state == "patched"
+                                                 else "yellow"),
+                              Text(f.sha_before[:12]), Text(f.sha_after[:12]),
+                              Text("ok" if f.backup_ok else "MISSING"))
+                common.out.print(t)
+                if e.advice:
+                    common.out.print(Text(f"  {e.advice}", style="yellow"))
+        if any(e.verdict in ("incomplete", "drifted", "interrupted-complete")
+               for e in st.entries):
+            raise typer.Exit(int(ExitCode.PATCH))
+
+    @papp.command("diff")
+    def diff_cmd(
+        patch_id: Optional[str] = typer.Argument(None, help="Only this applied patch."),
+        host: str = common.HostOpt,
+        as_json: bool = common.JsonOpt,
+    ) -> None:
+        """What the applied patches changed on the host: original (backup) -> file now."""
+        h = common.one_host(host)
+        with remote.connect(h) as r:
+            diffs = patch_diff(r, patch_id, host=h)
+        if as_json:
+            common.emit_json({"host": h.name, "patches": [{"id": i, "diff": d}
+                                                          for i, d in diffs]})
+            return
+        if not diffs:
+            common.err.print(Text(f"{h.name}: no patches applied"))
+        for pid, d in diffs:
+            common.out.print(Text(f"# patch {pid}", style="bold"))
+            _print_diff(d)
+
+    @papp.command("list")
+    def list_cmd(as_json: bool = common.JsonOpt) -> None:
+        """The patches shipped in playbooks/patches."""
+        ps = list_patches()
+        if as_json:
+            common.emit_json([{"id": p.id, "description": p.description, "package": p.package,
+                               "versions": list(p.versions), "files": list(p.paths),
+                               "source": p.source} for p in ps])
+            return
+        t = Table(title="patches")
+        for c in ("id", "package", "versions", "files", "description"):
+            t.add_column(c, overflow="fold")
+        for p in ps:
+            t.add_row(Text(p.id), Text(p.package or ""), Text(", ".join(p.versions)),
+                      Text("\n".join(p.paths)), Text(p.description))
+        common.out.print(t)

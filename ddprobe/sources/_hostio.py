@@ -1,0 +1,286 @@
+"""Host side, part 1: output to the caller, install lookup, reading sources, grep, writes.
+
+Standard library only, Python 3.8+: `hostprog` concatenates patchtext and the `_host*` modules
+into the one program it sends (`python -c SRC OP`); see `_hostmain` for the protocol.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import sys
+from typing import Any, Dict, Optional, Tuple
+
+Json = Dict[str, Any]
+Write = Tuple[str, bytes, Optional[int]]  # (package-relative path, content, mode)
+LEDGER_VERSION = 1
+
+
+class HelperError(Exception):
+    def __init__(self, kind: str, message: str, **extra: Any) -> None:
+        Exception.__init__(self, message)
+        self.kind, self.extra = kind, extra
+
+
+# ----- output -----------------------------------------------------------------------------------
+
+_CALLER_GONE: list[bool] = []  # set once a write to the caller failed
+
+
+def emit(obj: Json) -> None:
+    if _CALLER_GONE and "progress" not in obj:
+        return  # nobody to tell; the ledger has the outcome
+    try:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+    except (BrokenPipeError, OSError):
+        if "progress" in obj:
+            raise
+        _CALLER_GONE.append(True)
+
+
+def heartbeat(what: str) -> None:
+    """Tell the caller where we are. If the caller is gone (ddprobe killed, ssh dropped) keep
+    going: finishing the apply is the all-or-nothing outcome; only a kill of this process
+    itself can stop it between files, and the ledger then says which files are patched."""
+    if _CALLER_GONE:
+        return
+    try:
+        emit({"progress": what})
+    except (BrokenPipeError, OSError):
+        _CALLER_GONE.append(True)
+
+
+def _detach_from_caller() -> None:
+    """A hang-up or ^C of the caller must not cut a multi-file write in half."""
+    import signal
+    for sig in (signal.SIGHUP, signal.SIGINT):
+        try:
+            signal.signal(sig, signal.SIG_IGN)
+        except (OSError, ValueError):
+            pass
+
+
+# ----- install lookup ---------------------------------------------------------------------------
+
+def locate(pkg: str) -> Json:
+    if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", pkg):
+        raise HelperError("usage", "invalid package name %r" % pkg)
+    spec = importlib.util.find_spec(pkg)  # a top-level name: found, not imported
+    if spec is None:
+        raise HelperError("not-installed", "package %r is not importable by %s (sys.path: %s)"
+                          % (pkg, sys.executable, ", ".join(sys.path[:6])))
+    locs = list(spec.submodule_search_locations or [])
+    if locs:
+        pkg_dir = os.path.realpath(locs[0])
+    elif spec.origin:
+        pkg_dir = os.path.dirname(os.path.realpath(spec.origin))
+    else:
+        raise HelperError("not-installed", "package %r has no location" % pkg)
+    version = _dist_version(os.path.dirname(pkg_dir), pkg)
+    if version is None:
+        try:
+            import importlib.metadata as md  # slow (scans every distribution): the fallback
+            version = md.version(pkg)
+        except Exception:  # noqa: BLE001 - no metadata (e.g. on PYTHONPATH)
+            version = None
+    if version is None:  # read it from the source
+        for name in ("version.py", "_version.py", "__init__.py"):
+            try:
+                with open(os.path.join(pkg_dir, name), encoding="utf-8") as fh:
+                    m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", fh.read(), re.M)
+                if m:
+                    version = m.group(1)
+                    break
+            except OSError:
+                pass
+    return {"package": pkg, "version": version, "path": pkg_dir,
+            "site_packages": os.path.dirname(pkg_dir), "python": sys.executable,
+            "python_version": "%d.%d.%d" % sys.version_info[:3]}
+
+
+# ----- reading sources --------------------------------------------------------------------------
+
+def _dist_version(site: str, pkg: str) -> str | None:
+    """Version from `<site>/<pkg>-<version>.dist-info/METADATA` beside the package, if one
+    distribution of that name is there."""
+    found = []
+    norm = pkg.replace("-", "_").lower()
+    for d in glob.glob(os.path.join(site, "*.dist-info")):
+        base = os.path.basename(d)[:-len(".dist-info")]
+        name, _, ver = base.partition("-")
+        if name.replace("-", "_").lower() == norm and ver:
+            try:
+                with open(os.path.join(d, "METADATA"), encoding="utf-8") as fh:
+                    head = fh.read(4096)
+            except OSError:
+                continue
+            m = re.search(r"^Version:\s*(\S+)", head, re.M)
+            if m:
+                found.append(m.group(1))
+    return found[0] if len(set(found)) == 1 else None
+
+
+def _read_text(path: str) -> str:
+    with open(path, "rb") as fh:
+        return fh.read().decode("utf-8", "surrogateescape")
+
+
+def _imports(text: str, pkg: str) -> list[tuple[str, list[str]]]:
+    """(module path relative to the package, imported names) for `from pkg.x import a, b`."""
+    out = []
+    for m in re.finditer(r"^[ \t]*from[ \t]+%s\.([\w.]+)[ \t]+import[ \t]+" % re.escape(pkg),
+                         text, re.M):
+        rest = text[m.end():]
+        if rest.startswith("("):
+            body = rest[1:rest.find(")")] if ")" in rest else ""
+        else:
+            body = rest.split("\n", 1)[0]
+        names = [n.strip().split(" as ")[-1].strip() for n in body.replace("\n", " ").split(",")]
+        out.append((m.group(1), [n for n in names if re.match(r"^\w+$", n)]))
+    return out
+
+
+_PRODUCER = re.compile(r"self\.\w+[ \t]*(?::[^=\n]*)?=[ \t]*([A-Za-z_]\w*)[ \t]*[.(]")
+
+
+def _module_file(pkg_dir: str, dotted: str) -> str | None:
+    base = os.path.join(pkg_dir, *dotted.split("."))
+    for cand in (base + ".py", os.path.join(base, "__init__.py")):
+        if os.path.isfile(cand):
+            return cand
+    return None
+
+
+def op_read(req: Json) -> Json:
+    info = locate(req["package"])
+    pkg_dir = info["path"]
+    files, unmatched = {}, []
+    max_bytes = int(req.get("max_bytes", 32 * 1024 * 1024))
+    total = 0
+    for pat in req.get("patterns", []):
+        hits = sorted(glob.glob(os.path.join(pkg_dir, pat)))
+        if not hits:
+            unmatched.append(pat)
+        for h in hits:
+            rel = os.path.relpath(h, pkg_dir)
+            if rel not in files and os.path.isfile(h):
+                files[rel] = _read_text(h)
+                total += len(files[rel])
+    follow = req.get("follow")
+    prefixes = req.get("follow_prefixes") or []
+    depth = int(req.get("follow_depth", 1))
+    frontier = list(files)
+    for _ in range(depth):
+        nxt = []
+        for rel in frontier:
+            text = files[rel]
+            # names called to produce an attribute: `self.x = name(`, `self.x: T = name.create(`
+            producers = set(_PRODUCER.findall(text)) if follow == "helpers" else set()
+            for dotted, names in _imports(text, info["package"]):
+                if follow == "helpers":
+                    if not producers.intersection(names):
+                        continue
+                elif follow == "prefixes":
+                    if not any(dotted == p or dotted.startswith(p + ".") for p in prefixes):
+                        continue
+                else:
+                    continue
+                path = _module_file(pkg_dir, dotted)
+                if path is None:
+                    continue
+                r2 = os.path.relpath(path, pkg_dir)
+                if r2 not in files and total < max_bytes:
+                    text2 = _read_text(path)
+                    if follow == "helpers" and not any(
+                            t in text2 for t in ("zeros(", "empty(", "ones(", "full(",
+                                                 "arange(", "_like(")):
+                        continue  # allocates nothing: no buffer can come from it
+                    files[r2] = text2
+                    total += len(files[r2])
+                    nxt.append(r2)
+        frontier = nxt
+    return {"install": info, "files": files, "unmatched": unmatched}
+
+
+# ----- ledger -----------------------------------------------------------------------------------
+
+def _sha_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _fsync_dir(d: str) -> None:
+    try:
+        fd = os.open(d, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: str, data: bytes, mode: int | None = None) -> None:
+    """Temp file beside the target, fsync, keep the mode, rename, fsync the directory."""
+    d = os.path.dirname(path) or "."
+    tmp = os.path.join(d, ".%s.ddprobe-%d.tmp" % (os.path.basename(path), os.getpid()))
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(d)
+
+
+def op_grep(req: Json) -> Json:
+    """ripgrep when the host has it (structured --json), else grep -rn; argv only, no shell."""
+    import shutil
+    import subprocess
+    info = locate(req["package"])
+    sub = (req.get("subdir") or "").strip("/")
+    target = os.path.realpath(os.path.join(info["path"], sub))
+    if target != info["path"] and not target.startswith(info["path"] + os.sep):
+        raise HelperError("usage", "--path %r leaves the package directory" % sub)
+    if not os.path.exists(target):
+        raise HelperError("usage", "--path %r: no such file or directory in %s %s"
+                          % (sub, info["package"], info["version"]))
+    ctx = str(int(req.get("context") or 0))
+    rg = None if req.get("no_rg") else shutil.which("rg")
+    if rg:
+        argv = [rg, "--json", "--no-config", "--no-ignore", "--hidden", "-C", ctx,
+                "-m", str(int(req.get("max_per_file", 1000)))]
+        tool = "rg"
+    else:
+        argv = ["grep", "-rnIZE", "-C", ctx, "-m", str(int(req.get("max_per_file", 1000)))]
+        tool = "grep"
+    if req.get("fixed"):
+        argv.append("-F")
+    if req.get("ignore_case"):
+        argv.append("-i")
+    for inc in req.get("include") or []:
+        argv += (["-g", inc] if tool == "rg" else ["--include=" + inc])
+    argv += ["-e", req["pattern"], "--", target]
+    p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       stdin=subprocess.DEVNULL)
+    if p.returncode not in (0, 1):
+        raise HelperError("usage", "%s failed (exit %d): %s" % (
+            tool, p.returncode, p.stderr.decode("utf-8", "replace").strip()[-400:]))
+    out = p.stdout.decode("utf-8", "surrogateescape")
+    limit = int(req.get("max_bytes", 8 * 1024 * 1024))
+    return {"install": info, "tool": tool, "root": info["path"], "output": out[:limit],
+            "truncated": len(out) > limit}

@@ -1,0 +1,155 @@
+"""Host side, part 2: the ledger (`<dir holding the package>/.ddprobe/ledger.json`), file
+states, `status` and `diff`. See `_hostmain` for the protocol."""
+from __future__ import annotations
+
+import datetime
+import errno
+import fcntl
+import glob
+import json
+import os
+
+if "HelperError" not in globals():  # standalone (tests); on a host the parts are concatenated
+    from ddprobe.sources._hostio import (LEDGER_VERSION, HelperError, Json,  # noqa: F401
+                                         atomic_write, locate)
+    from ddprobe.sources.patchtext import unified_diff  # noqa: F401
+
+
+class Ledger:
+    def __init__(self, pkg_dir: str, package: str) -> None:
+        self.pkg_dir = pkg_dir
+        self.package = package
+        self.dir = os.path.join(os.path.dirname(pkg_dir), ".ddprobe")
+        self.path = os.path.join(self.dir, "ledger.json")
+        self._lock = None
+
+    def lock(self) -> None:
+        os.makedirs(self.dir, exist_ok=True)
+        self._lock = open(os.path.join(self.dir, "ledger.lock"), "a")
+        try:
+            fcntl.flock(self._lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            raise HelperError("locked", "another ddprobe patch operation holds %s"
+                              % os.path.join(self.dir, "ledger.lock"))
+
+    def load(self) -> Json:
+        try:
+            with open(self.path, encoding="utf-8") as fh:
+                data = json.load(fh)
+        except FileNotFoundError:
+            data = {}
+        except (OSError, ValueError) as e:
+            raise HelperError("ledger", "cannot read the ledger %s: %s" % (self.path, e))
+        data.setdefault("version", LEDGER_VERSION)
+        data.setdefault("entries", [])
+        data.setdefault("history", [])
+        return data
+
+    def save(self, data: Json) -> None:
+        os.makedirs(self.dir, exist_ok=True)
+        atomic_write(self.path, (json.dumps(data, indent=1, sort_keys=True) + "\n").encode())
+
+    def entries_for(self, data: Json) -> list[Json]:
+        return [e for e in data["entries"] if e.get("package_dir") in (None, self.pkg_dir)]
+
+    def backup_path(self, pid: str, rel: str) -> str:
+        return os.path.join(self.dir, "backups", pid, rel)
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _remove_pycache(path: str) -> list[str]:
+    """Stale bytecode of a changed module: the server must load the patched source."""
+    d, name = os.path.split(path)
+    stem = os.path.splitext(name)[0]
+    removed = []
+    for pyc in glob.glob(os.path.join(d, "__pycache__", stem + ".*.pyc")):
+        try:
+            os.unlink(pyc)
+            removed.append(os.path.relpath(pyc, d))
+        except OSError:
+            pass
+    return removed
+
+
+def _file_bytes(pkg_dir: str, rel: str) -> tuple[bytes | None, int | None]:
+    path = os.path.join(pkg_dir, rel)
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(), os.stat(path).st_mode & 0o7777
+    except FileNotFoundError:
+        return None, None
+
+
+def _state_of(current: bytes | None, before: str, after: str) -> str:
+    if current is None:
+        return "missing"
+    h = _sha_bytes(current)
+    if h == after:
+        return "patched"
+    if h == before:
+        return "original"
+    return "drifted"
+
+
+# ----- apply ------------------------------------------------------------------------------------
+
+
+def op_status(req: Json) -> Json:
+    info = locate(req["package"])
+    pkg_dir = info["path"]
+    ledger = Ledger(pkg_dir, info["package"])
+    data = ledger.load()
+    out = []
+    for e in ledger.entries_for(data):
+        files = []
+        for f in e["files"]:
+            cur, _ = _file_bytes(pkg_dir, f["path"])
+            files.append({"path": f["path"], "state": _state_of(cur, f["sha_before"],
+                                                                f["sha_after"]),
+                          "sha_before": f["sha_before"], "sha_after": f["sha_after"],
+                          "backup": f["backup"], "backup_ok": os.path.exists(f["backup"])})
+        alive = False
+        if e.get("state") == "applying" and e.get("pid"):
+            try:
+                os.kill(int(e["pid"]), 0)
+                alive = True
+            except OSError as err:
+                alive = err.errno == errno.EPERM
+        out.append({"id": e["id"], "state": e.get("state"), "description": e.get("description"),
+                    "applied_at": e.get("applied_at"), "who": e.get("who"),
+                    "version": e.get("version"), "files": files, "in_progress": alive})
+    return {"entries": out, "history": data.get("history", [])[-20:], "ledger": ledger.path,
+            "ledger_exists": os.path.exists(ledger.path), "install": info}
+
+
+def op_diff(req: Json) -> Json:
+    info = locate(req["package"])
+    pkg_dir = info["path"]
+    ledger = Ledger(pkg_dir, info["package"])
+    data = ledger.load()
+    out = []
+    for e in ledger.entries_for(data):
+        if req.get("id") and e["id"] != req["id"]:
+            continue
+        diff = ""
+        for f in e["files"]:
+            cur, _ = _file_bytes(pkg_dir, f["path"])
+            try:
+                with open(f["backup"], "rb") as fh:
+                    orig = fh.read()
+            except OSError:
+                orig = None
+            if orig is None or cur is None:
+                diff += "# %s: %s\n" % (f["path"], "backup missing" if orig is None
+                                        else "file missing")
+                continue
+            diff += unified_diff(f["path"], orig.decode("utf-8", "surrogateescape"),
+                                 cur.decode("utf-8", "surrogateescape"))
+        out.append({"id": e["id"], "state": e.get("state"), "diff": diff})
+    return {"patches": out, "install": info}
+
+
+# ----- grep -----------------------------------------------------------------------------------

@@ -1,0 +1,361 @@
+"""Resolve a buffer's size expression to sizing variables (evaluation: see bufeval).
+
+Names in a shape expression are followed through simple assignments (a local assigned earlier in
+the same function, or a `self.attr` assigned once in the class) until they reach one of the
+canonical sizing variables below or a free symbol (a model property such as `num_head`, which the
+user may give with `--var num_head=32`). Every step taken is kept as a note, so the user sees
+*why* `max_num_tokens * self.max_context_len` means `max_bs * draft_tokens * context_len`.
+"""
+from __future__ import annotations
+
+import ast
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ddprobe.sources.bufeval import _FUNCS
+from ddprobe.sources.bufscan import Assignment, CallSite, FuncInfo, ModuleScan
+
+# canonical sizing variables (what --max-bs/--budgets/--context-len/--var set)
+MAX_BS = "max_bs"
+DRAFT = "draft_tokens"  # budget + 1
+CONTEXT = "context_len"
+TOPK = "topk"
+STEPS = "num_steps"
+POOL = "req_pool_size"
+CANONICAL = (MAX_BS, DRAFT, CONTEXT, TOPK, STEPS, POOL)
+
+# Names that mean one thing wherever they appear: they win over following assignments.
+STRONG: dict[str, str] = {
+    "max_bs": MAX_BS, "max_batch_size": MAX_BS, "max_bs_in_cuda_graph": MAX_BS,
+    "cuda_graph_max_bs": MAX_BS,
+    "max_context_len": CONTEXT, "context_len": CONTEXT, "max_seq_len": CONTEXT,
+    "num_draft_tokens": DRAFT, "speculative_num_draft_tokens": DRAFT, "draft_token_num": DRAFT,
+    "speculative_eagle_topk": TOPK, "topk": TOPK,
+    "speculative_num_steps": STEPS,
+}
+# Fallbacks when no single assignment explains a name (e.g. set in several branches).
+WEAK: dict[str, str] = {
+    "num_tokens_per_bs": DRAFT, "num_tokens_per_req": DRAFT,
+    "max_num_tokens": f"{MAX_BS} * {DRAFT}", "max_num_token": f"{MAX_BS} * {DRAFT}",
+    "max_running_requests": POOL,
+}
+# Attribute chains whose meaning comes from the whole suffix, not the last word.
+SUFFIXES: dict[str, str] = {"req_to_token_pool.size": POOL}
+
+_MAX_DEPTH = 12
+
+
+@dataclass(frozen=True)
+class Resolved:
+    expr: ast.expr
+    text: str
+    depends_on: tuple[str, ...]  # canonical sizing variables used
+    free: tuple[str, ...]  # other symbols (model properties, unknowns)
+    notes: tuple[str, ...]
+
+
+
+class Resolver:
+    """Resolves names inside one module (one scan), following simple assignments.
+
+    `functions` (module-level functions of every read module) lets a size computed by a small
+    helper, e.g. `tree_mask_numel(mode, max_bs, ...)`, be inlined branch by branch."""
+
+    def __init__(self, scan: ModuleScan,
+                 functions: Mapping[str, ast.FunctionDef | ast.AsyncFunctionDef] | None = None,
+                 calls: Mapping[str, Sequence[CallSite]] | None = None) -> None:
+        self.scan = scan
+        self.functions = functions or {}
+        self.calls = calls if calls is not None else scan.calls
+
+    def resolve(self, expr: ast.expr, cls: str | None, func: str | None, line: int) -> Resolved:
+        notes: list[str] = []
+        node = self._sub(expr, cls, func, line, 0, notes, frozenset())
+        names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+        primary = _primary_names(node)
+        deps = tuple(v for v in CANONICAL if v in primary)
+        free = tuple(sorted(n for n in names if n not in CANONICAL and n not in _FUNCS))
+        uniq = tuple(dict.fromkeys(notes))  # first occurrence of each note, in order
+        return Resolved(node, ast.unparse(node), deps, free, uniq)
+
+    # -- substitution ------------------------------------------------------------------------
+    def _func(self, cls: str | None, func: str | None) -> FuncInfo | None:
+        if func is None:
+            return None
+        return self.scan.funcs.get((cls, func))
+
+    def _sub(self, node: ast.expr, cls: str | None, func: str | None, line: int, depth: int,
+             notes: list[str], seen: frozenset[str]) -> ast.expr:
+        if depth > _MAX_DEPTH:
+            return node
+        if isinstance(node, ast.Name):
+            return self._name(node, cls, func, line, depth, notes, seen)
+        if isinstance(node, ast.Attribute):
+            return self._attr(node, cls, func, line, depth, notes, seen)
+        if isinstance(node, ast.Call):
+            inlined = self._inline(node, cls, func, line, depth, notes, seen)
+            if inlined is not None:
+                return inlined
+            # keep the callee as written; resolve the arguments
+            new = ast.Call(func=node.func,
+                           args=[self._sub(a, cls, func, line, depth + 1, notes, seen)
+                                 for a in node.args],
+                           keywords=[ast.keyword(arg=k.arg, value=self._sub(
+                               k.value, cls, func, line, depth + 1, notes, seen))
+                               for k in node.keywords])
+            return ast.copy_location(new, node)
+        if isinstance(node, ast.Subscript):
+            return _symbol(ast.unparse(node))
+        new_node = _clone_shallow(node)
+        for fname, value in ast.iter_fields(node):
+            if isinstance(value, ast.expr):
+                setattr(new_node, fname, self._sub(value, cls, func, line, depth + 1, notes, seen))
+            elif isinstance(value, list):
+                setattr(new_node, fname, [self._sub(v, cls, func, line, depth + 1, notes, seen)
+                                          if isinstance(v, ast.expr) else v for v in value])
+        return new_node
+
+    def _name(self, node: ast.Name, cls: str | None, func: str | None, line: int, depth: int,
+              notes: list[str], seen: frozenset[str]) -> ast.expr:
+        name = node.id
+        info = self._func(cls, func)
+        assigns = [a for a in info.locals.get(name, []) if a.line < line] if info else []
+        # keyed by line: `n = max(n, ...)` refers to the earlier n, not to itself
+        if assigns and f"{name}@{assigns[-1].line}" not in seen:
+            a = assigns[-1]
+            cond = " (conditional)" if a.conditional else ""
+            sub: list[str] = [f"{name} = {_short(a.value)}  [line {a.line}]{cond}"]
+            if a.conditional and info is not None and name in info.params:
+                sub.append(self._call_sites_note(info, name))
+            out = self._sub(a.value, cls, func, a.line, depth + 1, sub,
+                            seen | {f"{name}@{a.line}"})
+            return self._keep(name, out, sub, notes)
+        if info is not None and name in info.params:
+            return self._vocab(name, name, notes, param=True, cls=cls, func=func)
+        if name in STRONG or name in WEAK:
+            return self._vocab(name, name, notes, cls=cls, func=func)
+        const = self.scan.module_consts.get(name)
+        if isinstance(const, ast.Constant) and isinstance(const.value, (int, float)) and not \
+                isinstance(const.value, bool):
+            notes.append(f"{name} = {const.value}  [module constant]")
+            return ast.Constant(const.value)
+        return _symbol(name)
+
+    def _attr(self, node: ast.Attribute, cls: str | None, func: str | None, line: int,
+              depth: int, notes: list[str], seen: frozenset[str]) -> ast.expr:
+        text = ast.unparse(node)
+        is_self = isinstance(node.value, ast.Name) and node.value.id == "self"
+        if is_self and cls is not None:
+            name = node.attr
+            assigns = self.scan.class_attrs.get(cls, {}).get(name, [])
+            if name in STRONG:
+                if len(assigns) == 1:
+                    notes.append(f"self.{name} = {_short(assigns[0].value)}  "
+                                 f"[line {assigns[0].line}]")
+                return self._vocab(name, text, notes)
+            key = f"self.{name}"
+            if assigns and key not in seen and _all_same(assigns):
+                a = assigns[0]
+                sub = [f"self.{name} = {_short(a.value)}  [line {a.line}]"]
+                out = self._sub(a.value, cls, a.func, a.line, depth + 1, sub, seen | {key})
+                return self._keep(name, out, sub, notes)
+            if name in WEAK and "prefill" not in f"{cls} {func}".lower():
+                if len(assigns) > 1:
+                    notes.append(f"self.{name} is assigned in {len(assigns)} places; taken as "
+                                 f"{WEAK[name]} (the speculative case)")
+                return self._vocab(name, text, notes)
+            return _symbol(name)
+        for suffix, var in SUFFIXES.items():
+            if text == suffix or text.endswith("." + suffix):
+                notes.append(f"{text} -> {var}")
+                return ast.Name(id=var, ctx=ast.Load())
+        parts = text.split(".")
+        last = node.attr
+        if last in STRONG or last in WEAK:
+            # a sizing name on some object: it means the server's setting only when read from
+            # server_args (or the context length from the model config); elsewhere, e.g.
+            # draft_model_config.num_draft_tokens, it is a fixed property of that object
+            if "server_args" in parts or (STRONG.get(last) == CONTEXT and "model_config" in
+                                          parts) or last.startswith("speculative_"):
+                return self._vocab(last, text, notes, cls=cls, func=func)
+            sym = _symbol("_".join(parts[-2:]))
+            notes.append(f"{text} is not the server's setting: kept as {sym.id}")
+            return sym
+        return _symbol(last)
+
+    def _call_sites_note(self, info: FuncInfo, param: str) -> str:
+        """Whether callers pass a parameter that the function replaces when it is missing."""
+        method = info.name.split(".")[-1]
+        params = [p for p in info.params if p not in ("self", "cls")]
+        idx = params.index(param) if param in params else 99
+        without, with_ = [], []
+        for site in self.calls.get(method, []):
+            (with_ if site.nargs > idx or param in site.keywords else without).append(
+                f"{site.file}:{site.line}")
+        parts = []
+        if without:
+            parts.append(f"called without {param} at {', '.join(without[:4])} (the "
+                         "assignment above applies)")
+        if with_:
+            parts.append(f"with {param} at {', '.join(with_[:4])}")
+        return f"{method}(): " + ("; ".join(parts) if parts else "no call site found")
+
+    def _inline(self, node: ast.Call, cls: str | None, func: str | None, line: int, depth: int,
+                notes: list[str], seen: frozenset[str]) -> ast.expr | None:
+        name = node.func.id if isinstance(node.func, ast.Name) else None
+        fn = self.functions.get(name or "")
+        if fn is None or depth > _MAX_DEPTH - 2:
+            return None
+        paths = branch_returns(fn)
+        if not paths:
+            return None
+        params = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]]
+        bound: dict[str, ast.expr] = {}
+        for p, a in zip(params, node.args):
+            bound[p] = a
+        for k in node.keywords:
+            if k.arg:
+                bound[k.arg] = k.value
+        outs: list[ast.expr] = []
+        for label, expr in paths:
+            body = _Bind(bound).visit(_copy_expr(expr))
+            outs.append(self._sub(body, cls, func, line, depth + 1, notes, seen))
+            notes.append(f"{name}(): {label or 'returns'} -> {ast.unparse(outs[-1])}")
+        if len(outs) == 1:
+            return outs[0]
+        notes.append(f"{name}(): the branch is chosen at run time; sized as the largest")
+        return ast.Call(func=ast.Name(id="max", ctx=ast.Load()), args=outs, keywords=[])
+
+    @staticmethod
+    def _keep(name: str, expanded: ast.expr, sub_notes: list[str], notes: list[str]) -> ast.expr:
+        """Keep an expansion only when it says something about sizing (a sizing variable or a
+        plain number); otherwise the name itself (`num_head`) is the clearer free symbol."""
+        names = {n.id for n in ast.walk(expanded) if isinstance(n, ast.Name)}
+        if names & set(CANONICAL) or not names - set(_FUNCS):
+            notes.extend(sub_notes)
+            return expanded
+        return _symbol(name)
+
+    def _vocab(self, name: str, text: str, notes: list[str], param: bool = False,
+               cls: str | None = None, func: str | None = None) -> ast.expr:
+        target = STRONG.get(name) or WEAK.get(name)
+        if name in WEAK and "prefill" in f"{cls} {func}".lower():
+            return _symbol(name)  # a prefill graph's token count is not a draft quantity
+        if target is None:
+            return _symbol(name)
+        if target != name or text != name:
+            why = " (parameter)" if param else ""
+            notes.append(f"{text}{why} -> {target}")
+        return _parsed(target)
+
+
+class _Bind(ast.NodeTransformer):
+    def __init__(self, bound: Mapping[str, ast.expr]) -> None:
+        self.bound = bound
+
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        return _copy_expr(self.bound[node.id]) if node.id in self.bound else node
+
+
+_PARSED: dict[str, ast.expr] = {}
+
+
+def _parsed(text: str) -> ast.expr:
+    """A vocabulary expression, parsed once (the nodes are shared, never mutated)."""
+    if text not in _PARSED:
+        _PARSED[text] = ast.parse(text, mode="eval").body
+    return _PARSED[text]
+
+
+def _copy_expr(node: ast.AST) -> ast.expr:
+    """A deep copy of an expression (cheaper than unparse + parse)."""
+    if not isinstance(node, ast.AST):
+        return node  # type: ignore[return-value]
+    new = type(node)()
+    for k, v in ast.iter_fields(node):
+        if isinstance(v, list):
+            setattr(new, k, [_copy_expr(x) if isinstance(x, ast.AST) else x for x in v])
+        elif isinstance(v, ast.AST) and not isinstance(v, (ast.expr_context, ast.operator,
+                                                             ast.boolop, ast.cmpop,
+                                                             ast.unaryop)):
+            setattr(new, k, _copy_expr(v))
+        else:
+            setattr(new, k, v)
+    return new  # type: ignore[return-value]
+
+
+def branch_returns(fn: ast.FunctionDef | ast.AsyncFunctionDef
+                   ) -> list[tuple[str, ast.expr]] | None:
+    """For a small function of assignments, if/elif/else and returns: per returning path, its
+    condition and the returned expression with the function's locals substituted. None when the
+    function does anything else (loops, calls for effect...)."""
+    done: list[tuple[str, ast.expr]] = []
+
+    def run(stmts: list[ast.stmt], label: list[str], env: dict[str, ast.expr]) -> bool:
+        for k, st in enumerate(stmts):
+            if isinstance(st, ast.Expr) and isinstance(st.value, ast.Constant):
+                continue  # docstring
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(
+                    st.targets[0], ast.Name):
+                env = {**env, st.targets[0].id: _Bind(env).visit(_copy_expr(st.value))}
+                continue
+            if isinstance(st, ast.Return) and st.value is not None:
+                done.append((" and ".join(label), _Bind(env).visit(_copy_expr(st.value))))
+                return True
+            if isinstance(st, ast.Raise):
+                return True
+            if isinstance(st, ast.If):
+                test = ast.unparse(st.test)
+                rest = stmts[k + 1:]
+                ok = run(st.body + rest, [*label, test], env)
+                ok = ok and run((st.orelse or []) + rest, [*label, f"not ({test})"], env)
+                return ok and len(done) <= 8
+            return False
+        return True
+
+    ok = run(list(fn.body), [], {})
+    return done if ok and done else None
+
+
+def _all_same(assigns: list[Assignment]) -> bool:
+    first = ast.dump(assigns[0].value)
+    return all(ast.dump(a.value) == first for a in assigns[1:])
+
+
+def _short(node: ast.expr, limit: int = 90) -> str:
+    s = ast.unparse(node)
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def _symbol(text: str) -> ast.Name:
+    ident = "".join(c if c.isalnum() or c == "_" else "_" for c in text).strip("_") or "unknown"
+    if ident[0].isdigit():
+        ident = "_" + ident
+    return ast.Name(id=ident, ctx=ast.Load())
+
+
+def _clone_shallow(node: ast.AST) -> ast.AST:
+    new = type(node)()
+    for k, v in ast.iter_fields(node):
+        setattr(new, k, list(v) if isinstance(v, list) else v)
+    for a in ("lineno", "col_offset", "end_lineno", "end_col_offset"):
+        if hasattr(node, a):
+            setattr(new, a, getattr(node, a))
+    return new
+
+
+# ----- evaluation -----------------------------------------------------------------------------
+
+def _primary_names(node: ast.AST) -> set[str]:
+    """Names a value depends on, taking `a or b` as `a` (b is only a fallback)."""
+    out: set[str] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ast.BoolOp) and isinstance(n.op, ast.Or) and n.values:
+            stack.append(n.values[0])
+            continue
+        if isinstance(n, ast.Name):
+            out.add(n.id)
+        stack.extend(ast.iter_child_nodes(n))
+    return out

@@ -1,0 +1,198 @@
+"""How a buffer is used: which accesses grow with the draft budget, and what they demand.
+
+A use "grows with the budget" when the extent of an access (a slice bound, the source of a
+`copy_`) resolves (like a buffer size, see bufsize) to an expression of the draft tokens, or is
+taken from the draft tree's mask (`spec_info.custom_mask`).
+A buffer whose size does not depend on the draft tokens but has such a use is the classic
+budget-sizing suspect.
+
+A "demand" is a local in the same function, sharing a word with the buffer's name, whose value
+is per-request and grows with the draft tokens, e.g. in SGLang's triton backend
+`seq_mask_len = self.num_draft_tokens * (seq_lens + self.num_draft_tokens)`: evaluated at
+seq_len = context_len for max_bs requests, it estimates what the use needs.
+"""
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+
+from ddprobe.sources.bufscan import Alloc, FuncInfo, ModuleScan
+from ddprobe.sources.bufsize import DRAFT, Resolver, _copy_expr
+
+DRAFT_WORDS = frozenset({"num_draft_tokens", "draft_token_num", "speculative_num_draft_tokens",
+                         "num_tokens_per_bs", "num_tokens_per_req", "draft_tokens", "draft_token",
+                         "num_draft", "ddtree_budget", "tree_budget", "budget"})
+# The draft tree's mask (`spec_info.custom_mask`) is laid out per draft token, so an extent taken
+# from it grows with the budget whatever it is called locally.
+MASK_WORDS = frozenset({"custom_mask", "tree_mask"})
+_SEQ_LENS = frozenset({"seq_lens", "seq_len", "seq_lens_cpu"})
+_STOP = frozenset({"cuda", "graph", "buf", "buffer", "len", "lens", "max", "num", "seq", "self",
+                   "the", "cg", "static", "tmp", "cached"})
+
+
+@dataclass(frozen=True)
+class Use:
+    file: str
+    line: int
+    func: str
+    text: str  # the statement, shortened
+    grows: bool  # the access extent depends on the draft tokens
+    extent: str = ""  # the extent, resolved to sizing variables where possible
+
+
+@dataclass(frozen=True)
+class Demand:
+    file: str
+    line: int
+    func: str
+    name: str  # the local, e.g. seq_mask_len
+    per_request: ast.expr  # the value with seq_lens -> context_len
+    text: str  # as written
+
+
+def _idents(node: ast.AST) -> set[str]:
+    out: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name):
+            out.add(n.id)
+        elif isinstance(n, ast.Attribute):
+            out.add(n.attr)
+    return out
+
+
+class UseIndex:
+    """Per-module index of `self.<attr>` accesses (and local aliases), built once per scan."""
+
+    def __init__(self, scan: ModuleScan) -> None:
+        self.scan = scan
+        self.resolver = Resolver(scan, None, scan.cache.get("calls"))  # type: ignore[arg-type]
+        # (cls, attr) -> [(func, ref node)]: direct loads plus loads of local aliases
+        self.refs: dict[tuple[str | None, str], list[tuple[FuncInfo, ast.expr]]] = {
+            k: list(v) for k, v in scan.self_refs.items()}
+        for info in scan.funcs.values():
+            aliases: dict[str, str] = {}
+            for name, assigns in info.locals.items():
+                for a in assigns:
+                    v = a.value
+                    if isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) and \
+                            v.value.id == "self":
+                        aliases[name] = v.attr
+            if not aliases:
+                continue
+            for node in info.name_loads:
+                if node.id in aliases:
+                    self.refs.setdefault((info.cls, aliases[node.id]), []).append((info, node))
+
+    def grows(self, extent: ast.expr, info: FuncInfo, line: int) -> tuple[bool, str]:
+        """Does an access extent grow with the draft tokens? (resolved like a buffer size, so
+        `num_tokens_per_bs` means topk in a draft runner and draft tokens in the verify one)"""
+        if _idents(extent) & MASK_WORDS:
+            return True, ast.unparse(extent)
+        res = self.resolver.resolve(extent, info.cls, info.name, line)
+        return DRAFT in res.depends_on, res.text
+
+
+def _stmt_of(node: ast.AST, parents: dict[int, ast.AST]) -> ast.AST:
+    while not isinstance(node, ast.stmt) and id(node) in parents:
+        node = parents[id(node)]
+    return node
+
+
+def _short(node: ast.AST, limit: int = 100) -> str:
+    text = ast.unparse(node)
+    s = text.splitlines()[0] if text else ""
+    return s if len(s) <= limit else s[: limit - 3] + "..."
+
+
+def find_uses(index: UseIndex, alloc: Alloc) -> list[Use]:
+    """Accesses of `self.<attr>` (and its local aliases) across the allocating class."""
+    if not alloc.target.startswith("self.") or alloc.cls is None or "[" in alloc.target:
+        return []
+    scan = index.scan
+    uses: list[Use] = []
+    for info, ref in index.refs.get((alloc.cls, alloc.attr), []):
+        parent = scan.parents.get(id(ref))
+        line = ref.lineno
+        extent: ast.expr | None = None
+        if isinstance(parent, ast.Subscript) and parent.value is ref:
+            extent = parent.slice
+            gp = scan.parents.get(id(parent))
+            if isinstance(gp, ast.Attribute) and gp.attr == "copy_":
+                src = _copy_source(scan, gp)
+                extent = src if src is not None and _idents(src) & MASK_WORDS else extent
+        elif isinstance(parent, ast.Attribute) and parent.attr == "copy_":
+            # a whole-buffer copy: only the draft mask's size is known to grow; other sources
+            # are usually values (a count, a clamp) whose size is fixed
+            src = _copy_source(scan, parent)
+            extent = src if src is not None and _idents(src) & MASK_WORDS else None
+        elif isinstance(parent, ast.Call) and ref in parent.args:
+            # handed to a kernel/helper together with the draft-token count: the callee lays
+            # the buffer out per draft token
+            drafts = [a for a in [*parent.args, *[k.value for k in parent.keywords]]
+                      if a is not ref and _idents(a) & DRAFT_WORDS]
+            if drafts:
+                callee = ast.unparse(parent.func)
+                uses.append(Use(scan.file, line, info.name,
+                                _short(_stmt_of(ref, scan.parents)), True,
+                                f"passed to {callee}() with {ast.unparse(drafts[0])}"))
+            continue
+        if extent is None:
+            continue  # a bare reference (alias, pass-through) or a value-only copy
+        grows, text = index.grows(extent, info, line)
+        uses.append(Use(scan.file, line, info.name, _short(_stmt_of(ref, scan.parents)), grows,
+                        text))
+    uses.sort(key=lambda u: u.line)
+    return uses
+
+
+def _copy_source(scan: ModuleScan, attr: ast.Attribute) -> ast.expr | None:
+    """The source of `x.copy_(src)` when its size can vary (a tensor, not values built by a
+    call such as `torch.tensor([n] * dp)`)."""
+    call = scan.parents.get(id(attr))
+    if isinstance(call, ast.Call) and call.args and not isinstance(call.args[0], ast.Call):
+        return call.args[0]
+    return None
+
+
+def _words(name: str) -> set[str]:
+    return {w for w in re.split(r"[_\W]+", name.lower()) if w and w not in _STOP}
+
+
+def find_demands(scan: ModuleScan, alloc: Alloc, uses: list[Use]) -> list[Demand]:
+    """Per-request size expressions next to the growing uses (see the module docstring)."""
+    funcs = {u.func for u in uses if u.grows}
+    words = _words(alloc.attr)
+    out: list[Demand] = []
+    for fname in sorted(funcs):
+        info = scan.funcs.get((alloc.cls, fname))
+        if info is None:
+            continue
+        for name, assigns in info.locals.items():
+            if not (_words(name) & words):
+                continue
+            for a in assigns:
+                ids = _idents(a.value)
+                if not (ids & DRAFT_WORDS) or not (ids & _SEQ_LENS):
+                    continue
+                per_req = _SeqToContext().visit(_copy(a.value))
+                out.append(Demand(scan.file, a.line, fname, name, per_req,
+                                  ast.unparse(a.value)))
+    return out
+
+
+class _SeqToContext(ast.NodeTransformer):
+    def visit_Name(self, node: ast.Name) -> ast.AST:
+        if node.id in _SEQ_LENS:
+            return ast.copy_location(ast.Name(id="max_context_len", ctx=ast.Load()), node)
+        return node
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
+        if node.attr in _SEQ_LENS:
+            return ast.copy_location(ast.Name(id="max_context_len", ctx=ast.Load()), node)
+        self.generic_visit(node)
+        return node
+
+
+def _copy(node: ast.expr) -> ast.expr:
+    return _copy_expr(node)

@@ -1,0 +1,235 @@
+"""Read launch flags from an install's server_args.py (+ 0.5.2x's arg_groups) with `ast`."""
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable, Mapping
+
+from ddprobe.errors import ConfigError, RefusedError
+from ddprobe.sources.flags import SERVER_ARGS, Flag, FlagSet
+
+
+def parse_flags(texts: Mapping[str, str], *, package: str = "", version: str | None = None
+                ) -> FlagSet:
+    """Flags from server_args.py (+ the modules it imports for field-declared flags)."""
+    if SERVER_ARGS not in texts:
+        raise RefusedError(f"{SERVER_ARGS} not found in {package or 'the install'}"
+                           f"{' ' + version if version else ''}: cannot read its flags")
+    trees: dict[str, ast.Module] = {}
+    for path, text in texts.items():
+        try:
+            trees[path] = ast.parse(text, filename=path)
+        except SyntaxError as e:
+            if path == SERVER_ARGS:
+                raise ConfigError(f"cannot parse: {e.msg}", path=path, line=e.lineno) from None
+    consts = _module_consts(trees.values())
+    flags: list[Flag] = []
+    seen: set[str] = set()
+    for f in _argparse_flags(SERVER_ARGS, trees[SERVER_ARGS], consts):
+        flags.append(f)
+        seen.update(f.names)
+    if "add_cli_args_from_dataclass" in texts[SERVER_ARGS]:
+        for path in sorted(trees):
+            for f in _field_flags(path, trees[path], consts):
+                if not (set(f.names) & seen):
+                    flags.append(f)
+                    seen.update(f.names)
+    return FlagSet(tuple(sorted(flags, key=lambda f: f.name)), package, version, SERVER_ARGS)
+
+
+def _module_consts(trees: Iterable[ast.Module]) -> dict[str, ast.expr]:
+    out: dict[str, ast.expr] = {}
+    for tree in trees:
+        for st in tree.body:
+            if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(
+                    st.targets[0], ast.Name):
+                out.setdefault(st.targets[0].id, st.value)
+            elif isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name) and st.value:
+                out.setdefault(st.target.id, st.value)
+    return out
+
+
+def _strings(node: ast.expr | None, consts: Mapping[str, ast.expr], depth: int = 0
+             ) -> list[str] | None:
+    """A static list of strings (choices), or None when it is computed at runtime."""
+    if node is None or depth > 6:
+        return None
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        out: list[str] = []
+        for e in node.elts:
+            if isinstance(e, ast.Starred):
+                sub = _strings(e.value, consts, depth + 1)
+                if sub is None:
+                    return None
+                out.extend(sub)
+            elif isinstance(e, ast.Constant) and isinstance(e.value, (str, int)):
+                out.append(str(e.value))
+            else:
+                return None
+        return out
+    if isinstance(node, ast.Dict):
+        keys = [k for k in node.keys if k is not None]
+        return [str(k.value) for k in keys if isinstance(k, ast.Constant)] if all(
+            isinstance(k, ast.Constant) for k in keys) else None
+    if isinstance(node, ast.Name):
+        return _strings(consts.get(node.id), consts, depth + 1)
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        a, b = _strings(node.left, consts, depth + 1), _strings(node.right, consts, depth + 1)
+        return None if a is None or b is None else a + b
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in (
+            "list", "set", "tuple", "sorted", "frozenset") and len(node.args) == 1:
+        return _strings(node.args[0], consts, depth + 1)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+            node.func.attr == "keys" and not node.args:
+        return _strings(node.func.value, consts, depth + 1)
+    return None
+
+
+def _kw(call: ast.Call, name: str) -> ast.expr | None:
+    for k in call.keywords:
+        if k.arg == name:
+            return k.value
+    return None
+
+
+def _text(node: ast.expr | None) -> str | None:
+    if node is None:
+        return None
+    if isinstance(node, ast.Constant):
+        return str(node.value)
+    return ast.unparse(node)
+
+
+def _const_str(node: ast.expr | None) -> str:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    if isinstance(node, ast.JoinedStr):
+        return "".join(v.value for v in node.values if isinstance(v, ast.Constant)
+                       and isinstance(v.value, str))
+    if isinstance(node, ast.BinOp):
+        return _const_str(node.left) + _const_str(node.right)
+    return ""
+
+
+def _argparse_flags(path: str, tree: ast.Module, consts: Mapping[str, ast.expr]) -> list[Flag]:
+    out: list[Flag] = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "add_argument"):
+            continue
+        names = [a.value for a in node.args if isinstance(a, ast.Constant)
+                 and isinstance(a.value, str)]
+        if not names or not all(n.startswith("-") for n in names):
+            continue  # positionals / computed names: not launch flags
+        longs = [n for n in names if n.startswith("--")] or names
+        dest = _text(_kw(node, "dest")) or longs[0].lstrip("-").replace("-", "_")
+        action = _kw(node, "action")
+        action_s = None if action is None else (
+            action.value if isinstance(action, ast.Constant) else ast.unparse(action))
+        typ = _kw(node, "type")
+        nargs = _kw(node, "nargs")
+        choices = _strings(_kw(node, "choices"), consts)
+        req = _kw(node, "required")
+        help_s = _const_str(_kw(node, "help"))
+        out.append(Flag(
+            names=tuple(longs + [n for n in names if n not in longs]), dest=dest, file=path,
+            line=node.lineno, action=action_s,
+            type=None if typ is None else ast.unparse(typ).rsplit(".", 1)[-1],
+            choices=None if choices is None else tuple(choices),
+            nargs=None if nargs is None or (isinstance(nargs, ast.Constant) and nargs.value is
+                                            None) else _text(nargs),
+            default=_text(_kw(node, "default")),
+            required=isinstance(req, ast.Constant) and req.value is True, help=help_s,
+            deprecated="deprecat" in (help_s.lower() + (action_s or "").lower())))
+    return out
+
+
+_SCALARS = {"int": "int", "float": "float", "str": "str", "bool": "bool"}
+
+
+def _field_flags(path: str, tree: ast.Module, consts: Mapping[str, ast.expr]) -> list[Flag]:
+    """`name: A[T, "help" | Arg(...)] = default` in namespace classes (or ServerArgs)."""
+    out: list[Flag] = []
+    for cls in [n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)]:
+        is_ns = cls.name == "ServerArgs" or any(
+            isinstance(s, (ast.Assign, ast.AnnAssign)) and "_NS_PATH" in ast.unparse(
+                s.targets[0] if isinstance(s, ast.Assign) else s.target) for s in cls.body)
+        if not is_ns:
+            continue
+        for st in cls.body:
+            if not (isinstance(st, ast.AnnAssign) and isinstance(st.target, ast.Name)):
+                continue
+            f = _field_flag(path, st, consts)
+            if f is not None:
+                out.append(f)
+    return out
+
+
+def _field_flag(path: str, st: ast.AnnAssign, consts: Mapping[str, ast.expr]) -> Flag | None:
+    ann = st.annotation
+    if not (isinstance(ann, ast.Subscript) and isinstance(ann.value, (ast.Name, ast.Attribute))
+            and ast.unparse(ann.value).rsplit(".", 1)[-1] in ("A", "Annotated")):
+        return None
+    parts = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else [ann.slice]
+    if len(parts) < 2:
+        return None
+    inner, metas = parts[0], parts[1:]
+    arg: ast.Call | None = None
+    help_s = ""
+    for m in metas:
+        if isinstance(m, ast.Call) and ast.unparse(m.func).rsplit(".", 1)[-1] == "Arg":
+            arg = m
+            break
+        if isinstance(m, (ast.Constant, ast.JoinedStr, ast.BinOp)) and _const_str(m):
+            help_s = _const_str(m)
+            break
+    else:
+        return None  # no CLI metadata: not registered
+    name = st.target.id  # type: ignore[union-attr]
+    kw: dict[str, ast.expr] = {k.arg: k.value for k in (arg.keywords if arg else []) if k.arg}
+    no_cli = kw.get("no_cli")
+    if isinstance(no_cli, ast.Constant) and no_cli.value is True:
+        return None
+    help_s = _const_str(kw.get("help")) or help_s
+    cli = _text(kw.get("cli_name")) or "--" + name.replace("_", "-")
+    aliases = _strings(kw.get("aliases"), consts) or []
+    inner_t, literal = _unwrap(inner)
+    choices = _strings(kw.get("choices"), consts) if "choices" in kw else literal
+    action = _text(kw.get("action"))
+    nargs = _text(kw.get("nargs"))
+    typ = _SCALARS.get(inner_t)
+    if action is None and inner_t == "bool":
+        action = "store_true"
+    if inner_t == "list" and nargs is None and "type_parser" not in kw:
+        nargs = "+"
+    default = _text(st.value) if st.value is not None else None
+    return Flag(names=(cli, *aliases), dest=name, file=path, line=st.lineno, action=action,
+                type=typ, choices=None if choices is None else tuple(choices), nargs=nargs,
+                default=default, required=st.value is None and action is None, help=help_s,
+                deprecated="deprecat" in help_s.lower())
+
+
+def _unwrap(t: ast.expr) -> tuple[str, list[str] | None]:
+    """(base type name, Literal values) of an annotation like Optional[Literal["a", "b"]]."""
+    while isinstance(t, ast.Subscript):
+        head = ast.unparse(t.value).rsplit(".", 1)[-1]
+        if head == "Optional":
+            t = t.slice
+            continue
+        if head == "Literal":
+            elts = t.slice.elts if isinstance(t.slice, ast.Tuple) else [t.slice]
+            vals = [str(e.value) for e in elts if isinstance(e, ast.Constant)]
+            return "str", vals
+        if head in ("list", "List", "Sequence", "tuple", "Tuple"):
+            return "list", None
+        if head == "Union":
+            elts = t.slice.elts if isinstance(t.slice, ast.Tuple) else [t.slice]
+            non_none = [e for e in elts if ast.unparse(e) != "None"]
+            if len(non_none) == 1:
+                t = non_none[0]
+                continue
+        return head, None
+    if isinstance(t, ast.BinOp) and isinstance(t.op, ast.BitOr):  # X | None
+        for side in (t.left, t.right):
+            if ast.unparse(side) != "None":
+                return _unwrap(side)
+    return ast.unparse(t).rsplit(".", 1)[-1], None

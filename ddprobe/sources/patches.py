@@ -1,0 +1,244 @@
+"""Patches on a host: apply / revert / status / diff, with a ledger and backups on the host.
+
+The work happens on the host in one helper run per command (see `_hostmain`): atomic per file,
+all or nothing across files, idempotent, refusing edited files unless forced, recording every
+change in `<dir holding the package>/.ddprobe/ledger.json`.
+"""
+from __future__ import annotations
+
+import getpass
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddprobe.errors import PatchError
+from ddprobe.inventory import Host
+from ddprobe.remote import Remote
+from ddprobe.sources.hostprog import Install, run_helper
+from ddprobe.sources.patchtext import Patch, PatchTextError, parse_patch
+
+# Test hook (documented in docs/sources.md): seconds the host helper sleeps between files of an
+# apply, giving a test a window to kill ddprobe mid-apply.
+PAUSE_ENV = "DDPROBE_TEST_APPLY_PAUSE"
+_REPO_PATCHES = Path(__file__).resolve().parents[2] / "playbooks" / "patches"
+
+
+def patch_dirs() -> list[Path]:
+    """Where a patch name (without .patch) is looked up: ./playbooks/patches, the repo's."""
+    dirs = [Path.cwd() / "playbooks" / "patches", _REPO_PATCHES]
+    out: list[Path] = []
+    for d in dirs:
+        if d not in out:
+            out.append(d)
+    return out
+
+
+def load_patch(spec: str) -> Patch:
+    """A patch from a file path, or by name from playbooks/patches/ (`sglang-0.5.10-...`)."""
+    p = Path(spec).expanduser()
+    cands = [p] if p.suffix or "/" in spec else []
+    cands += [d / f"{spec}.patch" for d in patch_dirs()] + [d / spec for d in patch_dirs()]
+    for c in cands:
+        if c.is_file():
+            try:
+                text = c.read_text(encoding="utf-8")
+            except (OSError, UnicodeDecodeError) as e:
+                raise PatchError(f"{c}: cannot read: {e}") from None
+            return parse_patch(text, source=str(c), default_id=c.stem)
+    known = sorted({x.stem for d in patch_dirs() if d.is_dir() for x in d.glob("*.patch")})
+    raise PatchError(f"patch {spec!r} not found (a file, or one of: {', '.join(known) or 'none'}"
+                     f" in {', '.join(str(d) for d in patch_dirs())})")
+
+
+def list_patches() -> list[Patch]:
+    out: list[Patch] = []
+    seen: set[str] = set()
+    for d in patch_dirs():
+        for f in sorted(d.glob("*.patch")) if d.is_dir() else []:
+            if f.stem in seen:
+                continue
+            seen.add(f.stem)
+            try:
+                out.append(parse_patch(f.read_text(encoding="utf-8"), source=str(f),
+                                       default_id=f.stem))
+            except PatchTextError:
+                continue
+    return out
+
+
+def _who() -> str:
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = "?"
+    return f"{user}@{socket.gethostname()}"
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str
+    state_before: str  # original | patched | drifted | missing
+    sha_before: str
+    sha_after: str
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    host: str
+    patch_id: str
+    status: str  # applied | recorded | finished | noop | dry-run
+    files: tuple[FileChange, ...]
+    changed: tuple[str, ...] = ()
+    diff: str = ""
+    message: str = ""
+    ledger: str = ""
+    install: Install | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "patch": self.patch_id, "status": self.status,
+                "files": [f.__dict__ for f in self.files], "changed": list(self.changed),
+                "diff": self.diff, "message": self.message, "ledger": self.ledger,
+                "install": self.install.to_dict() if self.install else None}
+
+
+def apply_patch(r: Remote, patch: Patch, *, host: Host | None = None, dry_run: bool = False,
+                force: bool = False) -> ApplyResult:
+    h = host if host is not None else r.host
+    req = {"package": h.package, "patch_text": patch.text, "source": patch.source,
+           "default_id": patch.id, "dry_run": dry_run, "force": force, "who": _who(),
+           "pause_between_files": float(os.environ.get(PAUSE_ENV) or 0)}
+    res = run_helper(r, "apply", req, timeout=300)
+    return ApplyResult(
+        host=h.name, patch_id=res["id"], status=res["status"],
+        files=tuple(FileChange(f["path"], f["state_before"], f["sha_before"], f["sha_after"])
+                    for f in res.get("files", [])),
+        changed=tuple(res.get("changed") or ()), diff=res.get("diff", ""),
+        message=res.get("message", ""), ledger=res.get("ledger", ""),
+        install=Install.from_dict(res["install"]) if res.get("install") else None)
+
+
+@dataclass(frozen=True)
+class RevertResult:
+    host: str
+    status: str  # reverted | noop
+    reverted: tuple[tuple[str, tuple[str, ...]], ...]  # (patch id, files restored)
+    message: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "status": self.status, "message": self.message,
+                "reverted": [{"id": i, "restored": list(f)} for i, f in self.reverted]}
+
+
+def revert_patch(r: Remote, patch: Patch | str | None = None, *, host: Host | None = None,
+                 all_patches: bool = False, force: bool = False) -> RevertResult:
+    """Restore the originals byte for byte (checked by sha256) and drop the ledger entry.
+    `patch` may be an id (as in the ledger) or a Patch (a patch applied by hand is reversed)."""
+    h = host if host is not None else r.host
+    if patch is None and not all_patches:
+        raise PatchError("name a patch to revert, or use --all")
+    req: dict[str, Any] = {"package": h.package, "all": all_patches, "force": force,
+                           "who": _who()}
+    if isinstance(patch, Patch):
+        req.update(id=patch.id, patch_text=patch.text, source=patch.source)
+    elif patch is not None:
+        req["id"] = patch
+    res = run_helper(r, "revert", req, timeout=300)
+    return RevertResult(h.name, res["status"], tuple(
+        (x["id"], tuple(x.get("restored") or ())) for x in res.get("reverted", [])),
+        res.get("message", ""))
+
+
+@dataclass(frozen=True)
+class FileStatus:
+    path: str
+    state: str  # patched | original | drifted | missing
+    sha_before: str
+    sha_after: str
+    backup: str
+    backup_ok: bool
+
+
+@dataclass(frozen=True)
+class PatchEntry:
+    id: str
+    state: str  # applied | applying
+    description: str
+    applied_at: str
+    who: str
+    version: str | None
+    files: tuple[FileStatus, ...]
+    in_progress: bool = False  # an apply is running right now (its process is alive)
+
+    @property
+    def verdict(self) -> str:
+        """applied | incomplete | drifted | interrupted-complete | in-progress"""
+        states = {f.state for f in self.files}
+        if self.in_progress:
+            return "in-progress"
+        if states & {"drifted", "missing"}:
+            return "drifted"
+        if self.state == "applying":
+            return "incomplete" if "original" in states else "interrupted-complete"
+        return "applied" if states == {"patched"} else "drifted"
+
+    @property
+    def advice(self) -> str:
+        v = self.verdict
+        if v == "incomplete":
+            n = sum(f.state == "patched" for f in self.files)
+            return (f"apply was interrupted ({n} of {len(self.files)} files patched, the rest "
+                    f"original): `ddprobe patch apply {self.id}` to finish, or "
+                    f"`ddprobe patch revert {self.id}` to roll back")
+        if v == "interrupted-complete":
+            return (f"all files patched but the apply was interrupted before it was recorded: "
+                    f"`ddprobe patch apply {self.id}` records it")
+        if v == "drifted":
+            bad = ", ".join(f"{f.path} ({f.state})" for f in self.files
+                            if f.state not in ("patched",))
+            return (f"changed since the patch was applied: {bad}; "
+                    f"`ddprobe patch revert {self.id} --force` restores the originals")
+        return ""
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    host: str
+    install: Install
+    ledger: str
+    entries: tuple[PatchEntry, ...]
+    history: tuple[dict[str, Any], ...] = field(default=(), repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "install": self.install.to_dict(), "ledger": self.ledger,
+                "patches": [{**{k: v for k, v in e.__dict__.items() if k != "files"},
+                             "verdict": e.verdict, "advice": e.advice,
+                             "files": [f.__dict__ for f in e.files]} for e in self.entries],
+                "history": list(self.history)}
+
+
+def patch_status(r: Remote, *, host: Host | None = None) -> PatchStatus:
+    h = host if host is not None else r.host
+    res = run_helper(r, "status", {"package": h.package}, timeout=60)
+    entries = tuple(PatchEntry(
+        id=e["id"], state=e.get("state") or "", description=e.get("description") or "",
+        applied_at=e.get("applied_at") or "", who=e.get("who") or "", version=e.get("version"),
+        files=tuple(FileStatus(f["path"], f["state"], f["sha_before"], f["sha_after"],
+                               f["backup"], bool(f["backup_ok"])) for f in e["files"]),
+        in_progress=bool(e.get("in_progress"))) for e in res["entries"])
+    return PatchStatus(h.name, Install.from_dict(res["install"]), res["ledger"], entries,
+                       tuple(res.get("history") or ()))
+
+
+def patch_diff(r: Remote, patch_id: str | None = None, *, host: Host | None = None
+               ) -> list[tuple[str, str]]:
+    """(patch id, unified diff of the original backup -> the file now) per applied patch."""
+    h = host if host is not None else r.host
+    res = run_helper(r, "diff", {"package": h.package, "id": patch_id}, timeout=60)
+    return [(p["id"], p["diff"]) for p in res["patches"]]
+
+
+def applied_ids(status: PatchStatus) -> Sequence[str]:
+    return [e.id for e in status.entries]

@@ -1,0 +1,115 @@
+"""Launch flags read from server_args.py (and 0.5.2x's arg_groups) of four real releases."""
+from __future__ import annotations
+
+import zipfile
+
+import pytest
+from conftest import SGLANG_VERSIONS, _wheel
+
+from ddprobe.errors import ConfigError, RefusedError
+from ddprobe.sources.flags import SERVER_ARGS, FlagSet
+from ddprobe.sources.flagsrc import parse_flags
+
+_cache: dict[str, FlagSet] = {}
+
+
+def flags_of(version: str) -> FlagSet:
+    if version not in _cache:
+        texts: dict[str, str] = {}
+        with zipfile.ZipFile(_wheel(version)) as z:
+            for name in z.namelist():
+                rel = name[len("sglang/"):]
+                if rel == SERVER_ARGS or (rel.startswith("srt/arg_groups/")
+                                          and rel.endswith(".py")):
+                    texts[rel] = z.read(name).decode("utf-8")
+        _cache[version] = parse_flags(texts, package="sglang", version=version)
+    return _cache[version]
+
+
+@pytest.mark.parametrize("version", SGLANG_VERSIONS)
+def test_core_flags_present_with_types_and_choices(version: str) -> None:
+    fs = flags_of(version)
+    assert len(fs.flags) > 150
+    nd = fs.get("--speculative-num-draft-tokens")
+    assert nd is not None and nd.type == "int" and nd.takes_value
+    ab = fs.get("--attention-backend")
+    assert ab is not None and ab.choices and {"triton", "flashinfer", "fa3"} <= set(ab.choices)
+    mp = fs.get("--model-path")
+    assert mp is not None and "--model" in mp.names  # the alias
+    dcg = fs.get("--disable-cuda-graph")
+    assert dcg is not None and not dcg.takes_value
+    fs.check(["--model-path", "m", "--speculative-num-draft-tokens", "17",
+              "--attention-backend", "triton", "--disable-cuda-graph", "--mem-fraction-static",
+              "0.8"])
+
+
+@pytest.mark.parametrize("version", ["0.4.10.post2", "0.5.2", "0.5.10"])
+def test_cuda_graph_max_bs_spelling_older(version: str) -> None:
+    fs = flags_of(version)
+    assert fs.pick("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs") == "--cuda-graph-max-bs"
+    fs.check(["--cuda-graph-max-bs", "64", "--cuda-graph-bs", "1", "2", "4", "8"])
+
+
+def test_0523_renamed_flags_refused_with_nearest() -> None:
+    fs = flags_of("0.5.23")
+    assert fs.pick("--cuda-graph-max-bs-decode", "--cuda-graph-max-bs") == \
+        "--cuda-graph-max-bs-decode"
+    with pytest.raises(RefusedError) as ei:
+        fs.check(["--cuda-graph-max-bs", "64"])
+    msg = str(ei.value)
+    assert "--cuda-graph-max-bs is not a flag of sglang 0.5.23" in msg
+    assert "ambiguous prefix" in msg and "--cuda-graph-max-bs-decode" in msg
+    assert ei.value.exit_code == 7
+    dcg = fs.get("--disable-cuda-graph")
+    assert dcg is not None and dcg.deprecated and dcg.file == SERVER_ARGS
+    # declared through annotated fields in arg_groups/fields/*.py
+    assert fs.get("--cuda-graph-max-bs-decode").file.startswith("srt/arg_groups/fields/")
+
+
+@pytest.mark.parametrize("version", SGLANG_VERSIONS)
+def test_bad_values_and_unknown_flags_refused(version: str) -> None:
+    fs = flags_of(version)
+    with pytest.raises(RefusedError, match=r"'trito' is not one of its choices.*did you mean "
+                                           r"'triton'"):
+        fs.check(["--attention-backend", "trito"])
+    with pytest.raises(RefusedError, match="takes an int"):
+        fs.check(["--speculative-num-draft-tokens", "seventeen"])
+    with pytest.raises(RefusedError, match=r"--speculative-num-draft-tokenz is not a flag.*"
+                                           r"nearest: --speculative-num-draft-tokens"):
+        fs.check(["--speculative-num-draft-tokenz", "17"])
+    # argparse would take an unambiguous prefix silently: refuse it with the reason
+    with pytest.raises(RefusedError, match="abbreviation of --disable-cuda-graph-padding"):
+        fs.check(["--disable-cuda-graph-paddin"])
+    with pytest.raises(RefusedError, match="is a switch"):
+        fs.check(["--disable-cuda-graph=1"])
+    with pytest.raises(RefusedError, match="needs a value"):
+        fs.check(["--speculative-num-draft-tokens"])
+    with pytest.raises(RefusedError, match="unexpected argument 'stray'"):
+        fs.check(["--disable-cuda-graph", "stray"])
+    fs.check(["--speculative-num-draft-tokens=9"])
+
+
+def test_missing_or_broken_server_args_is_a_clear_error() -> None:
+    with pytest.raises(RefusedError, match="srt/server_args.py not found in sglang 9.9"):
+        parse_flags({}, package="sglang", version="9.9")
+    with pytest.raises(ConfigError, match=r"srt/server_args.py:2: cannot parse"):
+        parse_flags({SERVER_ARGS: "x = 1\ndef f(:\n"})
+
+
+def test_choices_from_module_constants_and_starred() -> None:
+    src = '''
+BASE = ["a", "b"]
+MORE = [*BASE, "c"]
+class ServerArgs:
+    @staticmethod
+    def add_cli_args(parser):
+        parser.add_argument("--pick", type=str, choices=MORE + ["d"], default="a")
+        parser.add_argument("--dyn", type=str, choices=sorted(get_them()))
+        parser.add_argument("--n", "-n", type=int, nargs="+")
+'''
+    fs = parse_flags({SERVER_ARGS: src})
+    assert fs.get("--pick").choices == ("a", "b", "c", "d")
+    assert fs.get("--dyn").choices is None  # computed at run time: not validated
+    fs.check(["--dyn", "anything", "--n", "1", "2", "-n", "3", "--pick", "d"])
+    with pytest.raises(RefusedError, match="'e' is not one of its choices"):
+        fs.check(["--pick", "e"])
