@@ -43,6 +43,7 @@ class ServerSettings:
     health_timeout: float = 900.0  # seconds to wait for /health_generate
     stop_timeout: float = 30.0  # TERM grace period before KILL
     tok_s_min_ratio: float = 0.5  # degraded below this ratio of the baseline tok/s
+    prepare: str = ""  # a step run once before the first start (ddprobe.server.prepare): testbed
 
 
 @dataclass(frozen=True)
@@ -136,7 +137,7 @@ def builtin_testbed() -> Host:
             port=int(os.environ.get("DDPROBE_TESTBED_PORT", "31830")), model_path="ddtestbed/tiny-coder",
             algorithm="DDTREE", budget_flag="ddtree", draft_model_path="ddtestbed/tiny-drafter",
             budget=8, max_bs=64, args=("--testbed-scenario", "seed"),
-            workdir=str(prefix / "work"), health_timeout=60.0),
+            workdir=str(prefix / "work"), health_timeout=60.0, prepare="testbed"),
         labels=(("gpu", "NVIDIA B300 SXM6 (simulated)"),), transport="local", source="built-in")
 
 

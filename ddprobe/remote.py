@@ -29,6 +29,8 @@ from ddprobe.inventory import Host
 from ddprobe.sshconfig import SshTarget, resolve
 
 log = logging.getLogger("ddprobe.remote")
+# paramiko logs every refused tunnel channel at ERROR with no handler set: keep stderr clean
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 T = TypeVar("T")
 
 

@@ -1,0 +1,229 @@
+"""`ddprobe run --host H --budget 16 [--graph/--no-graph] [--max-bs N] [--backend B] [--json]`:
+one cell (lock, restart with the config, health wait, probes, classify).
+
+Also the pieces `ddprobe server` shares: building a Config from options, the live progress
+reporter (stderr; a heartbeat line instead of a spinner when stderr is not a terminal).
+"""
+from __future__ import annotations
+
+import json
+import shlex
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from ddprobe import remote
+from ddprobe.cli import common
+from ddprobe.errors import ConfigError, UsageError
+from ddprobe.exitcodes import ExitCode
+from ddprobe.experiment import Baseline, CellReporter, ProbeOptions, run_cell
+from ddprobe.inventory import Host
+from ddprobe.probes.runner import TaskResult
+from ddprobe.results import CellResult, Config, Outcome
+
+EXIT = {Outcome.OK: ExitCode.OK, Outcome.CRASH: ExitCode.CRASH,
+        Outcome.GARBAGE: ExitCode.GARBAGE, Outcome.DEGRADED: ExitCode.DEGRADED,
+        Outcome.HANG: ExitCode.HANG, Outcome.REFUSED: ExitCode.REFUSED,
+        Outcome.ERROR: ExitCode.SERVER}
+COLOR = {"ok": "green", "crash": "red", "garbage": "red", "hang": "red", "degraded": "yellow",
+         "refused": "magenta", "error": "yellow", "healthy": "green", "started": "green"}
+
+
+class LiveReporter(CellReporter):
+    """Stage, elapsed time and the server's last log line on stderr (transient)."""
+
+    def __init__(self, console: Console, *, heartbeat: float = 10.0) -> None:
+        self.console = console
+        self.live = console.is_terminal
+        self.heartbeat, self._last_beat = heartbeat, time.monotonic()
+        self._progress: Progress | None = None
+        self._task: Any = None
+
+    def __enter__(self) -> LiveReporter:
+        if self.live:
+            # redirect_stdout=False: --json output written later must stay on stdout
+            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                                      TimeElapsedColumn(), console=self.console,
+                                      transient=True, redirect_stdout=False,
+                                      redirect_stderr=False)
+            self._progress.start()
+            self._task = self._progress.add_task("starting", total=None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def _show(self, text: str, *, beat: bool = False) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, description=text)
+        elif beat and time.monotonic() - self._last_beat >= self.heartbeat:
+            self._last_beat = time.monotonic()
+            self.console.print(text, markup=False, highlight=False)
+
+    def stage(self, name: str, detail: str = "") -> None:
+        self._show(f"{name}: {detail}" if detail else name)
+
+    def health(self, elapsed: float, timeout: float, stage: str, last_line: str) -> None:
+        line = last_line[-90:] if last_line else "(no log yet)"
+        self._show(f"waiting for {stage} ({elapsed:.0f}s of {timeout:.0f}s)  {line}", beat=True)
+
+    def probe(self, result: TaskResult, done: int, total: int) -> None:
+        mark = "pass" if result.passed else "FAIL"
+        self._show(f"probing {done}/{total}: {result.task_id} {mark}", beat=True)
+
+
+def parse_env(items: list[str] | None) -> tuple[tuple[str, str], ...]:
+    out = []
+    for item in items or []:
+        k, eq, v = item.partition("=")
+        if not eq or not k:
+            raise UsageError(f"--env takes KEY=VALUE, got {item!r}")
+        out.append((k, v))
+    return tuple(sorted(out))
+
+
+def make_config(host: Host, *, budget: int | None, graph: bool, max_bs: int | None,
+                backend: str | None, extra: list[str] | None,
+                env: list[str] | None) -> Config:
+    """A Config from CLI options; unset values come from the host's production settings."""
+    s = host.server
+    b = budget if budget is not None else s.budget
+    if b is None:
+        raise UsageError(f"give --budget (host '{host.name}' has no server.budget)")
+    words: list[str] = []
+    for e in extra or []:
+        try:
+            words += shlex.split(e)
+        except ValueError as err:
+            raise UsageError(f"--extra {e!r}: {err}") from None
+    return Config(budget=b, graph=graph, max_bs=max_bs if max_bs is not None else s.max_bs,
+                  backend=backend or s.backend, extra_args=tuple(words), env=parse_env(env))
+
+
+def load_baseline(path: str) -> Baseline:
+    """A baseline from a previous `ddprobe run --json` (a cell), for degraded/differential."""
+    try:
+        doc = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"cannot read the baseline: {e.strerror}", path=path) from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"invalid JSON: {e.msg}", path=path, line=e.lineno) from None
+    try:
+        return Baseline.from_cell(CellResult.from_dict(doc))
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError(f"not a cell from `ddprobe run --json` ({e})", path=path) from None
+
+
+def _f(v: float | None, fmt: str = ".1f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def render_cell(c: CellResult, console: Console) -> None:
+    col = COLOR.get(c.outcome.value, "white")
+    head = f"[bold]{c.host}[/bold] {c.config.key}: [{col}]{c.outcome.value.upper()}[/{col}]"
+    if c.signature and c.outcome is not Outcome.OK:
+        head += f"  {c.signature.id}"
+    console.print(head, highlight=False)
+    if c.error and (not c.signature or c.error not in c.signature.id):
+        console.print(f"  {c.error}", markup=False, highlight=False)
+    p = c.probes
+    if p is not None:
+        console.print(f"  probes: {p.label}, accept length {_f(p.accept_length, '.2f')}"
+                      f" ({p.accept_source or 'not reported'}), server accept "
+                      f"{_f(p.server_accept_length, '.2f')}, tok/s {_f(p.tok_s)} (aggregate "
+                      f"{_f(p.aggregate_tok_s)}), latency {_f(p.latency_s, '.2f')} s",
+                      markup=False, highlight=False)
+        for g in p.garbage_flags:
+            console.print(f"  garbage: {g}", markup=False, highlight=False)
+        if p.divergence:
+            console.print(f"  divergence: {p.divergence}", markup=False, highlight=False)
+    t = c.timings
+    if t:
+        share = 100.0 * t.get("overhead", 0.0) / t["total"] if t.get("total") else 0.0
+        console.print(f"  timings: restart {_f(t.get('restart'), '.2f')}s, health "
+                      f"{_f(t.get('health'), '.2f')}s, probe {_f(t.get('probe'), '.2f')}s, "
+                      f"total {_f(t.get('total'), '.2f')}s (ddprobe's own overhead "
+                      f"{_f(t.get('overhead'), '.2f')}s, {share:.0f}%)", highlight=False)
+    notes = [n for n in (c.extra.get("notes") or []) if n]
+    for n in notes:
+        console.print(f"  note: {n}", markup=False, highlight=False)
+    if c.extra.get("hint") and c.outcome is not Outcome.OK:
+        console.print(f"  hint: {c.extra['hint']}", markup=False, highlight=False)
+    if c.log_path:
+        local = c.extra.get("local_log")
+        console.print(f"  log: {c.log_path} (on the host)" + (f", copy: {local}" if local
+                                                               else ""),
+                      markup=False, highlight=False)
+    if c.log_excerpt and c.outcome is not Outcome.OK:
+        console.print("  --- log excerpt ---", highlight=False)
+        for line in c.log_excerpt:
+            console.print(f"  | {line}", markup=False, highlight=False)
+
+
+ExtraOpt = typer.Option(None, "--extra", help="Extra launch flags (shell words), e.g. "
+                                              "--extra '--mem-fraction-static 0.8'. Repeatable.")
+EnvOpt = typer.Option(None, "--env", help="KEY=VALUE for the server's environment. Repeatable.")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("run")
+    def run_cmd(
+        host: str = common.HostOpt,
+        budget: Optional[int] = typer.Option(None, "--budget", "-b", min=1,
+                                             help="Draft-tree budget (default: server.budget)."),
+        graph: bool = typer.Option(True, "--graph/--no-graph", help="CUDA graphs on or off."),
+        max_bs: Optional[int] = typer.Option(None, "--max-bs", min=1,
+                                             help="CUDA-graph max batch size."),
+        backend: Optional[str] = typer.Option(None, "--backend", help="--attention-backend."),
+        extra: Optional[list[str]] = ExtraOpt,
+        env: Optional[list[str]] = EnvOpt,
+        health_timeout: Optional[float] = typer.Option(
+            None, "--health-timeout", help="Seconds to wait for health (default: "
+                                           "server.health_timeout)."),
+        suite: str = typer.Option("coding", "--suite", help="Probe suite (name or .json)."),
+        concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, max=256),
+        tasks: Optional[str] = typer.Option(None, "--tasks", help="Comma list of task ids."),
+        max_tokens: int = typer.Option(512, "--max-tokens", min=1),
+        probe_timeout: float = typer.Option(300.0, "--probe-timeout",
+                                            help="Per-request timeout (s)."),
+        baseline: Optional[str] = typer.Option(
+            None, "--baseline", help="A previous `ddprobe run --json` to compare with "
+                                     "(degraded tok/s; answers, for the differential check)."),
+        keep_answers: bool = typer.Option(False, "--keep-answers",
+                                          help="Keep the answers in the JSON (to serve as a "
+                                               "later --baseline)."),
+        log_dir: Optional[Path] = typer.Option(None, "--log-dir",
+                                               help="Copy the server log here."),
+        break_lock: bool = typer.Option(False, "--break-lock",
+                                        help="Take over a stale host lock."),
+        stop_after: bool = typer.Option(False, "--stop-after",
+                                        help="Stop the server after the cell (default: leave "
+                                             "a working server running)."),
+        as_json: bool = common.JsonOpt,
+    ) -> None:
+        """One cell: restart the server with a config, wait for health, probe, classify."""
+        h = common.one_host(host)
+        cfg = make_config(h, budget=budget, graph=graph, max_bs=max_bs, backend=backend,
+                          extra=extra, env=env)
+        base = load_baseline(baseline) if baseline else None
+        ids = tuple(t.strip() for t in tasks.split(",") if t.strip()) if tasks else None
+        opts = ProbeOptions(suite=suite, concurrency=concurrency, tasks=ids,
+                            max_tokens=max_tokens, timeout=probe_timeout)
+        with remote.connect(h) as r, LiveReporter(common.err) as rep:
+            cell = run_cell(r, h, cfg, probe=opts, baseline=base, log_dir=log_dir,
+                            reporter=rep, break_lock=break_lock, health_timeout=health_timeout,
+                            keep_answers=keep_answers, stop_after=stop_after)
+        if as_json:
+            common.emit_json(cell.to_dict())
+        else:
+            render_cell(cell, common.out)
+        code = EXIT[cell.outcome]
+        if cell.outcome is Outcome.ERROR and cell.extra.get("error_kind") == "unreachable":
+            code = ExitCode.UNREACHABLE
+        if code != ExitCode.OK:
+            raise typer.Exit(int(code))

@@ -1,0 +1,204 @@
+"""`ddprobe server start|stop|restart|status|logs --host H`: the host's server manager, directly.
+
+start/restart/stop take the host lock for their duration; status and logs only read.
+"""
+from __future__ import annotations
+
+import sys
+import time
+from typing import Optional
+
+import httpx
+import typer
+
+from ddprobe import remote
+from ddprobe.cli import common
+from ddprobe.cli.run import COLOR, EnvOpt, ExtraOpt, LiveReporter, make_config
+from ddprobe.exitcodes import ExitCode
+from ddprobe.inventory import Host
+from ddprobe.server import HostLock, Manager, get_manager, read_lock
+from ddprobe.server.lifecycle import StartReport, server_target, start_server
+
+_START_EXIT = {"healthy": ExitCode.OK, "started": ExitCode.OK, "crash": ExitCode.CRASH,
+               "hang": ExitCode.HANG, "refused": ExitCode.REFUSED, "error": ExitCode.SERVER}
+
+
+def _render_start(rep: StartReport) -> None:
+    o = common.out
+    col = COLOR.get(rep.status, "white")
+    what = f"[bold]{rep.host}[/bold] {rep.config.key}: [{col}]{rep.status}[/{col}]"
+    if rep.elapsed is not None:
+        what += f" after {rep.elapsed:.1f}s"
+    if rep.signature and rep.status != "healthy":
+        what += f"  {rep.signature.id}"
+    o.print(what, highlight=False)
+    if rep.error:
+        o.print(f"  {rep.error}", markup=False, highlight=False)
+    if rep.start:
+        pg = f", pgid {rep.start.pgid}" if rep.start.pgid else ""
+        o.print(f"  log: {rep.start.log_path}{pg}", markup=False, highlight=False)
+    for n in rep.notes:
+        o.print(f"  note: {n}", markup=False, highlight=False)
+    for line in rep.log_excerpt:
+        o.print(f"  | {line}", markup=False, highlight=False)
+
+
+def register(app: typer.Typer) -> None:
+    srv = typer.Typer(help="The host's server: start, stop, restart, status, logs.",
+                      no_args_is_help=True)
+    app.add_typer(srv, name="server")
+
+    def _start(restart: bool, host: str, budget: Optional[int], graph: bool,
+               max_bs: Optional[int], backend: Optional[str], extra: Optional[list[str]],
+               env: Optional[list[str]], wait: bool, health_timeout: Optional[float],
+               break_lock: bool, as_json: bool) -> None:
+        h = common.one_host(host)
+        cfg = make_config(h, budget=budget, graph=graph, max_bs=max_bs, backend=backend,
+                          extra=extra, env=env)
+        with remote.connect(h) as r, HostLock(r, h, break_lock=break_lock), \
+                LiveReporter(common.err) as rep:
+            res = start_server(r, h, cfg, restart=restart, wait=wait, timeout=health_timeout,
+                               reporter=rep)
+        if as_json:
+            common.emit_json(res.to_dict())
+        else:
+            _render_start(res)
+        code = _START_EXIT.get(res.status, ExitCode.SERVER)
+        if code != ExitCode.OK:
+            raise typer.Exit(int(code))
+
+    def _opts(restart: bool):  # type: ignore[no-untyped-def]
+        def cmd(
+            host: str = common.HostOpt,
+            budget: Optional[int] = typer.Option(None, "--budget", "-b", min=1,
+                                                 help="Draft-tree budget (default: "
+                                                      "server.budget)."),
+            graph: bool = typer.Option(True, "--graph/--no-graph"),
+            max_bs: Optional[int] = typer.Option(None, "--max-bs", min=1),
+            backend: Optional[str] = typer.Option(None, "--backend"),
+            extra: Optional[list[str]] = ExtraOpt,
+            env: Optional[list[str]] = EnvOpt,
+            wait: bool = typer.Option(True, "--wait/--no-wait",
+                                      help="Wait until /health_generate answers."),
+            health_timeout: Optional[float] = typer.Option(None, "--health-timeout"),
+            break_lock: bool = typer.Option(False, "--break-lock"),
+            as_json: bool = common.JsonOpt,
+        ) -> None:
+            _start(restart, host, budget, graph, max_bs, backend, extra, env, wait,
+                   health_timeout, break_lock, as_json)
+        cmd.__doc__ = ("Stop the running server, then start it with a config and wait for "
+                       "health." if restart else
+                       "Start the server with a config (refused while one runs) and wait "
+                       "for health.")
+        return cmd
+
+    srv.command("start")(_opts(False))
+    srv.command("restart")(_opts(True))
+
+    @srv.command("stop")
+    def stop_cmd(host: str = common.HostOpt,
+                 grace: Optional[float] = typer.Option(None, "--grace",
+                                                       help="TERM grace (s) before KILL."),
+                 break_lock: bool = typer.Option(False, "--break-lock"),
+                 as_json: bool = common.JsonOpt) -> None:
+        """Stop the server: TERM its process group, KILL after the grace; verify it is gone."""
+        h = common.one_host(host)
+        with remote.connect(h) as r, HostLock(r, h, break_lock=break_lock):
+            info = get_manager(r, h).stop(grace)
+        if as_json:
+            common.emit_json({"host": h.name, **info.to_dict()})
+        elif not info.was_running:
+            common.out.print(f"{h.name}: no server running", highlight=False)
+        else:
+            sig = "+".join(info.signals)
+            common.out.print(f"{h.name}: stopped {len(info.pids)} process(es) with {sig} in "
+                             f"{info.elapsed:.1f}s", highlight=False)
+        if not info.clean:
+            common.err.print(f"[red]error:[/red] {h.name}: {info.problem()}")
+            raise typer.Exit(int(ExitCode.SERVER))
+
+    @srv.command("status")
+    def status_cmd(host: str = common.HostOpt, as_json: bool = common.JsonOpt) -> None:
+        """Is the server running, with which config; is it healthy; who holds the host lock."""
+        h = common.one_host(host)
+        with remote.connect(h) as r:
+            st = get_manager(r, h).status()
+            lock = read_lock(r, h)
+            healthy = _healthy(r, h) if st.running else False
+        doc = {**st.to_dict(), "healthy": healthy,
+               "lock": lock.to_dict() if lock else None}
+        if as_json:
+            common.emit_json(doc)
+        else:
+            state = "[green]running[/green]" if st.running else "[yellow]not running[/yellow]"
+            extra = f" ({st.detail})" if st.detail else ""
+            common.out.print(f"[bold]{h.name}[/bold] ({st.manager}): {state}{extra}",
+                             highlight=False)
+            if st.running:
+                up = f", up {st.uptime_s:.0f}s" if st.uptime_s is not None else ""
+                common.out.print(f"  config {st.config_key or '?'}, pids "
+                                 f"{', '.join(map(str, st.pids))}{up}, port {st.port}, "
+                                 f"{'healthy' if healthy else 'NOT healthy'}",
+                                 markup=False, highlight=False)
+            if st.log_path:
+                common.out.print(f"  log: {st.log_path}", markup=False, highlight=False)
+            if lock:
+                common.out.print(f"  locked by {lock.describe()}", markup=False,
+                                 highlight=False)
+        if not st.running:
+            raise typer.Exit(int(ExitCode.FAILED))
+
+    @srv.command("logs")
+    def logs_cmd(host: str = common.HostOpt,
+                 tail: Optional[int] = typer.Option(None, "--tail", "-n", min=1,
+                                                    help="Only the last N lines."),
+                 since: Optional[float] = typer.Option(
+                     None, "--since", help="Only lines logged in the last SECONDS (journal/"
+                                           "docker; a command-manager log is per start)."),
+                 follow: bool = typer.Option(False, "--follow", "-f",
+                                             help="Keep printing new lines until the server "
+                                                  "exits (Ctrl-C to stop).")) -> None:
+        """The server log (of the running server, else of the last one)."""
+        h = common.one_host(host)
+        with remote.connect(h) as r:
+            mgr = get_manager(r, h)
+            when = None if since is None else _host_now(r) - since
+            text = mgr.logs(tail=tail, since=when)
+            _write(text)
+            if follow:
+                _follow(mgr)
+
+
+def _write(text: str) -> None:
+    sys.stdout.write(text)
+    sys.stdout.flush()
+
+
+def _follow(mgr: Manager) -> None:
+    off = mgr.peek(0).offset
+    delay = 0.2
+    while True:
+        p = mgr.peek(off)
+        if p.data:
+            _write(p.data)
+            delay = 0.2
+        off = p.offset
+        if not p.alive:
+            return
+        time.sleep(delay)
+        delay = min(delay * 1.5, 2.0)
+
+
+def _host_now(r: remote.Remote) -> float:
+    res = r.run(["date", "+%s"], timeout=30, check=True)
+    return float(res.stdout.strip())
+
+
+def _healthy(r: remote.Remote, h: Host) -> bool:
+    try:
+        with r.tunnel(h.server.port, server_target(h)) as port:
+            res = httpx.get(f"http://127.0.0.1:{port}/health", timeout=5.0, trust_env=False)
+            return res.status_code == 200
+    except (httpx.HTTPError, OSError):
+        return False
+

@@ -1,0 +1,224 @@
+"""The host lock: two ddprobe runs never drive the same server at once.
+
+`{server.workdir}/lock` is created atomically on the host (O_CREAT|O_EXCL) and holds its owner
+(user@machine), pid, time, command and a random token. A second run gets LockedError naming the
+owner. A stale lock (its owner pid no longer runs on the SAME machine, or older than max_age)
+is reported, and broken only when asked (`--break-lock`). The lock is re-entrant within one
+process: bisect holds it for a whole run while each cell takes it again.
+"""
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import shlex
+import socket
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from ddprobe.errors import LockedError, RemoteError
+from ddprobe.inventory import Host
+from ddprobe.remote import Remote
+from ddprobe.server import hostops
+
+DEFAULT_MAX_AGE = 12 * 3600.0  # a lock this old is stale (a bisect refreshes it every cell)
+
+# token -> depth, for the locks this process holds (re-entrance across Host/Remote objects)
+_held: dict[str, int] = {}
+_held_lock = threading.Lock()
+
+
+def _call(r: Remote, op: str, req: dict[str, Any]) -> dict[str, Any]:
+    return hostops.call(r, op, req, timeout=30, program="lock")
+
+
+def this_machine() -> str:
+    return socket.gethostname()
+
+
+def _user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return str(os.getuid())
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    owner: str  # user@machine
+    machine: str
+    pid: int
+    time: float  # epoch seconds (the owner's clock), refreshed while held
+    command: str
+    token: str
+    since: float = 0.0  # when it was first taken
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> LockInfo:
+        return cls(owner=str(d.get("owner", "?")), machine=str(d.get("machine", "")),
+                   pid=int(d.get("pid") or 0), time=float(d.get("time") or 0.0),
+                   command=str(d.get("command", "")), token=str(d.get("token", "")),
+                   since=float(d.get("since") or d.get("time") or 0.0))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+    def stale_reason(self, *, max_age: float = DEFAULT_MAX_AGE, now: float | None = None,
+                     machine: str | None = None) -> str | None:
+        """Why this lock is stale, or None while its owner may still be running."""
+        now = time.time() if now is None else now
+        here = this_machine() if machine is None else machine
+        if self.machine == here and self.pid > 0 and not _pid_alive(self.pid):
+            return f"its owner (pid {self.pid} on {self.machine}) no longer runs"
+        age = now - self.time
+        if age > max_age:
+            return f"it was last refreshed {_ago(age)} ago (max age {_ago(max_age)})"
+        return None
+
+    def describe(self, now: float | None = None) -> str:
+        now = time.time() if now is None else now
+        cmd = f", running '{self.command}'" if self.command else ""
+        return f"{self.owner} (pid {self.pid}, since {_ago(now - self.since)} ago{cmd})"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _ago(seconds: float) -> str:
+    s = max(0, int(seconds))
+    if s < 120:
+        return f"{s}s"
+    if s < 7200:
+        return f"{s // 60}m"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+
+
+def default_command() -> str:
+    args = [os.path.basename(sys.argv[0]) or "python", *sys.argv[1:]]
+    return shlex.join(args)[:200]
+
+
+class HostLock:
+    """`with HostLock(r, host): ...` holds `{workdir}/lock` on the host for the block."""
+
+    def __init__(self, r: Remote, host: Host, *, command: str | None = None,
+                 break_lock: bool = False, max_age: float = DEFAULT_MAX_AGE) -> None:
+        self.r, self.host = r, host
+        self.command = default_command() if command is None else command
+        self.break_lock, self.max_age = break_lock, max_age
+        self.token: str | None = None
+        self.depth = 0
+        self.broken: LockInfo | None = None  # the stale lock this one replaced, if any
+        self.release_error: str | None = None  # why the lock could not be removed, if so
+
+    @property
+    def path(self) -> str:
+        return self.r.expand(self.host.server.workdir).rstrip("/") + "/lock"
+
+    @property
+    def held(self) -> bool:
+        return self.depth > 0
+
+    def _info(self) -> dict[str, Any]:
+        now = time.time()
+        machine = this_machine()
+        return {"owner": f"{_user()}@{machine}", "machine": machine, "pid": os.getpid(),
+                "time": now, "since": now, "command": self.command, "token": uuid.uuid4().hex}
+
+    def acquire(self) -> HostLock:
+        if self.depth:
+            self.depth += 1
+            return self
+        info = self._info()
+        res = _call(self.r, "lock", {"path": self.path, "info": info})
+        if not res["acquired"]:
+            holder = LockInfo.from_dict(res["holder"])
+            if self._ours(holder):
+                # this process already holds it (e.g. bisect around run_cell): re-enter
+                with _held_lock:
+                    _held[holder.token] += 1
+                self.token, self.depth = holder.token, 1
+                self._refresh()
+                return self
+            why = holder.stale_reason(max_age=self.max_age)
+            where = f"{self.host.name}:{self.path}"
+            if why is None:
+                raise LockedError(f"{self.host.name} is locked by {holder.describe()} "
+                                  f"({where}); wait for it to finish")
+            if not self.break_lock:
+                raise LockedError(f"{self.host.name} has a stale lock: {holder.describe()}; "
+                                  f"{why} ({where}). Re-run with --break-lock to take it over")
+            res = _call(self.r, "break", {"path": self.path, "info": info,
+                                          "stale_token": holder.token})
+            if not res["acquired"]:
+                other = LockInfo.from_dict(res["holder"])
+                raise LockedError(f"{self.host.name} was locked again by {other.describe()} "
+                                  f"while the stale lock was being broken ({where})")
+            self.broken = holder
+        self.token, self.depth = info["token"], 1
+        with _held_lock:
+            _held[info["token"]] = _held.get(info["token"], 0) + 1
+        return self
+
+    def _ours(self, holder: LockInfo) -> bool:
+        with _held_lock:
+            return holder.machine == this_machine() and holder.pid == os.getpid() \
+                and holder.token in _held
+
+    def _refresh(self) -> None:
+        if self.token:
+            _call(self.r, "refresh", {"path": self.path, "token": self.token,
+                                      "update": {"time": time.time()}})
+
+    def release(self) -> None:
+        if not self.depth or self.token is None:
+            return
+        self.depth -= 1
+        if self.depth:
+            return
+        token = self.token
+        self.token = None
+        with _held_lock:
+            left = max(0, _held.get(token, 0) - 1)
+            _held[token] = left
+        if left:
+            return
+        try:
+            _call(self.r, "unlock", {"path": self.path, "token": token})
+        except RemoteError as e:
+            # The connection is gone: the file stays. Keep its token so that this process can
+            # take its own lock back; any other run will see it as stale once we exit.
+            self.release_error = str(e)
+            return
+        with _held_lock:
+            if not _held.get(token):
+                _held.pop(token, None)
+
+    def __enter__(self) -> HostLock:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def read_lock(r: Remote, host: Host) -> LockInfo | None:
+    """The lock's holder, or None when the host is not locked (for `ddprobe server status`)."""
+    path = r.expand(host.server.workdir).rstrip("/") + "/lock"
+    res = r.run(["cat", "--", path], timeout=30)
+    if not res.ok:
+        return None
+    try:
+        return LockInfo.from_dict(json.loads(res.stdout))
+    except (ValueError, TypeError):
+        return None
