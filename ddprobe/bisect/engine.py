@@ -1,0 +1,174 @@
+"""Driving a plan over hosts: rounds of cells, one per host, journaled, resumable.
+
+`drive(group, plan, ...)` is shared by bisect and sweep: it asks the plan for up to k cells
+(k = the group's hosts), runs them in parallel (one per host), writes each result to the run's
+journal as it arrives, and repeats until the plan has nothing left. A resumed run feeds the
+journal's cells back into the plan first, so finished cells are never repeated.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from typing import Any, Protocol
+
+from ddprobe.bisect.cells import PlannedCell
+from ddprobe.bisect.executor import Executor, HostSession
+from ddprobe.bisect.hostgroups import HostGroup
+from ddprobe.results import CellResult
+from ddprobe.store import RunRecord, RunStore
+
+
+class Plan(Protocol):
+    def next_cells(self, k: int = 1) -> list[PlannedCell]: ...
+
+    def record(self, cell: PlannedCell, result: CellResult) -> None: ...
+
+    def remaining(self) -> tuple[int, int]: ...
+
+
+@dataclass(frozen=True)
+class Event:
+    """Progress for the CLI (rendered on stderr): plan, round, cell, progress, note."""
+
+    kind: str
+    group: str
+    text: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+EventSink = Callable[[Event], None]
+
+
+class Journal:
+    """The run store, shared by threads: one line per event, never interleaved."""
+
+    def __init__(self, store: RunStore | None) -> None:
+        self.store = store
+        self._lock = threading.Lock()
+
+    def append(self, event: dict[str, Any]) -> None:
+        if self.store is not None:
+            with self._lock:
+                self.store.append(event)
+
+    def cell(self, c: CellResult) -> None:
+        self.append({"type": "cell", **c.to_dict()})
+
+    def note(self, text: str) -> None:
+        self.append({"type": "note", "text": text})
+
+
+@dataclass
+class GroupRun:
+    """What happened in one group: its rounds and cells (resumed cells included)."""
+
+    group: HostGroup
+    rounds: int = 0
+    cells: list[tuple[PlannedCell, CellResult]] = field(default_factory=list)
+    resumed: int = 0
+    wall_s: float = 0.0
+    cell_s: float = 0.0  # sum over rounds of the slowest cell: time spent waiting on servers
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def new_cells(self) -> list[CellResult]:
+        return [c for _, c in self.cells[self.resumed:]]
+
+
+def is_restart(c: CellResult) -> bool:
+    """Did this cell restart the server? (a refused config or a skipped patch does not)."""
+    if c.outcome.value == "refused":
+        return False
+    if c.outcome.value == "error":
+        return c.timings.get("restart") is not None
+    return True
+
+
+def replay_journal(plan: Plan, record: RunRecord | None, group_key: str,
+                   run: GroupRun) -> None:
+    """Feed a resumed run's finished cells of this group back into the plan."""
+    if record is None:
+        return
+    for c in record.cells:
+        meta = c.extra.get("plan")
+        if c.extra.get("group") != group_key or not isinstance(meta, dict):
+            continue
+        pc = PlannedCell.from_dict(meta)
+        plan.record(pc, c)
+        run.cells.append((pc, c))
+        run.rounds = max(run.rounds, int(c.extra.get("round") or 0))
+    run.resumed = len(run.cells)
+
+
+def drive(group: HostGroup, plan: Plan, sessions: dict[str, HostSession], executor: Executor,
+          journal: Journal, *, on_event: EventSink | None = None, record: RunRecord | None = None,
+          purpose_note: Callable[[PlannedCell], str] | None = None) -> GroupRun:
+    run = GroupRun(group)
+    replay_journal(plan, record, group.key, run)
+    emit = on_event or (lambda e: None)
+    if run.resumed:
+        emit(Event("note", group.name, f"resumed: {run.resumed} finished cell(s) not repeated"))
+    hosts = [sessions[h.name] for h in group.hosts if h.name in sessions]
+    t_start = time.monotonic()
+    with ThreadPoolExecutor(max_workers=max(1, len(hosts)),
+                            thread_name_prefix=f"ddprobe-{group.key}") as pool:
+        while True:
+            cells = plan.next_cells(len(hosts))
+            if not cells:
+                break
+            left, restarts = plan.remaining()
+            emit(Event("progress", group.name, f"{left} configs left (~{restarts} restarts)",
+                       {"configs_left": left, "restarts_left": restarts}))
+            run.rounds += 1
+            emit(Event("round", group.name, f"round {run.rounds}: " + ", ".join(
+                c.key for c in cells), {"round": run.rounds, "cells": [c.key for c in cells]}))
+            futures: list[tuple[PlannedCell, HostSession, Any]] = []
+            for cell, s in zip(cells, hosts):
+                why = purpose_note(cell) if purpose_note else cell.purpose
+                emit(Event("cell_start", group.name, f"{s.host.name}: {cell.key} ({why})",
+                           {"host": s.host.name, "cell": cell.key}))
+                if len(cells) == 1:
+                    # run in this thread: Ctrl-C then reaches the cell (which stops its server
+                    # and reverts its patch) instead of waiting for it to finish
+                    futures.append((cell, s, _Done(executor.run(s, cell, group=group.key))))
+                else:
+                    futures.append((cell, s, pool.submit(executor.run, s, cell,
+                                                         group=group.key)))
+            slowest = 0.0
+            for cell, s, fut in futures:
+                res = fut.result()
+                extra = dict(res.extra)
+                extra.update(plan=cell.to_dict(), group=group.key, round=run.rounds,
+                             purpose=cell.purpose)
+                res = replace(res, extra=extra)
+                journal.cell(res)
+                plan.record(cell, res)
+                run.cells.append((cell, res))
+                slowest = max(slowest, float(extra.get("wall_s") or 0.0))
+                emit(Event("cell_done", group.name, f"{s.host.name}: {cell.key}", {
+                    "host": s.host.name, "cell": cell.key, "result": res}))
+            run.cell_s += slowest
+    run.wall_s = time.monotonic() - t_start
+    return run
+
+
+class _Done:
+    """A finished result with a Future's `result()`."""
+
+    def __init__(self, value: CellResult) -> None:
+        self.value = value
+
+    def result(self) -> CellResult:
+        return self.value
+
+
+def in_parallel(fns: Sequence[Callable[[], Any]]) -> list[Any]:
+    """Run a few callables at once (the groups of a run); exceptions propagate."""
+    if len(fns) == 1:
+        return [fns[0]()]
+    with ThreadPoolExecutor(max_workers=len(fns), thread_name_prefix="ddprobe-group") as pool:
+        futs = [pool.submit(f) for f in fns]
+        return [f.result() for f in futs]

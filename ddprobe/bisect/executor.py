@@ -1,0 +1,249 @@
+"""Running one planned cell on one host: patches around it, the experiment cell, its log.
+
+The cell itself is `ddprobe.experiment.run_cell` (restart with the config, health wait, probes,
+classification). Around it this module applies the cell's temporary patch (the oversize
+experiment's, or --confirm-patch's) and always reverts it, and copies the server log of the
+cell into the run directory. Infrastructure failures become an `error` cell (a skip), never a
+failure of the server.
+"""
+from __future__ import annotations
+
+import inspect
+import logging
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from ddprobe.bisect.cells import PlannedCell
+from ddprobe.errors import DdprobeError, LockedError, PatchError, RemoteError, UsageError
+from ddprobe.facts import Facts, gather_facts
+from ddprobe.inventory import Host
+from ddprobe.remote import Remote, connect
+from ddprobe.results import CellResult, Config, Outcome
+from ddprobe.sources.buffers import BufferReport
+from ddprobe.sources.oversize import make_oversize_patch
+from ddprobe.sources.patches import apply_patch, applied_ids, load_patch, patch_status, \
+    revert_patch
+
+log = logging.getLogger("ddprobe.bisect")
+OVERSIZE_PREFIX = "ddprobe-oversize-"
+LOG_CAP = 4 << 20
+
+
+@dataclass
+class HostSession:
+    """One host for a whole run: its connection, facts, and the run's lock on it."""
+
+    host: Host
+    r: Remote
+    facts: Facts | None = None
+    lock: Any = None  # the run's HostLock (re-entered by every cell)
+    notes: list[str] = field(default_factory=list)
+
+
+def open_session(stack: ExitStack, host: Host, *, command: str, break_lock: bool = False,
+                 lock: bool = True) -> HostSession:
+    r = stack.enter_context(connect(host))
+    s = HostSession(host, r)
+    # the install must be in place before grep-buffers reads it (the testbed host installs
+    # itself on first use; once per process, so the cells' own prepare step is a no-op)
+    from ddprobe.server.prepare import prepare_host
+    note = prepare_host(r, host)
+    if note:
+        s.notes.append(f"{host.name}: {note}")
+    s.facts = gather_facts(r, host)
+    if lock:
+        from ddprobe.server.lock import HostLock, read_lock
+        held = read_lock(r, host)
+        # a stale lock left by an interrupted run of this same run id may be taken over
+        brk = break_lock or bool(held is not None and command and command in held.command)
+        s.lock = stack.enter_context(HostLock(r, host, command=command, break_lock=brk))
+    return s
+
+
+def stop_server(s: HostSession) -> str:
+    """Stop the last cell's server (a bisect leaves no test config running)."""
+    from ddprobe.server.manager import get_manager
+    try:
+        st = get_manager(s.r, s.host).stop()
+    except DdprobeError as e:
+        return f"{s.host.name}: could not stop the server: {e}"
+    if not st.was_running:
+        return ""
+    return f"{s.host.name}: server stopped" + ("" if st.clean else f" ({st.problem()})")
+
+
+def revert_leftovers(s: HostSession) -> list[str]:
+    """Revert oversize patches an interrupted run left applied (they are ddprobe's own)."""
+    try:
+        ids = [i for i in applied_ids(patch_status(s.r, host=s.host))
+               if i.startswith(OVERSIZE_PREFIX)]
+    except DdprobeError as e:
+        return [f"{s.host.name}: patch status unavailable: {e}"]
+    out = []
+    for pid in ids:
+        revert_patch(s.r, pid, host=s.host)
+        out.append(f"{s.host.name}: reverted leftover temporary patch {pid}")
+    return out
+
+
+def experiment_api() -> tuple[Callable[..., CellResult] | None, Callable[..., CellResult] | None,
+                              str]:
+    """(run_cell, run_sanitize_cell or None, why-not) from ddprobe.experiment, if present."""
+    try:
+        from ddprobe import experiment
+    except ImportError as e:
+        return None, None, f"ddprobe.experiment is not available ({e})"
+    run = getattr(experiment, "run_cell", None)
+    san = getattr(experiment, "run_sanitize_cell", None)
+    return run, san, "" if san else "ddprobe.experiment has no sanitize support yet"
+
+
+def _kwargs(fn: Callable[..., Any], wanted: dict[str, Any]) -> dict[str, Any]:
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return {}
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return wanted
+    return {k: v for k, v in wanted.items() if k in params}
+
+
+def probe_options(tasks: tuple[str, ...] | list[str] = ()) -> Any:
+    """experiment.ProbeOptions for `tasks` (ids, or one number N: the suite's first N tasks);
+    None: the experiment's default (the whole coding suite)."""
+    if not tasks:
+        return None
+    from ddprobe.experiment import ProbeOptions
+    from ddprobe.probes.coding import load_suite
+    ids = list(tasks)
+    if len(ids) == 1 and ids[0].isdigit():
+        n = int(ids[0])
+        if n < 1:
+            raise UsageError("--tasks N needs N >= 1")
+        ids = [t.id for t in load_suite("coding").tasks[:n]]
+    else:
+        load_suite("coding").select(ids)  # unknown ids: one clear error before any restart
+    return ProbeOptions(tasks=tuple(ids))
+
+
+def error_cell(host: Host, config: Config, why: str, *, kind: str = "cell") -> CellResult:
+    return CellResult(host=host.name, config=config, outcome=Outcome.ERROR, error=why,
+                      started_at=time.strftime("%Y-%m-%dT%H:%M:%S"), kind=kind)
+
+
+class Executor:
+    """Runs planned cells; one instance per run (shared by the groups' threads)."""
+
+    def __init__(self, *, run_dir: Path | None, reports: dict[str, BufferReport] | None = None,
+                 oversize_factor: int = 4, progress: Callable[[str], None] | None = None,
+                 run_cell: Callable[..., CellResult] | None = None,
+                 run_sanitize: Callable[..., CellResult] | None = None,
+                 probe: Any = None) -> None:
+        self.run_dir = run_dir
+        self.reports = reports or {}  # group key -> the grep-buffers report behind its suspects
+        self.factor = oversize_factor
+        self.progress = progress
+        self.probe = probe  # experiment.ProbeOptions, or None for the experiment's default
+        api_run, api_san, _ = experiment_api()
+        self._run = run_cell or api_run
+        self._san = run_sanitize or api_san
+
+    def run(self, s: HostSession, cell: PlannedCell, *, group: str) -> CellResult:
+        t0 = time.monotonic()
+        patch = None
+        try:
+            if cell.buffers:
+                rep = self.reports.get(group)
+                if rep is None:
+                    raise PatchError("no grep-buffers analysis to build the oversize patch from")
+                patch = make_oversize_patch(rep, cell.buffers, self.factor)
+            elif cell.patch:
+                patch = load_patch(cell.patch)
+        except PatchError as e:
+            return self._finish(s, cell, error_cell(s.host, cell.config, f"patch: {e}"), t0, [])
+        applied: list[str] = []
+        try:
+            if patch is not None:
+                try:
+                    res = apply_patch(s.r, patch, host=s.host)
+                    applied.append(res.patch_id)
+                except PatchError as e:
+                    return self._finish(s, cell, error_cell(s.host, cell.config,
+                                                            f"patch: {e}"), t0, [])
+            result = self._cell(s, cell)
+        finally:
+            for pid in applied:
+                # never leave a temporary patch behind: a failed revert stops the run
+                revert_patch(s.r, pid, host=s.host)
+        return self._finish(s, cell, result, t0, applied)
+
+    def _cell(self, s: HostSession, cell: PlannedCell) -> CellResult:
+        fn = self._san if cell.purpose == "sanitize" else self._run
+        if fn is None:
+            return error_cell(s.host, cell.config, "no experiment cell available in this "
+                              "ddprobe (ddprobe.experiment missing)", kind=cell.kind)
+        log_dir = self.run_dir / "logs" if self.run_dir else None
+        wanted: dict[str, Any] = {"log_dir": log_dir, "lock": s.lock}
+        if self.progress is not None:
+            wanted["reporter"] = _reporter(s.host.name, cell.key, self.progress)
+        if self.probe is not None:
+            wanted["probe"] = self.probe
+        kw = _kwargs(fn, {k: v for k, v in wanted.items() if v is not None})
+        try:
+            return fn(s.r, s.host, cell.config, **kw)
+        except LockedError:
+            raise
+        except RemoteError as e:
+            return error_cell(s.host, cell.config, f"{type(e).__name__}: {e}", kind=cell.kind)
+
+    def _finish(self, s: HostSession, cell: PlannedCell, res: CellResult, t0: float,
+                applied: list[str]) -> CellResult:
+        extra = dict(res.extra)
+        extra.setdefault("wall_s", round(time.monotonic() - t0, 3))
+        res = replace(res, patches=list(res.patches) + [p for p in applied
+                                                         if p not in res.patches],
+                      kind=cell.kind, extra=extra)
+        if self.run_dir is not None:
+            res = self._copy_log(s, cell, res)
+        return res
+
+    def _copy_log(self, s: HostSession, cell: PlannedCell, res: CellResult) -> CellResult:
+        src = res.log_path
+        if not src or res.extra.get("local_log"):
+            return res
+        dest = self.run_dir / "logs" / f"{s.host.name}-{cell.key}.log"  # type: ignore[operator]
+        if Path(src).resolve() == dest.resolve():
+            return res
+        try:
+            data = s.r.read_bytes(src)
+        except (DdprobeError, OSError) as e:
+            log.debug("cannot copy %s: %s", src, e)
+            return res
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        dest.write_bytes(data[-LOG_CAP:])
+        extra = dict(res.extra)
+        extra["local_log"] = str(dest)
+        return replace(res, extra=extra)
+
+
+def _reporter(host: str, key: str, progress: Callable[[str], None]) -> Any:
+    """An experiment.CellReporter that turns stages into progress lines (health throttled)."""
+    from ddprobe.experiment import CellReporter
+
+    class _Rep(CellReporter):
+        last = 0.0
+
+        def stage(self, name: str, detail: str = "") -> None:
+            progress(f"{host}: {key}: {name}" + (f" {detail}" if detail else ""))
+
+        def health(self, elapsed: float, timeout: float, stage: str, last_line: str) -> None:
+            if elapsed - self.last >= 10.0:
+                self.last = elapsed
+                progress(f"{host}: {key}: waiting for health {elapsed:.0f}s/{timeout:.0f}s"
+                         + (f": {last_line[:100]}" if last_line else ""))
+
+    return _Rep()

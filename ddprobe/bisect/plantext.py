@@ -1,0 +1,60 @@
+"""The plan a bisect prints before it runs (and alone with `--plan`) (pure).
+
+An adaptive bisect has no fixed cell list, so the plan states the procedure, the first round,
+and restart counts measured by running the planner against every possible single threshold
+(see synthetic.py), next to what the full sweep would cost.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ddprobe.bisect.planner import BisectSpec, Planner
+from ddprobe.bisect.static import Suspect
+from ddprobe.bisect.synthetic import bounds
+
+_PLACEHOLDER = Suspect(attr="<suspect buffer>", file="?", line=None, shape="?", scope="",
+                       flags=(), tier=1)
+
+
+def plan_lines(spec: BisectSpec, *, k: int = 1) -> list[str]:
+    b = spec.budgets
+    rep = spec.options.repeat
+    lines = [f"plan: budgets {','.join(map(str, b))} with CUDA graphs"
+             + (f", each cell x{rep} (--repeat)" if rep > 1 else "")
+             + (f", {k} identical hosts per round (k-ary search)" if k > 1 else "")]
+    lines.append(f"  1. b{b[-1]} first (the bad end); if it passes, smaller budgets are assumed "
+                 "to pass too; else binary search down to the first failing budget")
+    lines.append("  2. every budget above it classified by failure mode (tested, or inferred "
+                 "between two failures of one mode)")
+    order = spec.options.order
+    how = {"auto": "first the experiment its signature suggests: oversize for a memory fault, "
+                   "smaller max bs for a capacity error, else the eager control",
+           "eager-first": "the eager control first, then oversize / smaller max bs",
+           "graph-first": "oversize / smaller max bs first, the eager control last"}[order]
+    lines.append(f"  3. per failure mode, at its first failing budget: {how} "
+                 f"(max bs {spec.small_max_bs} for the max-bs experiment)")
+    if spec.suspects:
+        lines.append("     oversize suspects (x{}): ".format(spec.options.oversize_factor)
+                     + ", ".join(f"{s.attr} ({s.where})" for s in spec.suspects))
+    if spec.options.confirm_patch:
+        lines.append(f"  4. --confirm-patch {spec.options.confirm_patch}: each failing cell "
+                     "again with the patch; kept if it fixes one")
+    if spec.options.sanitize:
+        lines.append("     --sanitize: a compute-sanitizer cell per crash mode"
+                     + ("" if spec.options.sanitize_available else
+                        f" (not available: {spec.options.sanitize_note or 'no support'})"))
+    first = Planner(spec).next_cells(k)
+    lines.append("  first round: " + ", ".join(c.key for c in first))
+    est_spec = spec if spec.suspects else replace(spec, suspects=(_PLACEHOLDER,))
+    est_spec = replace(est_spec, options=replace(est_spec.options, confirm_patch=None,
+                                                 sanitize=False, repeat=1))
+    bd = bounds(est_spec, k=k)
+    worst = max(v[0] for kk, v in bd.items() if kk != "none") * rep
+    rounds = max(v[1] for kk, v in bd.items() if kk != "none")
+    full = len(b) * 2 * rep
+    per = ", ".join(f"{kk} {v[0] * rep}" for kk, v in bd.items() if kk != "none")
+    lines.append(f"  restarts: {bd['none'][0] * rep} if every budget passes; at most {worst} "
+                 f"for one failure threshold ({per})"
+                 + (f" in at most {rounds} rounds" if k > 1 else "")
+                 + f"; the full sweep takes {full}")
+    return lines

@@ -1,0 +1,103 @@
+"""Opening the hosts of a run: connections, facts, locks, leftovers, groups, static evidence.
+
+Shared by bisect, sweep and smoke. Everything here is I/O through `remote`, `sources` and
+`server.lock`; the decisions it feeds are pure (hostgroups, static).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+
+from ddprobe.bisect.executor import HostSession, open_session, revert_leftovers
+from ddprobe.bisect.hostgroups import HostGroup, group_hosts
+from ddprobe.bisect.static import Suspect, find_suspects
+from ddprobe.errors import DdprobeError, LockedError, RemoteError
+from ddprobe.inventory import Host
+from ddprobe.sources.buffers import BufferReport, SizingParams
+from ddprobe.sources.fetch import grep_buffers
+from ddprobe.sources.oversize import make_oversize_patch
+
+
+@dataclass
+class Opened:
+    sessions: dict[str, HostSession]
+    groups: list[HostGroup]
+    notes: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # host -> why it was dropped
+
+
+def open_hosts(stack: ExitStack, hosts: Sequence[Host], *, command: str, parallel: bool = True,
+               break_lock: bool = False, lock: bool = True,
+               revert: bool = True) -> Opened:
+    """Connect, gather facts and lock every host (in parallel); group the identical ones.
+
+    An unreachable host is dropped with a note (the run goes on with the others); when no host
+    is left the first error is raised. A host locked by another run stops the whole run."""
+
+    def one(h: Host) -> tuple[ExitStack, HostSession]:
+        sub = ExitStack()
+        try:
+            s = open_session(sub, h, command=command, break_lock=break_lock, lock=lock)
+        except BaseException:
+            sub.close()
+            raise
+        return sub, s
+
+    sessions: dict[str, HostSession] = {}
+    notes: list[str] = []
+    failed: dict[str, str] = {}
+    errors: list[DdprobeError] = []
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(hosts)))) as pool:
+        futs = [(h, pool.submit(one, h)) for h in hosts]
+        for h, fut in futs:
+            try:
+                sub, s = fut.result()
+            except LockedError:
+                raise
+            except RemoteError as e:
+                failed[h.name] = str(e)
+                errors.append(e)
+                notes.append(f"{h.name}: unreachable, left out of this run: {e}")
+                continue
+            stack.enter_context(sub)
+            sessions[h.name] = s
+            notes += s.notes
+    if not sessions:
+        raise errors[0] if errors else DdprobeError("no host to run on")
+    if revert:
+        for s in sessions.values():
+            notes += revert_leftovers(s)
+    live = [h for h in hosts if h.name in sessions]
+    groups = group_hosts(live, [sessions[h.name].facts for h in live], parallel=parallel)
+    return Opened(sessions, groups, notes, failed)
+
+
+@dataclass(frozen=True)
+class StaticEvidence:
+    report: BufferReport | None
+    suspects: tuple[Suspect, ...]
+    notes: tuple[str, ...] = ()
+
+
+def static_evidence(s: HostSession, *, budgets: Sequence[int], max_bs: int | None,
+                    backend: str | None, factor: int = 4) -> StaticEvidence:
+    """grep-buffers at the run's budgets and max bs; the suspects an oversize patch can enlarge."""
+    params = SizingParams(max_bs=max_bs, budgets=tuple(budgets))
+    try:
+        rep = grep_buffers(s.r, s.host, backend=backend or "all", params=params)
+    except RemoteError:
+        raise
+    except DdprobeError as e:
+        return StaticEvidence(None, (), (f"grep-buffers failed on {s.host.name}: {e}",))
+    notes: list[str] = []
+    ok: list[Suspect] = []
+    for sus in find_suspects(rep):
+        try:
+            make_oversize_patch(rep, [sus.attr], factor)
+        except DdprobeError as e:
+            notes.append(f"suspect {sus.attr} cannot be enlarged by a patch: {e}")
+            continue
+        ok.append(sus)
+    return StaticEvidence(rep, tuple(ok), tuple(notes))

@@ -1,0 +1,254 @@
+"""`ddprobe bisect log RUN_ID` and `ddprobe bisect replay FILE`: git bisect's session log.
+
+The log is a script, one command a line, with `#` comments a person reads (the format of
+`git bisect log`):
+
+    ddprobe bisect start --host testbed --budgets 8,16,32,64 --small-max-bs 16 \
+        --suspects cuda_graph_custom_mask
+    # bad: [b64-graph] crash cublas: [capture] CUBLAS_STATUS_EXECUTION_FAILED ...
+    ddprobe bisect bad b64-graph --mode 'crash cublas: [capture] CUBLAS_STATUS_...'
+    # good: [b8-graph] ok accept 4.54 coding 31/31 562 tok/s
+    ddprobe bisect good b8-graph
+    # first bad config: [b16-graph] crash cuda_illegal_address: ...
+    # verdict: b16 buffer_sizing (oversize experiment, high): cuda_graph_custom_mask at ...
+
+Replaying re-applies the marks to the planner and re-derives the verdicts without touching a
+host (like `git bisect replay`, it does not re-run anything). Edit a wrong mark out of the
+file and replay it to see what the bisect would have concluded.
+"""
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ddprobe.bisect.cells import BAD, GOOD, REFUSED, PlannedCell, describe, status_of
+from ddprobe.bisect.planner import BisectSpec, PlanOptions, Planner
+from ddprobe.bisect.static import Suspect
+from ddprobe.bisect.verdicts import build_verdicts
+from ddprobe.errors import ConfigError
+from ddprobe.results import CellResult, Config, Outcome, Signature, Verdict
+from ddprobe.store import RunRecord
+
+_KEY = re.compile(r"^b(?P<budget>\d+)-(?P<graph>graph|eager)(?:-bs(?P<bs>\d+))?"
+                  r"(?:-(?P<rest>[^+#]*?))?(?P<suffix>(?:\+[^#]*)?)(?:#(?P<rep>\d+))?$")
+
+
+def _verdict_line(v: Verdict) -> str:
+    what = ""
+    if v.buffer and v.buffer.get("attr"):
+        what = f": {v.buffer['attr']} at {v.buffer.get('where') or v.buffer.get('file')}"
+    elif v.buffer and v.buffer.get("attrs"):
+        what = ": " + ", ".join(v.buffer["attrs"])
+    host = f" [{v.host}]" if v.host else ""
+    return (f"# verdict{host}: {','.join(f'b{b}' for b in v.budgets)} {v.kind} "
+            f"({v.decided_by}, {v.confidence}){what}")
+
+
+def render_log(rec: RunRecord) -> str:
+    """The replayable session log of a bisect run."""
+    if rec.meta.get("command") not in ("bisect", None):
+        raise ConfigError(f"run {rec.run_id} is a {rec.meta.get('command')} run, not a bisect",
+                          key="RUN_ID")
+    opts = rec.meta.get("options") or {}
+    groups: dict[str, list[CellResult]] = {}
+    for c in rec.cells:
+        if isinstance(c.extra.get("plan"), dict):
+            groups.setdefault(str(c.extra.get("group") or ""), []).append(c)
+    out = [f"# ddprobe bisect log: run {rec.run_id}, started {rec.meta.get('started_at', '?')}"]
+    for n in rec.notes:
+        out.append(f"# note: {n}")
+    for cells in (groups or {"": []}).values():
+        hosts = sorted({c.host for c in cells}) or list(rec.meta.get("hosts") or [])
+        suspects = _suspects_of(cells)
+        start = ["ddprobe", "bisect", "start", "--host", ",".join(hosts),
+                 "--budgets", ",".join(str(b) for b in opts.get("budgets") or
+                                       rec.meta.get("budgets") or [])]
+        for flag, key in (("--max-bs", "max_bs"), ("--backend", "backend"),
+                          ("--repeat", "repeat"), ("--order", "order"),
+                          ("--confirm-patch", "confirm_patch")):
+            val = opts.get(key)
+            if val not in (None, "", 1, "auto") or (key == "repeat" and val not in (None, 1)):
+                start += [flag, str(val)]
+        small = _small_max_bs(cells)
+        if small is not None:
+            start += ["--small-max-bs", str(small)]
+        if suspects:
+            start += ["--suspects", ",".join(suspects)]
+        out.append(shlex.join(start))
+        for c in cells:
+            key = c.extra["plan"].get("key") or c.config.key
+            st = status_of(c)
+            term = {GOOD: "good", BAD: "bad", REFUSED: "skip"}.get(st, "skip")
+            out.append(f"# {term}: [{key}] {describe(c)}" + (
+                f" (on {c.host})" if len(hosts) > 1 else ""))
+            cmd = ["ddprobe", "bisect", term, key]
+            if st == BAD:
+                cmd += ["--mode", _mode_arg(c)]
+            elif st == REFUSED:
+                cmd += ["--refused", c.error or "refused"]
+            out.append(shlex.join(cmd))
+        first_bad = _first_bad(cells)
+        if first_bad is not None:
+            out.append(f"# first bad config: [{first_bad.config.key}] {describe(first_bad)}")
+        host_names = set(hosts)
+        for v in rec.verdicts:
+            if v.host is None or set(v.host.split(",")) <= host_names or len(groups) == 1:
+                out.append(_verdict_line(v))
+    if rec.end:
+        out.append(f"# restarts: {rec.end.get('restarts_used')} "
+                   f"(full sweep: {rec.end.get('restarts_full_sweep')}), rounds "
+                   f"{rec.end.get('rounds')}, status {rec.end.get('status')}")
+    else:
+        out.append("# (unfinished: `ddprobe bisect --resume " + rec.run_id + "` continues it)")
+    return "\n".join(out) + "\n"
+
+
+def _mode_arg(c: CellResult) -> str:
+    sig = c.signature
+    if sig is None:
+        return c.outcome.value
+    return f"{c.outcome.value} {sig.kind}: {sig.key}"
+
+
+def _suspects_of(cells: Sequence[CellResult]) -> list[str]:
+    """The full suspect list: the buffers of the first (largest) oversize cell."""
+    best: list[str] = []
+    for c in cells:
+        bufs = list(c.extra["plan"].get("buffers") or [])
+        if len(bufs) > len(best):
+            best = bufs
+    return best
+
+
+def _small_max_bs(cells: Sequence[CellResult]) -> int | None:
+    for c in cells:
+        if c.extra["plan"].get("purpose") == "max_bs":
+            return c.config.max_bs
+    return None
+
+
+def _first_bad(cells: Sequence[CellResult]) -> CellResult | None:
+    bad = [c for c in cells if c.extra["plan"].get("purpose") == "frontier"
+           and status_of(c) == BAD and c.config.graph]
+    return min(bad, key=lambda c: c.config.budget) if bad else None
+
+
+# ----- replay ---------------------------------------------------------------------------------
+
+@dataclass
+class Session:
+    hosts: str
+    spec: BisectSpec
+    marks: list[tuple[PlannedCell, CellResult]] = field(default_factory=list)
+
+
+def parse_key(key: str, line: int, path: str) -> tuple[Config, tuple[str, ...], str | None,
+                                                          bool, int]:
+    m = _KEY.match(key)
+    if not m:
+        raise ConfigError(f"not a cell key: {key!r}", path=path, line=line)
+    rest = m.group("rest") or ""
+    backend = None
+    if rest and not re.fullmatch(r"x[0-9a-f]{6}", rest):
+        backend = rest.split("-x")[0]
+    cfg = Config(budget=int(m.group("budget")), graph=m.group("graph") == "graph",
+                 max_bs=int(m.group("bs")) if m.group("bs") else None, backend=backend)
+    suffix = m.group("suffix") or ""
+    bufs: tuple[str, ...] = ()
+    patch = None
+    mo = re.search(r"\+oversize\[([^\]]*)\]", suffix)
+    if mo:
+        bufs = tuple(x for x in mo.group(1).split(",") if x)
+    mp = re.search(r"\+patch\[([^\]]*)\]", suffix)
+    if mp:
+        patch = mp.group(1)
+    return cfg, bufs, patch, "+sanitize" in suffix, int(m.group("rep") or 1)
+
+
+def _mode_result(cfg: Config, mode: str) -> CellResult:
+    outcome, _, rest = mode.partition(" ")
+    try:
+        out = Outcome(outcome)
+    except ValueError:
+        out = Outcome.CRASH
+        rest = mode
+    sig = None
+    if rest:
+        kind, _, key = rest.partition(": ")
+        sig = Signature(kind=kind, key=key)
+    return CellResult(host="replay", config=cfg, outcome=out, signature=sig,
+                      timings={"restart": 0.0})
+
+
+def parse_log(text: str, path: str = "<log>") -> list[Session]:
+    sessions: list[Session] = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            words = shlex.split(line)
+        except ValueError as e:
+            raise ConfigError(f"cannot parse: {e}", path=path, line=n) from None
+        if words[:2] != ["ddprobe", "bisect"] or len(words) < 3:
+            raise ConfigError(f"not a `ddprobe bisect` command: {line!r}", path=path, line=n)
+        verb, args = words[2], words[3:]
+        if verb == "start":
+            sessions.append(_start(args, path, n))
+            continue
+        if not sessions:
+            raise ConfigError("a mark before `ddprobe bisect start`", path=path, line=n)
+        if verb not in ("good", "bad", "skip") or not args:
+            raise ConfigError(f"unknown command {verb!r} (start, good, bad, skip)", path=path,
+                              line=n)
+        cfg, bufs, patch, san, rep = parse_key(args[0], n, path)
+        opt = dict(zip(args[1::2], args[2::2]))
+        purpose = "sanitize" if san else "confirm" if patch else "oversize" if bufs else \
+            "frontier"
+        cell = PlannedCell(cfg, purpose, buffers=bufs, patch=patch, rep=rep)
+        if verb == "good":
+            res = CellResult(host="replay", config=cfg, outcome=Outcome.OK,
+                             timings={"restart": 0.0})
+        elif verb == "bad":
+            res = _mode_result(cfg, opt.get("--mode", "crash"))
+        elif "--refused" in opt:
+            res = CellResult(host="replay", config=cfg, outcome=Outcome.REFUSED,
+                             error=opt["--refused"])
+        else:
+            res = CellResult(host="replay", config=cfg, outcome=Outcome.ERROR, error="skipped")
+        sessions[-1].marks.append((cell, res))
+    if not sessions:
+        raise ConfigError("no `ddprobe bisect start` line", path=path)
+    return sessions
+
+
+def _start(args: list[str], path: str, line: int) -> Session:
+    opt = dict(zip(args[0::2], args[1::2]))
+    try:
+        budgets = tuple(int(b) for b in opt.get("--budgets", "").split(",") if b)
+        small = int(opt.get("--small-max-bs", "8"))
+        repeat = int(opt.get("--repeat", "1"))
+        max_bs = int(opt["--max-bs"]) if "--max-bs" in opt else None
+    except ValueError as e:
+        raise ConfigError(f"bad number in start line: {e}", path=path, line=line) from None
+    sus = tuple(Suspect(attr=a, file="?", line=None, shape="?", scope="", flags=(), tier=1)
+                for a in opt.get("--suspects", "").split(",") if a)
+    opts = PlanOptions(order=opt.get("--order", "auto"), repeat=repeat,
+                       confirm_patch=opt.get("--confirm-patch"))
+    base = Config(budget=budgets[0] if budgets else 1, max_bs=max_bs,
+                  backend=opt.get("--backend"))
+    return Session(opt.get("--host", "?"), BisectSpec(budgets, base, small, sus, opts))
+
+
+def replay(text: str, path: str = "<log>") -> list[tuple[Session, Planner, list[Verdict]]]:
+    """Re-derive each session's verdicts from its marks (no host is touched)."""
+    out = []
+    for s in parse_log(text, path):
+        p = Planner(s.spec)
+        for cell, res in s.marks:
+            p.record(cell, res)
+        out.append((s, p, build_verdicts(p, host=s.hosts)))
+    return out
+

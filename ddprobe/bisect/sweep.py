@@ -1,0 +1,204 @@
+"""`ddprobe sweep`: the full matrix of cells (budget x graph on/off [x max bs x backend]).
+
+No decisions: every cell runs (identical hosts share them, hosts that differ each run the whole
+matrix), and the result is a table of outcomes with acceptance length, tok/s, coding pass
+counts and signatures. It is what a bisect's restart count is compared against.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ddprobe.bisect.cells import PlannedCell, observe
+from ddprobe.bisect.engine import Event, EventSink, GroupRun, Journal, drive, in_parallel, \
+    is_restart
+from ddprobe.bisect.executor import Executor, probe_options, stop_server
+from ddprobe.bisect.run import write_reports_if_available
+from ddprobe.bisect.session import open_hosts
+from ddprobe.errors import UsageError
+from ddprobe.inventory import Host
+from ddprobe.results import CellResult, Config
+from ddprobe.store import RunRecord, RunStore, runs_root
+
+GRAPH_MODES = {"both": (True, False), "on": (True,), "off": (False,)}
+
+
+@dataclass(frozen=True)
+class SweepRequest:
+    budgets: tuple[int, ...]
+    graph: str = "both"
+    max_bs: tuple[int | None, ...] = (None,)
+    backends: tuple[str | None, ...] = (None,)
+    extra_args: tuple[str, ...] = ()
+    repeat: int = 1
+    tasks: tuple[str, ...] = ()
+    parallel: bool = True
+    keep_server: bool = False
+
+    def validate(self) -> None:
+        if not self.budgets or any(b <= 0 for b in self.budgets):
+            raise UsageError("--budgets: give positive integers, e.g. 8,16,32")
+        if self.graph not in GRAPH_MODES:
+            raise UsageError(f"--graph must be both, on or off, got {self.graph!r}")
+        if self.repeat < 1:
+            raise UsageError("--repeat must be >= 1")
+
+    def cells(self) -> list[PlannedCell]:
+        out = []
+        for b in sorted(set(self.budgets)):
+            for g in GRAPH_MODES[self.graph]:
+                for bs in self.max_bs:
+                    for be in self.backends:
+                        out.append(PlannedCell(Config(b, g, max_bs=bs, backend=be,
+                                                      extra_args=self.extra_args), "sweep"))
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        for k in ("budgets", "max_bs", "backends", "extra_args", "tasks"):
+            d[k] = list(d[k])
+        return d
+
+
+class MatrixPlan:
+    """Every cell once (x repeat), in order; k at a time."""
+
+    def __init__(self, cells: Sequence[PlannedCell], repeat: int = 1) -> None:
+        self.cells = list(cells)
+        self.repeat = repeat
+        self.results: dict[str, list[CellResult]] = {}
+
+    def _due(self) -> list[PlannedCell]:
+        out = []
+        for c in self.cells:
+            done = len(self.results.get(c.base_key, []))
+            out += [c.with_rep(r) for r in range(done + 1, self.repeat + 1)]
+        return out
+
+    def next_cells(self, k: int = 1) -> list[PlannedCell]:
+        return self._due()[:k]
+
+    def record(self, cell: PlannedCell, result: CellResult) -> None:
+        self.results.setdefault(cell.base_key, []).append(result)
+
+    def remaining(self) -> tuple[int, int]:
+        n = len(self._due())
+        return n, n
+
+
+@dataclass
+class MatrixRow:
+    group: str
+    budget: int
+    entries: dict[str, dict[str, Any]] = field(default_factory=dict)  # variant -> summary
+
+
+@dataclass
+class SweepReport:
+    run_id: str
+    run_dir: Path
+    rows: list[MatrixRow]
+    variants: list[str]
+    restarts_used: int
+    wall_s: float
+    notes: list[str]
+    cells: list[CellResult]
+
+    @property
+    def failed(self) -> bool:
+        return any(c.outcome.bad for c in self.cells)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "run_dir": str(self.run_dir), "variants": self.variants,
+                "restarts_used": self.restarts_used, "wall_s": round(self.wall_s, 3),
+                "rows": [asdict(r) for r in self.rows], "notes": self.notes,
+                "cells": [c.to_dict() for c in self.cells]}
+
+
+def variant_name(c: Config) -> str:
+    parts = ["graph" if c.graph else "eager"]
+    if c.max_bs is not None:
+        parts.append(f"bs{c.max_bs}")
+    if c.backend:
+        parts.append(c.backend)
+    return " ".join(parts)
+
+
+def summarize(results: Sequence[CellResult], repeat: int) -> dict[str, Any]:
+    o = observe(results, repeat)
+    c = o.first
+    p = c.probes if c else None
+    return {"status": o.status, "outcome": "flaky" if o.status == "flaky" else
+            (c.outcome.value if c else "?"),
+            "accept_length": p.accept_length if p else None, "tok_s": p.tok_s if p else None,
+            "coding": f"{p.passed}/{p.total}" if p and p.total else None,
+            "signature": c.signature.id if c and c.signature else None,
+            "error": c.error if c else None, "repeats": [x.outcome.value for x in results]}
+
+
+def run_sweep(hosts: Sequence[Host], req: SweepRequest, *, root: Path | None = None,
+              resume: RunRecord | None = None, on_event: EventSink | None = None,
+              break_lock: bool = False, argv: Sequence[str] = ()) -> SweepReport:
+    req.validate()
+    t0 = time.monotonic()
+    emit = on_event or (lambda e: None)
+    store = RunStore(resume.dir) if resume is not None else RunStore.create(
+        "sweep", root or runs_root())
+    journal = Journal(store)
+    cells = req.cells()
+    if resume is None:
+        journal.append({"type": "run", "run_id": store.run_id, "command": "sweep",
+                        "argv": list(argv), "hosts": [h.name for h in hosts],
+                        "budgets": sorted(set(req.budgets)),
+                        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                        "options": req.to_dict()})
+        journal.append({"type": "plan", "cells": [c.to_dict() for c in cells],
+                        "note": f"full matrix: {len(cells)} cells per host group"})
+    emit(Event("run", "", f"run {store.run_id} ({store.dir})", {"run_id": store.run_id}))
+    with ExitStack() as stack:
+        opened = open_hosts(stack, hosts, command=f"ddprobe sweep (run {store.run_id})",
+                            parallel=req.parallel, break_lock=break_lock)
+        for n in opened.notes:
+            journal.note(n)
+            emit(Event("note", "", n))
+        executor = Executor(run_dir=store.dir, probe=probe_options(req.tasks),
+                            progress=lambda text: emit(Event("server", "", text)))
+        plans = {g.key: MatrixPlan(cells, req.repeat) for g in opened.groups}
+        for g in opened.groups:
+            emit(Event("plan", g.name, f"sweep: {len(cells) * req.repeat} cells on "
+                                       f"{len(g.hosts)} host(s)"))
+        runs: list[GroupRun] = in_parallel([
+            lambda g=g: drive(g, plans[g.key], opened.sessions, executor, journal,
+                              on_event=on_event, record=resume) for g in opened.groups])
+        if not req.keep_server:
+            for sess in opened.sessions.values():
+                msg = stop_server(sess)
+                if msg:
+                    journal.note(msg)
+    rows: list[MatrixRow] = []
+    variants: list[str] = []
+    all_cells: list[CellResult] = []
+    for g, gr in zip(opened.groups, runs):
+        by_budget: dict[int, MatrixRow] = {}
+        plan = plans[g.key]
+        for c in cells:
+            res = plan.results.get(c.base_key, [])
+            all_cells += res
+            v = variant_name(c.config)
+            if v not in variants:
+                variants.append(v)
+            row = by_budget.setdefault(c.config.budget, MatrixRow(g.name, c.config.budget))
+            row.entries[v] = summarize(res, req.repeat)
+        rows += [by_budget[b] for b in sorted(by_budget)]
+    restarts = sum(1 for gr in runs for _, c in gr.cells if is_restart(c))
+    report = SweepReport(store.run_id, store.dir, rows, variants, restarts,
+                         time.monotonic() - t0, opened.notes, all_cells)
+    journal.append({"type": "end", "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                    "restarts_used": restarts, "restarts_full_sweep": restarts,
+                    "exit_code": 1 if report.failed else 0, "wall_s": round(report.wall_s, 3)})
+    write_reports_if_available(store.dir, report.notes)
+    return report

@@ -1,0 +1,454 @@
+"""`ddprobe bisect`, `ddprobe bisect log|replay`, `ddprobe sweep`.
+
+    ddprobe bisect --host H --budgets 8,16,32,64 [--max-bs N] [--backend B] [--repeat N]
+                   [--graph-first|--eager-first] [--confirm-patch PATCH] [--sanitize]
+                   [--plan] [--resume RUN_ID] [--exit-protocol bisect] [--json]
+    ddprobe bisect log RUN_ID          the replayable session log (git bisect log format)
+    ddprobe bisect replay FILE         re-derive the verdicts from a (possibly edited) log
+    ddprobe sweep --host H --budgets 8,16,32 [--graph both|on|off] [--max-bs 64,16] [--json]
+
+Exit codes: 0 nothing fails, 1 a failure mode was found, 6 inconclusive, 7 refused; with
+`--exit-protocol bisect` (for `git bisect run`): 0 good, 1 bad, 125 skip (infrastructure,
+flaky), 128 abort (ddprobe cannot run: bad usage or configuration).
+"""
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from ddprobe.bisect.cells import describe
+from ddprobe.bisect.engine import Event
+from ddprobe.bisect.planner import small_max_bs_for
+from ddprobe.bisect.plantext import plan_lines
+from ddprobe.bisect.run import BisectReport, BisectRequest, load_resume, run_bisect
+from ddprobe.bisect.sessionlog import render_log, replay
+from ddprobe.bisect.sweep import SweepReport, SweepRequest, run_sweep
+from ddprobe.cli import common
+from ddprobe.errors import ConfigError, DdprobeError, LockedError, RemoteError, ServerError, \
+    UsageError
+from ddprobe.exitcodes import ExitCode
+from ddprobe.results import Verdict
+from ddprobe.store import find_run, load_run
+
+_COLOR = {"ok": "green", "buffer_sizing": "red", "graph_capture": "red", "kernel": "red",
+          "inconclusive": "yellow", "flaky": "yellow", "config_error": "magenta"}
+
+
+class EventRenderer:
+    """Live progress on stderr: a spinner with the current cell (on a terminal), and a line
+    per finished cell, per "configs left" update, and per note. Thread-safe (rich's lock)."""
+
+    def __init__(self, console: Console, *, quiet: bool = False) -> None:
+        self.console, self.quiet = console, quiet
+        self.live = console.is_terminal and not quiet
+        self._progress: Progress | None = None
+        self._task: Any = None
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> EventRenderer:
+        if self.live:
+            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
+                                      TimeElapsedColumn(), console=self.console, transient=True,
+                                      redirect_stdout=False, redirect_stderr=False)
+            self._progress.start()
+            self._task = self._progress.add_task("starting", total=None)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def _line(self, text: str) -> None:
+        if not self.quiet:
+            self.console.print(text, highlight=False)
+
+    def _status(self, text: str) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, description=escape(text[:150]))
+
+    def __call__(self, e: Event) -> None:
+        with self._lock:
+            self._render(e)
+
+    def _render(self, e: Event) -> None:
+        grp = f"[dim]{escape(e.group)}[/dim] " if e.group else ""
+        if e.kind == "server":
+            if self.live:
+                self._status(e.text)
+            elif "waiting for health" in e.text:
+                self._line(f"  {escape(e.text)}")
+        elif e.kind == "cell_start":
+            self._status(e.text)
+            if not self.live:
+                self._line(f"{grp}running {escape(e.text)}")
+        elif e.kind == "cell_done":
+            res = e.data.get("result")
+            out = res.outcome.value if res is not None else "?"
+            color = {"ok": "green", "error": "yellow", "refused": "magenta"}.get(out, "red")
+            secs = f" ({res.extra.get('wall_s', 0):.0f} s)" if res is not None else ""
+            self._line(f"{grp}[{color}]{escape(e.text)}: {escape(describe(res))}[/{color}]"
+                       f"{secs}")
+        elif e.kind == "progress":
+            self._line(f"{grp}[bold]Bisecting:[/bold] {escape(e.text)}")
+        elif e.kind in ("plan", "static", "run", "round"):
+            self._line(f"{grp}[dim]{escape(e.text)}[/dim]")
+        else:
+            self._line(f"{grp}[yellow]{escape(e.text)}[/yellow]")
+
+
+def parse_ints(text: str | None, what: str, *, allow_none: bool = False) -> tuple[Any, ...]:
+    if text is None:
+        return (None,) if allow_none else ()
+    out: list[Any] = []
+    for w in [x.strip() for x in text.split(",") if x.strip()]:
+        if allow_none and w.lower() in ("default", "none", "-"):
+            out.append(None)
+            continue
+        try:
+            v = int(w)
+        except ValueError:
+            raise UsageError(f"{what}: expected comma-separated integers, got {w!r}") from None
+        if v <= 0:
+            raise UsageError(f"{what}: values must be positive, got {v}")
+        out.append(v)
+    if not out:
+        raise UsageError(f"{what}: no values given")
+    return tuple(out)
+
+
+def _budgets(text: str | None) -> tuple[int, ...]:
+    if not text:
+        raise UsageError("give --budgets, e.g. --budgets 8,16,32,64")
+    vals = parse_ints(text, "--budgets")
+    return tuple(sorted(set(vals)))
+
+
+DEFAULT_BISECT_TASKS = ("8",)  # one probe wave: enough to tell ok from garbage, fast
+
+
+def _tasks(text: str | None, default: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """--tasks: ids, or N (the suite's first N), or 'all'; None -> `default`."""
+    if text is None:
+        return default
+    if text.strip().lower() == "all":
+        return ()
+    return tuple(t.strip() for t in text.split(",") if t.strip())
+
+
+def _wide() -> Console:
+    """stdout; piped output gets 80 columns from rich, too narrow for the verdict table."""
+    out = common.out
+    if out.is_terminal:
+        return out
+    return Console(file=out.file, width=max(out.width, 160), no_color=out.no_color,
+                   highlight=False, soft_wrap=True)
+
+
+def render_verdicts(rep: BisectReport) -> None:
+    out = _wide()
+    t = Table(title=f"bisect {rep.run_id}: budgets {','.join(map(str, rep.budgets))}",
+              title_justify="left")
+    multi = len(rep.groups) > 1
+    for c in (["hosts"] if multi else []) + ["budgets", "verdict", "what", "decided by",
+                                              "confidence"]:
+        t.add_column(c, overflow="fold")
+    for v in rep.verdicts:
+        color = _COLOR.get(v.kind, "white")
+        row = ([v.host or ""] if multi else []) + [
+            ",".join(str(b) for b in v.budgets), f"[{color}]{v.kind}[/{color}]",
+            escape(what(v)), v.decided_by, v.confidence]
+        t.add_row(*row)
+    out.print(t)
+    for n, v in enumerate(rep.verdicts, 1):
+        if v.kind == "ok" and len(rep.verdicts) > 1:
+            continue
+        head = f"[bold]{n}. b{',b'.join(map(str, v.budgets))}: {v.kind}[/bold]"
+        if v.signature:
+            head += f"  [dim]{escape(v.outcome)}: {escape(v.signature)}[/dim]"
+        out.print(head)
+        for e in v.evidence:
+            out.print(f"   - [cyan]{e.kind}[/cyan]: {escape(e.summary)}")
+        if v.patch_confirmed is not None:
+            out.print(f"   - patch: {'fixes it' if v.patch_confirmed else 'does not fix it'}")
+        out.print(f"   next: {escape(v.next_step)}")
+    for d in rep.disagreements:
+        out.print(f"[yellow]hosts disagree[/yellow] {escape(d['text'])}")
+    out.print(f"restarts: {rep.restarts_used} (this invocation {rep.restarts_now}) vs "
+              f"{rep.restarts_full_sweep} for the full sweep (budgets x {{graph, eager}}); "
+              f"rounds {rep.rounds}; wall {rep.wall_s:.1f} s; run dir {rep.run_dir}")
+
+
+def what(v: Verdict) -> str:
+    b = v.buffer or {}
+    if v.kind == "buffer_sizing" and b.get("attr"):
+        return f"{b['attr']} ({b.get('where')})"
+    if v.kind == "buffer_sizing" and b.get("attrs"):
+        return ", ".join(b["attrs"])
+    if v.kind == "buffer_sizing":
+        m = next((e for e in v.evidence if e.kind == "max_bs"), None)
+        return "fixed-capacity workspace" + (": a smaller max bs avoids it" if m else "")
+    if v.kind == "ok":
+        return "passes with CUDA graphs"
+    return v.signature or v.outcome
+
+
+def render_sweep(rep: SweepReport) -> None:
+    out = _wide()
+    t = Table(title=f"sweep {rep.run_id}", title_justify="left")
+    groups = sorted({r.group for r in rep.rows})
+    if len(groups) > 1:
+        t.add_column("hosts")
+    t.add_column("budget", justify="right")
+    for v in rep.variants:
+        t.add_column(v, overflow="fold")
+    for r in rep.rows:
+        cells = [r.group] if len(groups) > 1 else []
+        cells.append(str(r.budget))
+        for v in rep.variants:
+            e = r.entries.get(v)
+            cells.append(_entry(e) if e else "-")
+        t.add_row(*cells)
+    out.print(t)
+    out.print(f"restarts: {rep.restarts_used}; wall {rep.wall_s:.1f} s; run dir "
+                     f"{rep.run_dir}")
+
+
+def _entry(e: dict[str, Any]) -> str:
+    out = e["outcome"]
+    color = {"ok": "green", "error": "yellow", "refused": "magenta", "flaky": "yellow"}.get(
+        out, "red")
+    parts = [f"[{color}]{out}[/{color}]"]
+    if e.get("accept_length") is not None:
+        parts.append(f"accept {e['accept_length']:.2f}")
+    if e.get("tok_s") is not None:
+        parts.append(f"{e['tok_s']:.0f} tok/s")
+    if e.get("coding"):
+        parts.append(f"coding {e['coding']}")
+    if e.get("signature") and out != "ok":
+        parts.append(f"[dim]{escape(e['signature'])}[/dim]")
+    elif e.get("error") and out in ("error", "refused"):
+        parts.append(f"[dim]{escape(e['error'])}[/dim]")
+    return " ".join(parts)
+
+
+def _protocol_exit(e: DdprobeError, protocol: str | None) -> int:
+    """An error under --exit-protocol bisect: infrastructure -> 125 (skip), else abort."""
+    common.err.print(f"[red]error:[/red] {escape(str(e))}")
+    if isinstance(e, (RemoteError, LockedError, ServerError)):
+        return int(ExitCode.BISECT_SKIP)
+    return 128
+
+
+def register(app: typer.Typer) -> None:
+    bis = typer.Typer(help="Find where a config starts failing and why (buffer sizing, graph "
+                           "capture or kernel), in the fewest restarts.",
+                      invoke_without_command=True, no_args_is_help=False)
+
+    @bis.callback(invoke_without_command=True)
+    def bisect_cmd(
+        ctx: typer.Context,
+        host: Optional[str] = typer.Option(None, "--host", "-H",
+                                           help="Host, group or comma list (identical hosts "
+                                                "share rounds; differing ones run side by "
+                                                "side)."),
+        budgets: Optional[str] = typer.Option(None, "--budgets", "-b",
+                                              help="Budgets to search, e.g. 8,16,32,64."),
+        max_bs: Optional[int] = typer.Option(None, "--max-bs", min=1,
+                                             help="--cuda-graph-max-bs for every cell."),
+        backend: Optional[str] = typer.Option(None, "--backend",
+                                              help="--attention-backend for every cell."),
+        repeat: int = typer.Option(1, "--repeat", min=1,
+                                   help="Run each cell N times; disagreeing repeats = flaky."),
+        graph_first: bool = typer.Option(False, "--graph-first",
+                                         help="Graph experiments (oversize, max bs) before "
+                                              "the eager control for every failure mode."),
+        eager_first: bool = typer.Option(False, "--eager-first",
+                                         help="The eager control first for every failure "
+                                              "mode (the textbook order; more restarts)."),
+        confirm_patch: Optional[str] = typer.Option(
+            None, "--confirm-patch", help="Apply this patch, re-run each failing cell, keep it "
+                                          "if it fixes one, else revert."),
+        sanitize: bool = typer.Option(False, "--sanitize",
+                                      help="A compute-sanitizer cell per crash mode, when "
+                                           "the host has it."),
+        plan: bool = typer.Option(False, "--plan", help="Print the plan and exit."),
+        resume: Optional[str] = typer.Option(None, "--resume",
+                                             help="Continue an interrupted run (RUN_ID)."),
+        exit_protocol: Optional[str] = typer.Option(
+            None, "--exit-protocol", help="'bisect': exit 0 good, 1 bad, 125 skip (for `git "
+                                          "bisect run`)."),
+        tasks: Optional[str] = typer.Option(None, "--tasks",
+                                            help="Probe these coding tasks (ids), the first N "
+                                                 "(a number; default 8), or 'all'."),
+        no_parallel: bool = typer.Option(False, "--no-parallel",
+                                         help="Never share rounds between hosts."),
+        keep_server: bool = typer.Option(False, "--keep-server",
+                                         help="Leave the last cell's server running."),
+        break_lock: bool = typer.Option(False, "--break-lock",
+                                        help="Take over a stale host lock."),
+        as_json: bool = common.JsonOpt,
+    ) -> None:
+        """Bisect budgets with CUDA graphs, then diagnose each failure mode."""
+        if ctx.invoked_subcommand is not None:
+            return
+        if exit_protocol not in (None, "bisect"):
+            raise UsageError(f"--exit-protocol: only 'bisect' is known, got {exit_protocol!r}")
+        try:
+            code = _bisect(host=host, budgets=budgets, max_bs=max_bs, backend=backend,
+                           repeat=repeat, graph_first=graph_first, eager_first=eager_first,
+                           confirm_patch=confirm_patch, sanitize=sanitize, plan=plan,
+                           resume=resume, exit_protocol=exit_protocol, tasks=tasks,
+                           parallel=not no_parallel, keep_server=keep_server,
+                           break_lock=break_lock, as_json=as_json, argv=ctx.args)
+        except DdprobeError as e:
+            if exit_protocol == "bisect":
+                raise typer.Exit(_protocol_exit(e, exit_protocol)) from None
+            raise
+        raise typer.Exit(code)
+
+    @bis.command("log")
+    def log_cmd(run_id: str = typer.Argument(..., help="Run id (or a prefix, or 'latest').")
+                ) -> None:
+        """Print a bisect run's session log (replayable, git bisect log format)."""
+        rec = load_run(find_run(run_id))
+        common.out.file.write(render_log(rec))
+        common.out.file.flush()
+
+    @bis.command("replay")
+    def replay_cmd(file: Path = typer.Argument(..., help="A session log (from `bisect log`)."),
+                   as_json: bool = common.JsonOpt) -> None:
+        """Re-derive the verdicts from a session log without touching a host."""
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as e:
+            raise ConfigError(f"cannot read: {e.strerror}", path=str(file)) from None
+        results = replay(text, str(file))
+        verdicts = [v for _, _, vs in results for v in vs]
+        if as_json:
+            common.emit_json({"verdicts": [v.to_dict() for v in verdicts]})
+            return
+        for s, p, vs in results:
+            marks = sum(len(r) for r in p.results.values())
+            common.out.print(f"[bold]{escape(s.hosts)}[/bold]: {marks} marks replayed")
+            for v in vs:
+                color = _COLOR.get(v.kind, "white")
+                common.out.print(f"  b{',b'.join(map(str, v.budgets))}: [{color}]{v.kind}"
+                                 f"[/{color}] ({v.decided_by}, {v.confidence}) "
+                                 f"{escape(what(v))}")
+
+    app.add_typer(bis, name="bisect")
+
+    @app.command("sweep")
+    def sweep_cmd(
+        host: str = common.HostOpt,
+        budgets: Optional[str] = typer.Option(None, "--budgets", "-b",
+                                              help="Budgets, e.g. 8,16,32,64."),
+        graph: str = typer.Option("both", "--graph", help="both | on | off."),
+        max_bs: Optional[str] = typer.Option(None, "--max-bs",
+                                             help="--cuda-graph-max-bs values (comma list)."),
+        backend: Optional[str] = typer.Option(None, "--backend",
+                                              help="--attention-backend values (comma list)."),
+        repeat: int = typer.Option(1, "--repeat", min=1, help="Run each cell N times."),
+        tasks: Optional[str] = typer.Option(None, "--tasks",
+                                            help="Probe these coding tasks, the first N, or "
+                                                 "'all' (default)."),
+        resume: Optional[str] = typer.Option(None, "--resume",
+                                             help="Continue an interrupted sweep (RUN_ID)."),
+        no_parallel: bool = typer.Option(False, "--no-parallel",
+                                         help="Never share cells between hosts."),
+        keep_server: bool = typer.Option(False, "--keep-server",
+                                         help="Leave the last cell's server running."),
+        break_lock: bool = typer.Option(False, "--break-lock", help="Take over a stale lock."),
+        as_json: bool = common.JsonOpt,
+    ) -> None:
+        """The full matrix of cells: outcomes, acceptance, tok/s, coding, signatures."""
+        rec = None
+        if resume:
+            rec = load_run(find_run(resume))
+            if rec.meta.get("command") != "sweep" or rec.finished:
+                raise UsageError(f"run {rec.run_id} is not an unfinished sweep")
+            o = rec.meta.get("options") or {}
+            req = SweepRequest(budgets=tuple(o["budgets"]), graph=o.get("graph", "both"),
+                               max_bs=tuple(o.get("max_bs") or (None,)),
+                               backends=tuple(o.get("backends") or (None,)),
+                               extra_args=tuple(o.get("extra_args") or ()),
+                               repeat=int(o.get("repeat") or 1), tasks=tuple(o.get("tasks") or ()),
+                               parallel=bool(o.get("parallel", True)),
+                               keep_server=bool(o.get("keep_server", False)))
+            hosts = common.hosts(",".join(rec.meta.get("hosts") or []))
+        else:
+            req = SweepRequest(budgets=_budgets(budgets), graph=graph,
+                               max_bs=parse_ints(max_bs, "--max-bs", allow_none=True),
+                               backends=tuple(b.strip() or None for b in backend.split(","))
+                               if backend else (None,),
+                               repeat=repeat, tasks=_tasks(tasks), parallel=not no_parallel,
+                               keep_server=keep_server)
+            req.validate()
+            hosts = common.hosts(host)
+        with EventRenderer(common.err, quiet=False) as ren:
+            rep = run_sweep(hosts, req, resume=rec, on_event=ren, break_lock=break_lock,
+                            argv=["sweep", "--host", host, "--budgets", budgets or ""])
+        if as_json:
+            common.emit_json(rep.to_dict())
+        else:
+            render_sweep(rep)
+        raise typer.Exit(int(ExitCode.FAILED) if rep.failed else 0)
+
+
+def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backend: str | None,
+            repeat: int, graph_first: bool, eager_first: bool, confirm_patch: str | None,
+            sanitize: bool, plan: bool, resume: str | None, exit_protocol: str | None,
+            tasks: str | None, parallel: bool, keep_server: bool, break_lock: bool,
+            as_json: bool, argv: list[str]) -> int:
+    if graph_first and eager_first:
+        raise UsageError("--graph-first and --eager-first exclude each other")
+    rec = None
+    if resume:
+        rec = load_resume(resume)
+        req = BisectRequest.from_dict(rec.meta.get("options") or {})
+        hosts = common.hosts(",".join(rec.meta.get("hosts") or []))
+    else:
+        if not host:
+            raise UsageError("give --host (a host, group or comma list; see `ddprobe hosts`)")
+        order = "graph-first" if graph_first else "eager-first" if eager_first else "auto"
+        if confirm_patch:
+            from ddprobe.sources.patches import load_patch
+            load_patch(confirm_patch)  # a missing/bad patch is reported before any restart
+        req = BisectRequest(budgets=_budgets(budgets), max_bs=max_bs, backend=backend,
+                            order=order, repeat=repeat, sanitize=sanitize,
+                            confirm_patch=confirm_patch, parallel=parallel,
+                            tasks=_tasks(tasks, DEFAULT_BISECT_TASKS), keep_server=keep_server)
+        hosts = common.hosts(host)
+    if plan:
+        eff = req.max_bs or hosts[0].server.max_bs
+        spec = req.spec(small_max_bs=small_max_bs_for(eff), sanitize_available=False,
+                        sanitize_note="decided when the run gathers facts")
+        k = len(hosts) if req.parallel else 1
+        lines = plan_lines(spec, k=k)
+        if as_json:
+            common.emit_json({"plan": lines, "request": req.to_dict(),
+                              "hosts": [h.name for h in hosts]})
+        else:
+            if k > 1:
+                lines.append(f"  (assuming the {k} hosts are identical; hosts that differ run "
+                             "the plan side by side)")
+            for line in lines:
+                common.out.print(escape(line))
+        return 0
+    with EventRenderer(common.err, quiet=False) as ren:
+        rep = run_bisect(hosts, req, resume=rec, on_event=ren, break_lock=break_lock,
+                         argv=["bisect", *(["--host", host] if host else []),
+                               *(["--budgets", budgets] if budgets else []), *argv])
+    if as_json:
+        common.emit_json(rep.to_dict())
+    else:
+        render_verdicts(rep)
+    return rep.exit_code(exit_protocol)
+

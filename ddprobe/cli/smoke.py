@@ -1,0 +1,81 @@
+"""`ddprobe smoke --host H [--budgets ...] [--junit FILE] [--json]`: the CI check.
+
+Facts, flags check, one CUDA-graph cell at the production budget (`server.budget`), probes.
+Exit codes: 0 ok, 4 unreachable, 5 server could not start (infrastructure), 7 refused,
+8 crash, 9 garbage, 10 degraded, 11 hang (several hosts: the most severe; see ddprobe.smoke).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from ddprobe.bisect.cells import describe
+from ddprobe.bisect.executor import probe_options
+from ddprobe.cli import common
+from ddprobe.cli.bisect import parse_ints
+from ddprobe.errors import ConfigError
+from ddprobe.results import CellResult
+from ddprobe.smoke import SmokeReport, junit_xml, run_smoke
+
+_COLOR = {"pass": "green", "failure": "red", "error": "yellow", "skipped": "dim"}
+
+
+def render_smoke(rep: SmokeReport) -> None:
+    t = Table(title=f"smoke {rep.run_id}", title_justify="left")
+    for c in ("host", "check", "result", "detail"):
+        t.add_column(c, overflow="fold")
+    for hs in rep.hosts:
+        for c in hs.cases:
+            color = _COLOR.get(c.status, "white")
+            detail = c.message or (c.output if c.name.startswith("probes") else "")
+            t.add_row(hs.host, c.name, f"[{color}]{c.status}[/{color}]", escape(detail[:200]))
+    common.out.print(t)
+    common.out.print(f"exit {rep.exit_code}; wall {rep.wall_s:.1f} s; run dir {rep.run_dir}")
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("smoke")
+    def smoke_cmd(
+        host: str = common.HostOpt,
+        budgets: Optional[str] = typer.Option(
+            None, "--budgets", "-b", help="Budgets to check (default: the host's server.budget)."),
+        junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here."),
+        tasks: Optional[str] = typer.Option(None, "--tasks",
+                                            help="Probe these coding tasks, or the first N."),
+        baseline: Optional[str] = typer.Option(
+            None, "--baseline", help="A known-good cell (`ddprobe run --json` output): tok/s "
+                                     "below its ratio is degraded (exit 10), answers that "
+                                     "differ are garbage."),
+        as_json: bool = common.JsonOpt,
+    ) -> None:
+        """CI smoke check: facts, flags, one graph cell at the production budget, probes."""
+        hosts = common.hosts(host)
+        bs = parse_ints(budgets, "--budgets") if budgets else ()
+        probe = probe_options(tuple(x.strip() for x in tasks.split(",")) if tasks else ())
+
+        def progress(c: CellResult) -> None:
+            common.err.print(f"{escape(c.host)}: {c.config.key}: {escape(describe(c))}",
+                             highlight=False)
+
+        base = None
+        if baseline:
+            from ddprobe.cli.run import load_baseline
+            base = load_baseline(baseline)
+        rep = run_smoke(hosts, budgets=bs, probe=probe, baseline=base, on_cell=progress,
+                        argv=["smoke", "--host", host])
+        if junit is not None:
+            try:
+                junit.parent.mkdir(parents=True, exist_ok=True)
+                junit.write_text(junit_xml(rep), encoding="utf-8")
+            except OSError as e:
+                raise ConfigError(f"cannot write the JUnit report: {e.strerror}",
+                                  path=str(junit), key="--junit") from None
+        if as_json:
+            common.emit_json(rep.to_dict())
+        else:
+            render_smoke(rep)
+        raise typer.Exit(rep.exit_code)

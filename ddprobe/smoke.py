@@ -1,0 +1,326 @@
+"""`ddprobe smoke`: a short fixed check for CI, with exit codes and a JUnit XML report.
+
+Per host (hosts in parallel): facts -> flags check of the production config -> one cell with
+CUDA graphs at the production budget (`server.budget`, or each of --budgets) -> probes.
+
+Exit codes (ddprobe.exitcodes): 0 ok, 4 unreachable, 5 the server could not be started for
+reasons outside the config (infrastructure), 7 refused config, 8 crash, 9 garbage, 10 degraded,
+11 hang. With several hosts or budgets the most severe wins, in this order: crash, hang,
+garbage, degraded, refused, server, unreachable.
+
+JUnit (REMOTE_AND_CI.md section 5.2): one <testsuite> per host, test cases facts / flags /
+cell / probes (per budget); a failed assertion about the server is <failure>, an
+infrastructure problem (SSH, unreachable, server-start timeout) is <error>, a check that could
+not run because an earlier one failed is <skipped>; <system-out> holds the server log's tail
+and the suite's <properties> the package versions and GPU facts.
+"""
+from __future__ import annotations
+
+import socket
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from ddprobe.errors import ConfigError, DdprobeError, RefusedError, RemoteError, UsageError
+from ddprobe.exitcodes import ExitCode
+from ddprobe.facts import Facts, gather_facts
+from ddprobe.inventory import Host
+from ddprobe.remote import connect
+from ddprobe.results import CellResult, Config, Outcome
+from ddprobe.store import RunStore, runs_root
+
+SEVERITY: Final = (ExitCode.CRASH, ExitCode.HANG, ExitCode.GARBAGE, ExitCode.DEGRADED,
+                   ExitCode.REFUSED, ExitCode.SERVER, ExitCode.UNREACHABLE)
+OUTCOME_EXIT: Final = {Outcome.OK: ExitCode.OK, Outcome.CRASH: ExitCode.CRASH,
+                       Outcome.HANG: ExitCode.HANG, Outcome.GARBAGE: ExitCode.GARBAGE,
+                       Outcome.DEGRADED: ExitCode.DEGRADED, Outcome.REFUSED: ExitCode.REFUSED,
+                       Outcome.ERROR: ExitCode.SERVER}
+LOG_TAIL_LINES: Final = 80
+
+
+@dataclass
+class Case:
+    """One JUnit test case: pass | failure | error | skipped."""
+
+    name: str
+    classname: str
+    status: str = "pass"
+    message: str = ""
+    type: str = ""
+    time: float = 0.0
+    output: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class HostSmoke:
+    host: str
+    cases: list[Case] = field(default_factory=list)
+    exit_code: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    cells: list[CellResult] = field(default_factory=list)
+    time: float = 0.0
+    timestamp: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"host": self.host, "exit_code": self.exit_code, "time": round(self.time, 3),
+                "properties": self.properties, "cases": [c.to_dict() for c in self.cases],
+                "cells": [c.to_dict() for c in self.cells]}
+
+
+@dataclass
+class SmokeReport:
+    run_id: str
+    run_dir: Path
+    hosts: list[HostSmoke]
+    wall_s: float
+
+    @property
+    def exit_code(self) -> int:
+        return worst([h.exit_code for h in self.hosts])
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"run_id": self.run_id, "run_dir": str(self.run_dir),
+                "exit_code": self.exit_code, "wall_s": round(self.wall_s, 3),
+                "hosts": [h.to_dict() for h in self.hosts]}
+
+
+def worst(codes: Sequence[int]) -> int:
+    bad = [c for c in codes if c != 0]
+    if not bad:
+        return 0
+    rank = {int(c): i for i, c in enumerate(SEVERITY)}
+    return min(bad, key=lambda c: rank.get(c, len(rank)))
+
+
+def production_configs(host: Host, budgets: Sequence[int] = ()) -> list[Config]:
+    s = host.server
+    bs = list(budgets) or ([s.budget] if s.budget else [])
+    if not bs:
+        raise UsageError(f"host '{host.name}' has no production budget: set server.budget in "
+                         "the inventory or pass --budgets")
+    return [Config(budget=b, graph=True, max_bs=s.max_bs, backend=s.backend) for b in bs]
+
+
+def _properties(host: Host, facts: Facts | None) -> dict[str, str]:
+    props = {"host": host.name, "target": host.target, "package": host.package}
+    if facts is None:
+        return props
+    if facts.install:
+        props[f"{facts.install.get('name')}.version"] = str(facts.install.get("version"))
+    for k, v in sorted(facts.packages.items()):
+        props[f"package.{k}"] = v
+    for i, g in enumerate(facts.gpus):
+        props[f"gpu.{i}"] = f"{g.get('name')} ({g.get('sm') or g.get('compute_cap')})"
+    for k in ("driver", "cuda", "os", "kernel", "hostname"):
+        v = getattr(facts, k)
+        if v:
+            props[k] = str(v)
+    props["python"] = str(facts.python.get("version", ""))
+    return props
+
+
+def _tail(c: CellResult) -> str:
+    path = c.extra.get("local_log")
+    if path:
+        try:
+            lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+            return "\n".join(lines[-LOG_TAIL_LINES:])
+        except OSError:
+            pass
+    return "\n".join(c.log_excerpt)
+
+
+def smoke_host(host: Host, configs: Sequence[Config], *, log_dir: Path | None,
+               probe: Any = None, baseline: Any = None,
+               on_cell: Callable[[CellResult], None] | None = None) -> HostSmoke:
+    """Run the smoke checks on one host (never raises for the host's own problems)."""
+    from ddprobe.experiment import run_cell
+    from ddprobe.server.launch import build_launch, check_launch, host_flags
+    t0 = time.monotonic()
+    hs = HostSmoke(host.name, timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    cls = f"ddprobe.{host.name}"
+    facts_case = Case("facts", cls)
+    hs.cases.append(facts_case)
+
+    def skip_rest(why: str) -> None:
+        for c in configs:
+            for n in ("flags", "cell", "probes"):
+                hs.cases.append(Case(f"{n} b{c.budget}", f"{cls}.{c.key}", "skipped", why))
+
+    try:
+        with connect(host) as r:
+            t = time.monotonic()
+            try:
+                facts = gather_facts(r, host)
+            except RemoteError as e:
+                facts_case.status, facts_case.type, facts_case.message = "error", "unreachable", \
+                    str(e)
+                hs.exit_code = int(ExitCode.UNREACHABLE)
+                skip_rest("facts failed")
+                return hs
+            facts_case.time = time.monotonic() - t
+            hs.properties = _properties(host, facts)
+            if facts.install is None:
+                facts_case.status, facts_case.type = "failure", "install"
+                facts_case.message = f"package {host.package!r} is not importable by " \
+                                     f"{host.python}"
+            flags, why = host_flags(r, host)
+            codes: list[int] = []
+            for cfg in configs:
+                codes.append(_one(r, host, cfg, hs, flags, why, log_dir, probe, baseline,
+                                  run_cell, build_launch, check_launch, on_cell))
+            hs.exit_code = worst(codes)
+    except RemoteError as e:
+        if facts_case.status == "pass" and not hs.properties:
+            facts_case.status, facts_case.type, facts_case.message = "error", "unreachable", \
+                str(e)
+            skip_rest("host unreachable")
+        hs.exit_code = int(ExitCode.UNREACHABLE)
+    finally:
+        hs.time = time.monotonic() - t0
+    return hs
+
+
+def _one(r: Any, host: Host, cfg: Config, hs: HostSmoke, flags: Any, why: str,
+         log_dir: Path | None, probe: Any, baseline: Any, run_cell: Any, build_launch: Any,
+         check_launch: Any, on_cell: Callable[[CellResult], None] | None) -> int:
+    cls = f"ddprobe.{host.name}.{cfg.key}"
+    b = cfg.budget
+    flags_case = Case(f"flags b{b}", cls)
+    hs.cases.append(flags_case)
+    t = time.monotonic()
+    try:
+        launch = build_launch(host, cfg, flags)
+        if flags is None:
+            flags_case.status, flags_case.message = "skipped", why or "flags not readable"
+        else:
+            check_launch(launch, flags)
+            flags_case.output = " ".join(launch.server_args)
+    except RefusedError as e:
+        flags_case.status, flags_case.type, flags_case.message = "failure", "refused", str(e)
+        for n in ("cell", "probes"):
+            hs.cases.append(Case(f"{n} b{b}", cls, "skipped", "the flags check refused it"))
+        return int(ExitCode.REFUSED)
+    except ConfigError as e:
+        flags_case.status, flags_case.type, flags_case.message = "error", "config", str(e)
+        for n in ("cell", "probes"):
+            hs.cases.append(Case(f"{n} b{b}", cls, "skipped", "no launch command"))
+        return int(ExitCode.CONFIG)
+    flags_case.time = time.monotonic() - t
+    kw: dict[str, Any] = {"log_dir": log_dir}
+    if probe is not None:
+        kw["probe"] = probe
+    if baseline is not None:
+        kw["baseline"] = baseline
+    try:
+        cell = run_cell(r, host, cfg, **kw)
+    except DdprobeError as e:
+        cell = CellResult(host=host.name, config=cfg, outcome=Outcome.ERROR, error=str(e))
+    hs.cells.append(cell)
+    if on_cell is not None:
+        on_cell(cell)
+    cell_case = Case(f"cell b{b}", cls, time=float(cell.timings.get("restart", 0.0))
+                     + float(cell.timings.get("health", 0.0)), output=_tail(cell))
+    probe_case = Case(f"probes b{b}", cls, time=float(cell.timings.get("probe", 0.0)))
+    hs.cases += [cell_case, probe_case]
+    out = cell.outcome
+    sig = cell.signature.id if cell.signature else ""
+    p = cell.probes
+    metrics = ""
+    if p is not None:
+        metrics = f"{p.label}" + (f", accept {p.accept_length:.2f}" if p.accept_length else "") \
+            + (f", {p.tok_s:.0f} tok/s" if p.tok_s else "")
+    probe_case.output = metrics
+    if out is Outcome.REFUSED:
+        flags_case.status, flags_case.type = "failure", "refused"
+        flags_case.message = cell.error or sig or "the server refused the flags"
+        cell_case.status = probe_case.status = "skipped"
+        cell_case.message = probe_case.message = "the server refused the config"
+    elif out is Outcome.ERROR:
+        cell_case.status, cell_case.type = "error", "infrastructure"
+        cell_case.message = cell.error or "infrastructure error"
+        probe_case.status, probe_case.message = "skipped", "no server"
+        return int(ExitCode.SERVER)
+    elif out is Outcome.HANG:
+        cell_case.status, cell_case.type = "error", "hang"
+        cell_case.message = f"the server never became healthy{': ' + sig if sig else ''}"
+        probe_case.status, probe_case.message = "skipped", "no server"
+    elif out is Outcome.CRASH:
+        cell_case.status, cell_case.type = "failure", "crash"
+        cell_case.message = sig or cell.error or "the server crashed"
+        probe_case.status, probe_case.message = "skipped", "the server crashed"
+    elif out in (Outcome.GARBAGE, Outcome.DEGRADED):
+        probe_case.status, probe_case.type = "failure", out.value
+        probe_case.message = "; ".join(x for x in (sig, metrics, *(p.failures[:3] if p else []))
+                                       if x)
+    return int(OUTCOME_EXIT[out])
+
+
+def run_smoke(hosts: Sequence[Host], *, budgets: Sequence[int] = (), probe: Any = None,
+              baseline: Any = None, root: Path | None = None, argv: Sequence[str] = (),
+              on_cell: Callable[[CellResult], None] | None = None) -> SmokeReport:
+    """The smoke check on every host (in parallel); the run lands in runs/<run-id>/."""
+    plans = [(h, production_configs(h, budgets)) for h in hosts]
+    t0 = time.monotonic()
+    store = RunStore.create("smoke", root or runs_root())
+    store.append({"type": "run", "run_id": store.run_id, "command": "smoke", "argv": list(argv),
+                  "hosts": [h.name for h in hosts], "budgets": sorted({c.budget for _, cs in
+                                                                        plans for c in cs}),
+                  "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "options": {}})
+    with ThreadPoolExecutor(max_workers=min(16, max(1, len(hosts)))) as pool:
+        futs = [pool.submit(smoke_host, h, cs, log_dir=store.dir / "logs", probe=probe,
+                            baseline=baseline, on_cell=on_cell) for h, cs in plans]
+        results = [f.result() for f in futs]
+    for hs in results:
+        for c in hs.cells:
+            store.cell(c)
+    rep = SmokeReport(store.run_id, store.dir, results, time.monotonic() - t0)
+    store.append({"type": "end", "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                  "restarts_used": sum(1 for h in results for c in h.cells
+                                       if c.timings.get("restart") is not None),
+                  "exit_code": rep.exit_code, "wall_s": round(rep.wall_s, 3)})
+    from ddprobe.bisect.run import write_reports_if_available
+    write_reports_if_available(store.dir, [])
+    return rep
+
+
+def junit_xml(rep: SmokeReport) -> str:
+    """JUnit XML (Ant/Jenkins schema) for the report: one test suite per host."""
+    root = ET.Element("testsuites", name="ddprobe smoke")
+    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
+    for hs in rep.hosts:
+        counts = {"tests": len(hs.cases),
+                  "failures": sum(c.status == "failure" for c in hs.cases),
+                  "errors": sum(c.status == "error" for c in hs.cases),
+                  "skipped": sum(c.status == "skipped" for c in hs.cases)}
+        for k, v in counts.items():
+            totals[k] += v
+        suite = ET.SubElement(root, "testsuite", name=hs.host, time=f"{hs.time:.3f}",
+                              timestamp=hs.timestamp, hostname=socket.gethostname(),
+                              **{k: str(v) for k, v in counts.items()})
+        props = ET.SubElement(suite, "properties")
+        for k, v in sorted(hs.properties.items()):
+            ET.SubElement(props, "property", name=k, value=str(v))
+        for c in hs.cases:
+            tc = ET.SubElement(suite, "testcase", classname=c.classname, name=c.name,
+                               time=f"{c.time:.3f}")
+            if c.status in ("failure", "error"):
+                el = ET.SubElement(tc, c.status, message=c.message[:500], type=c.type or
+                                   c.status)
+                el.text = c.message
+            elif c.status == "skipped":
+                ET.SubElement(tc, "skipped", message=c.message[:500])
+            if c.output:
+                ET.SubElement(tc, "system-out").text = c.output
+    for k, v in totals.items():
+        root.set(k, str(v))
+    root.set("time", f"{rep.wall_s:.3f}")
+    ET.indent(root)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

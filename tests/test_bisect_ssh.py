@@ -1,0 +1,269 @@
+"""`ddprobe bisect` end to end: the testbed behind a real loopback sshd, several scenarios.
+
+Each test writes its own inventory (its own port, workdir and testbed install), runs
+`ddprobe bisect ... --json` in-process and checks the verdicts, the run directory, the host
+afterwards (no temporary patch left, no server left running) and the restart counts.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from test_server_util import inventory_text, procs_with
+from testbed_util import free_port, install_prefix
+
+from ddprobe.cli import main
+from ddprobe.exitcodes import ExitCode
+from ddprobe.inventory import load_inventory
+from ddprobe.remote import connect
+from ddprobe.sources.patches import applied_ids, patch_status, revert_patch
+
+pytestmark = pytest.mark.ssh
+REPO = Path(__file__).resolve().parents[1]
+# fast simulated GPU: start-up ~1 s, a garbage answer (max tokens at acceptance 1) ~1 s
+ENV = {"DDTESTBED_TIME_SCALE": "0.01", "DDTESTBED_STARTUP_SCALE": "0.002"}
+TASKS = "reverse_words,is_palindrome,fizzbuzz"
+
+
+class Site:
+    """One SSH test host running the testbed from its own install, and ddprobe against it."""
+
+    def __init__(self, sshd: object, tmp: Path, *, scenario: str = "seed", name: str = "gpu",
+                 labels: str = "") -> None:
+        self.sshd, self.name = sshd, name
+        self.prefix = install_prefix(tmp / f"{name}-site")
+        self.port = free_port()
+        self.workdir = tmp / f"{name}-work"
+        text = inventory_text(sshd.alias, self.prefix, self.port, self.workdir,  # type: ignore[attr-defined]
+                              scenario=scenario, name=name, env=ENV)
+        self.entry = text.split("hosts:\n", 1)[1] + (f"    labels: {{{labels}}}\n" if labels
+                                                     else "")
+
+    def host(self, inv: Path) -> object:
+        return load_inventory(str(inv)).get(self.name)
+
+
+def write_inventory(tmp: Path, *sites: Site) -> Path:
+    inv = tmp / "hosts.yaml"
+    inv.write_text("hosts:\n" + "".join(s.entry for s in sites))
+    return inv
+
+
+def ddprobe(inv: Path, ssh_config: Path, *args: str) -> int:
+    return main(["-i", str(inv), "--ssh-config", str(ssh_config), *args])
+
+
+def bisect_json(capsys: pytest.CaptureFixture[str], inv: Path, ssh_config: Path, *args: str
+                ) -> tuple[int, dict]:
+    code = ddprobe(inv, ssh_config, "bisect", "--json", "--tasks", TASKS, *args)
+    cap = capsys.readouterr()
+    try:
+        return code, json.loads(cap.out)
+    except json.JSONDecodeError:
+        raise AssertionError(f"no JSON (exit {code}): {cap.out[-2000:]!r}\n{cap.err[-4000:]}"
+                             ) from None
+
+
+def verdicts(doc: dict) -> dict[tuple[int, ...], dict]:
+    return {tuple(v["budgets"]): v for v in doc["verdicts"]}
+
+
+def assert_clean(inv: Path, site: Site) -> None:
+    """No temporary patch left in the install, no testbed server left running."""
+    h = site.host(inv)
+    with connect(h) as r:  # type: ignore[arg-type]
+        assert applied_ids(patch_status(r, host=h)) == []  # type: ignore[arg-type]
+    assert procs_with(f"--port\x00{site.port}\x00") == []
+
+
+@pytest.fixture
+def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    d = tmp_path / "runs"
+    monkeypatch.setenv("DDPROBE_RUNS", str(d))
+    return d
+
+
+def test_seed_verdicts_over_ssh(sshd: object, tmp_path: Path, runs: Path,
+                                capsys: pytest.CaptureFixture[str]) -> None:
+    site = Site(sshd, tmp_path)
+    inv = write_inventory(tmp_path, site)
+    cfg = sshd.ssh_config  # type: ignore[attr-defined]
+    code, doc = bisect_json(capsys, inv, cfg, "--host", "gpu", "--budgets", "8,16,32,64")
+    assert code == int(ExitCode.FAILED)
+    v = verdicts(doc)
+    assert v[(8,)]["kind"] == "ok"
+    assert v[(16,)]["kind"] == "buffer_sizing"
+    assert v[(16,)]["buffer"]["attr"] == "cuda_graph_custom_mask"
+    assert v[(16,)]["buffer"]["where"].startswith("srt/layers/attention/triton_backend.py:")
+    assert v[(32,)]["kind"] == "graph_capture"
+    assert v[(64,)]["kind"] == "buffer_sizing" and v[(64,)]["decided_by"] == "max-bs experiment"
+    assert doc["restarts_used"] <= doc["restarts_full_sweep"] == 8
+    run_dir = Path(doc["run_dir"])
+    assert (run_dir / "journal.jsonl").is_file() and list((run_dir / "logs").glob("*.log"))
+    assert_clean(inv, site)
+    # the session log of the run, git bisect style, and its replay agree with the run
+    assert ddprobe(inv, cfg, "bisect", "log", doc["run_id"]) == 0
+    log = capsys.readouterr().out
+    assert "ddprobe bisect good b8-graph-bs64" not in log  # the production max bs is not forced
+    assert "ddprobe bisect good b8-graph" in log.splitlines()
+    assert "# verdict [gpu]: b32 graph_capture" in log
+
+
+def test_healthy_is_one_restart_and_exit_0(sshd: object, tmp_path: Path, runs: Path,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    site = Site(sshd, tmp_path, scenario="healthy")
+    inv = write_inventory(tmp_path, site)
+    # an interrupted run left its temporary oversize patch applied: the next run reverts it
+    from ddprobe.sources.buffers import SizingParams
+    from ddprobe.sources.fetch import grep_buffers
+    from ddprobe.sources.oversize import make_oversize_patch
+    from ddprobe.sources.patches import apply_patch
+    h = site.host(inv)
+    with connect(h) as r:  # type: ignore[arg-type]
+        rep = grep_buffers(r, h, params=SizingParams(max_bs=64, budgets=(8,)))  # type: ignore[arg-type]
+        apply_patch(r, make_oversize_patch(rep, ["cuda_graph_custom_mask"]), host=h)  # type: ignore[arg-type]
+        assert applied_ids(patch_status(r, host=h))  # type: ignore[arg-type]
+    code, doc = bisect_json(capsys, inv, sshd.ssh_config, "--host", "gpu",  # type: ignore[attr-defined]
+                            "--budgets", "8,16,32,64", "--exit-protocol", "bisect")
+    assert code == 0
+    assert [v["kind"] for v in doc["verdicts"]] == ["ok"]
+    assert doc["restarts_used"] == 1 and doc["status"] == "good"
+    assert any("reverted leftover temporary patch ddprobe-oversize-" in n for n in doc["notes"])
+    assert_clean(inv, site)
+
+
+def test_kernel_scenario_is_a_kernel_verdict(sshd: object, tmp_path: Path, runs: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    site = Site(sshd, tmp_path, scenario="kernel")
+    inv = write_inventory(tmp_path, site)
+    code, doc = bisect_json(capsys, inv, sshd.ssh_config, "--host", "gpu",  # type: ignore[attr-defined]
+                            "--budgets", "8,16,32,64", "--exit-protocol", "bisect")
+    assert code == 1
+    bad = [v for v in doc["verdicts"] if v["kind"] != "ok"]
+    assert [(v["kind"], v["budgets"], v["decided_by"]) for v in bad] == [
+        ("kernel", [16, 32, 64], "eager control")]
+    assert doc["restarts_used"] <= 4
+
+
+def test_late_threshold_names_the_buffer_and_a_confirmed_patch_is_kept(
+        sshd: object, tmp_path: Path, runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    site = Site(sshd, tmp_path, scenario="late")
+    inv = write_inventory(tmp_path, site)
+    code, doc = bisect_json(capsys, inv, sshd.ssh_config, "--host", "gpu",  # type: ignore[attr-defined]
+                            "--budgets", "8,16,32,64", "--confirm-patch", "ddtestbed-custom-mask")
+    bad = [v for v in doc["verdicts"] if v["kind"] != "ok"]
+    assert [(v["kind"], v["budgets"]) for v in bad] == [("buffer_sizing", [64])]
+    assert bad[0]["buffer"]["attr"] == "cuda_graph_custom_mask"
+    assert bad[0]["patch_confirmed"] is True and code == 1
+    (g,) = doc["groups"]
+    diagnosis = [c for c in g["cells"] if c["purpose"] != "confirm"]
+    assert len(diagnosis) <= 4 and len(g["cells"]) == len(diagnosis) + 1
+    assert g["patch_kept"] is True
+    h = site.host(inv)
+    with connect(h) as r:  # type: ignore[arg-type]
+        assert applied_ids(patch_status(r, host=h)) == ["ddtestbed-custom-mask"]  # type: ignore[arg-type]
+        revert_patch(r, "ddtestbed-custom-mask", host=h)  # type: ignore[arg-type]
+    assert_clean(inv, site)
+
+
+def test_unreachable_host_is_a_skip_for_git_bisect(sshd: object, tmp_path: Path, runs: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    site = Site(sshd, tmp_path)
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text("hosts:\n  gone:\n    host: 127.0.0.1\n    port: "
+                   f"{free_port()}\n    python: {sys.executable}\n")
+    code = ddprobe(inv, sshd.ssh_config, "bisect", "--host", "gone",  # type: ignore[attr-defined]
+                   "--budgets", "8,16", "--exit-protocol", "bisect")
+    assert code == int(ExitCode.BISECT_SKIP)
+    assert "error" in capsys.readouterr().err
+    _ = site
+
+
+def _journal_cells(run_dir: Path) -> int:
+    j = run_dir / "journal.jsonl"
+    if not j.exists():
+        return 0
+    return sum(1 for ln in j.read_text().splitlines() if '"type": "cell"' in ln)
+
+
+def test_resume_after_sigkill_repeats_nothing(sshd: object, tmp_path: Path, runs: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    site = Site(sshd, tmp_path, scenario="late")
+    inv = write_inventory(tmp_path, site)
+    cfg = sshd.ssh_config  # type: ignore[attr-defined]
+    env = dict(os.environ, DDPROBE_RUNS=str(runs), PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "ddprobe", "-i", str(inv), "--ssh-config",
+                             str(cfg), "bisect", "--host", "gpu", "--budgets", "8,16,32,64",
+                             "--tasks", TASKS], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        run_dir = None
+        while time.monotonic() < deadline:
+            dirs = list(runs.glob("*-bisect-*")) if runs.is_dir() else []
+            if dirs and _journal_cells(dirs[0]) >= 2:
+                run_dir = dirs[0]
+                break
+            assert proc.poll() is None, "bisect ended before it could be killed"
+            time.sleep(0.05)
+        assert run_dir is not None, "no progress before the deadline"
+    finally:
+        proc.send_signal(signal.SIGKILL)  # only ddprobe itself: the server it started survives
+        proc.wait()
+    done_before = _journal_cells(run_dir)
+    assert done_before >= 2
+    code, doc = bisect_json(capsys, inv, cfg, "--resume", run_dir.name)
+    bad = [v for v in doc["verdicts"] if v["kind"] != "ok"]
+    assert [(v["kind"], v["budgets"]) for v in bad] == [("buffer_sizing", [64])]
+    assert bad[0]["buffer"]["attr"] == "cuda_graph_custom_mask"
+    # fewer restarts than starting over: the journaled cells were not run again
+    assert doc["restarts_used"] == doc["restarts_this_invocation"] + done_before
+    assert doc["restarts_this_invocation"] < doc["restarts_used"] <= 4
+    assert doc["run_id"] == run_dir.name and code == 1
+    assert_clean(inv, site)
+    # a finished run cannot be resumed again (its verdicts are in the journal)
+    assert ddprobe(inv, cfg, "bisect", "--resume", run_dir.name) == int(ExitCode.USAGE)
+
+
+def test_identical_hosts_share_rounds(sshd: object, sshd2: object, tmp_path: Path, runs: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    a = Site(sshd, tmp_path, name="gpu-a", scenario="late")
+    b = Site(sshd2, tmp_path, name="gpu-b", scenario="late")
+    inv = write_inventory(tmp_path, a, b)
+    merged = tmp_path / "ssh_config"
+    merged.write_text(sshd.ssh_config.read_text().split("Host *")[0]  # type: ignore[attr-defined]
+                      + sshd2.ssh_config.read_text())  # type: ignore[attr-defined]
+    code, doc = bisect_json(capsys, inv, merged, "--host", "gpu-a,gpu-b",
+                            "--budgets", "8,16,32,64")
+    (g,) = doc["groups"]
+    assert g["hosts"] == ["gpu-a", "gpu-b"]
+    assert g["rounds"] < g["restarts"]  # two cells per round
+    assert {c["host"] for c in g["cells"]} == {"gpu-a", "gpu-b"}
+    bad = [v for v in doc["verdicts"] if v["kind"] != "ok"]
+    assert [(v["kind"], v["budgets"]) for v in bad] == [("buffer_sizing", [64])]
+    assert code == 1
+    assert_clean(inv, a)
+    assert_clean(inv, b)
+
+
+def test_differing_hosts_run_side_by_side_and_disagree(
+        sshd: object, sshd2: object, tmp_path: Path, runs: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    a = Site(sshd, tmp_path, name="b300", scenario="late", labels="gpu: B300, arch: sm_103")
+    b = Site(sshd2, tmp_path, name="rtx", scenario="healthy", labels="gpu: RTX, arch: sm_120")
+    inv = write_inventory(tmp_path, a, b)
+    merged = tmp_path / "ssh_config"
+    merged.write_text(sshd.ssh_config.read_text().split("Host *")[0]  # type: ignore[attr-defined]
+                      + sshd2.ssh_config.read_text())  # type: ignore[attr-defined]
+    code, doc = bisect_json(capsys, inv, merged, "--host", "b300,rtx", "--budgets", "8,16,32,64")
+    assert sorted(g["name"] for g in doc["groups"]) == ["b300", "rtx"]
+    (d,) = doc["disagreements"]
+    assert d["budget"] == 64 and d["per_group"] == {"b300": "buffer_sizing", "rtx": "ok"}
+    assert "architecture-specific" in d["text"]
+    assert code == 1

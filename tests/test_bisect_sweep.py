@@ -1,0 +1,42 @@
+"""`ddprobe sweep`: the full matrix over a real SSH host running the testbed."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_bisect_ssh import TASKS, Site, assert_clean, ddprobe, write_inventory
+
+from ddprobe.exitcodes import ExitCode
+from ddprobe.store import load_run
+
+pytestmark = pytest.mark.ssh
+
+
+def test_sweep_matrix_budget_by_graph(sshd: object, tmp_path: Path,
+                                      monkeypatch: pytest.MonkeyPatch,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("DDPROBE_RUNS", str(tmp_path / "runs"))
+    site = Site(sshd, tmp_path)
+    inv = write_inventory(tmp_path, site)
+    code = ddprobe(inv, sshd.ssh_config, "sweep", "--host", "gpu",  # type: ignore[attr-defined]
+                   "--budgets", "16,8", "--graph", "both", "--tasks", TASKS, "--json")
+    doc = json.loads(capsys.readouterr().out)
+    assert code == int(ExitCode.FAILED)  # b16 with graphs crashes
+    assert doc["variants"] == ["graph", "eager"]
+    m = {(r["budget"], v): e for r in doc["rows"] for v, e in r["entries"].items()}
+    assert m[(8, "graph")]["outcome"] == "ok" and m[(8, "graph")]["coding"] == "3/3"
+    assert m[(8, "graph")]["accept_length"] > 2
+    assert m[(16, "graph")]["outcome"] == "crash"
+    assert m[(16, "graph")]["signature"].startswith("cuda_illegal_address")
+    assert m[(16, "eager")]["outcome"] == "ok"
+    assert doc["restarts_used"] == 4
+    rec = load_run(Path(doc["run_dir"]))
+    assert rec.meta["command"] == "sweep" and len(rec.cells) == 4 and rec.finished
+    assert (Path(doc["run_dir"]) / "report.md").is_file() or rec.notes
+    assert_clean(inv, site)
+    # the human table: one row per budget, a column per graph mode
+    code = ddprobe(inv, sshd.ssh_config, "sweep", "--host", "gpu",  # type: ignore[attr-defined]
+                   "--budgets", "8", "--graph", "on", "--tasks", "reverse_words")
+    out = capsys.readouterr().out
+    assert code == 0 and "accept" in out and "graph" in out and "coding 1/1" in out

@@ -1,0 +1,319 @@
+"""The bisect planner on synthetic outcome tables (pure: no host, no server)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from ddprobe.bisect.cells import FLAKY, PlannedCell, mode_key, observe
+from ddprobe.bisect.frontier import build_row, probes
+from ddprobe.bisect.ladder import failure_class
+from ddprobe.bisect.planner import BisectSpec, PlanOptions, Planner, simulate, small_max_bs_for
+from ddprobe.bisect.plantext import plan_lines
+from ddprobe.bisect.static import Suspect
+from ddprobe.bisect.synthetic import restarts_for, threshold
+from ddprobe.bisect.verdicts import build_verdicts, exit_code, run_status
+from ddprobe.errors import UsageError
+from ddprobe.results import CellResult, Config, Outcome, Signature
+
+BUDGETS = (8, 16, 32, 64)
+MASK = Suspect("cuda_graph_custom_mask", "srt/layers/attention/triton_backend.py", 118,
+               "(num_tokens_per_bs * max_bs * (self.max_context_len + num_tokens_per_bs),)",
+               "TritonAttnBackend.init_cuda_graph_state", ("fixed-size-growing-use",), 1)
+ILLEGAL = Signature("cuda_illegal_address", "CUDA error: an illegal memory access was encountered")
+CUBLAS = Signature("cublas", "[capture] CUBLAS_STATUS_EXECUTION_FAILED when calling cublasGemmEx")
+GARBAGE = Signature("garbage", "accept_length=1.01 coding 0/5")
+
+
+def spec(*, suspects: tuple[Suspect, ...] = (MASK,), **opts: object) -> BisectSpec:
+    return BisectSpec(BUDGETS, Config(8, max_bs=64), small_max_bs=16, suspects=suspects,
+                      options=PlanOptions(**opts))  # type: ignore[arg-type]
+
+
+def res(c: PlannedCell, out: str, sig: Signature | None = None) -> CellResult:
+    return CellResult("h", c.config, Outcome(out), signature=sig, timings={"restart": 1.0})
+
+
+def seed(c: PlannedCell) -> CellResult:
+    """The seed matrix: 16 crash (mask), 32 garbage (capture), 64 cuBLAS (workspace)."""
+    b, g = c.config.budget, c.config.graph
+    if b == 8 or not g:
+        return res(c, "ok")
+    if b == 16:
+        return res(c, "ok") if "cuda_graph_custom_mask" in c.buffers else res(c, "crash", ILLEGAL)
+    if b == 32:
+        return res(c, "garbage", GARBAGE)
+    # b64: the workspace; with a smaller max bs the capture defect of b32 shows instead
+    if c.config.max_bs == 16:
+        return res(c, "garbage", GARBAGE)
+    return res(c, "crash", CUBLAS)
+
+
+def by_kind(verdicts: list) -> dict[str, list]:
+    out: dict[str, list] = {}
+    for v in verdicts:
+        out.setdefault(v.kind, []).append(v)
+    return out
+
+
+def test_seed_three_modes_three_verdicts_in_eight_restarts() -> None:
+    p, rounds = simulate(spec(), seed)
+    vs = {tuple(v.budgets): v for v in build_verdicts(p)}
+    assert vs[(8,)].kind == "ok"
+    assert vs[(16,)].kind == "buffer_sizing" and vs[(16,)].decided_by == "oversize experiment"
+    assert vs[(16,)].buffer["attr"] == "cuda_graph_custom_mask"
+    assert vs[(16,)].buffer["where"] == "srt/layers/attention/triton_backend.py:118"
+    assert vs[(32,)].kind == "graph_capture" and vs[(32,)].confidence == "high"
+    assert vs[(64,)].kind == "buffer_sizing" and vs[(64,)].decided_by == "max-bs experiment"
+    assert "smaller max bs avoids" not in vs[(64,)].next_step  # the next step names the value
+    assert "--cuda-graph-max-bs 16" in vs[(64,)].next_step
+    # every budget of the seed tested with graphs, and no more restarts than the full sweep
+    tested = {c.config.budget for r in rounds for c in r if c.purpose == "frontier"}
+    assert tested == set(BUDGETS)
+    assert sum(len(r) for r in rounds) <= len(BUDGETS) * 2
+    assert exit_code(build_verdicts(p)) == 1
+    assert exit_code(build_verdicts(p), protocol="bisect") == 1
+
+
+def test_seed_with_four_identical_hosts_takes_two_rounds() -> None:
+    _, rounds = simulate(spec(), seed, k=4)
+    assert len(rounds) == 2
+    assert all(len(r) <= 4 for r in rounds)
+
+
+def test_seed_evidence_names_the_deciding_cells() -> None:
+    p, _ = simulate(spec(), seed)
+    v16 = next(v for v in build_verdicts(p) if v.budgets == [16])
+    kinds = [e.kind for e in v16.evidence]
+    assert kinds[:2] == ["frontier", "signature"] and "static" in kinds and "oversize" in kinds
+    ov = next(e for e in v16.evidence if e.kind == "oversize")
+    assert ov.cells == ["b16-graph-bs64+oversize[cuda_graph_custom_mask]"]
+    v64 = next(v for v in build_verdicts(p) if v.budgets == [64])
+    mb = next(e for e in v64.evidence if e.kind == "max_bs")
+    assert "avoids this failure (then fails like b32" in mb.summary
+    assert mb.cells == ["b64-graph-bs16"]
+
+
+def test_healthy_needs_one_restart() -> None:
+    p, rounds = simulate(spec(), threshold(spec(), None, "buffer"))
+    assert [c.key for r in rounds for c in r] == ["b64-graph-bs64"]
+    (v,) = build_verdicts(p)
+    assert v.kind == "ok" and v.budgets == list(BUDGETS) and run_status([v]) == "good"
+    assert exit_code([v], protocol="bisect") == 0
+
+
+def test_kernel_is_decided_by_the_eager_control_and_infers_the_middle() -> None:
+    s = spec()
+    p, rounds = simulate(s, threshold(s, 16, "kernel"))
+    vs = by_kind(build_verdicts(p))
+    (k,) = vs["kernel"]
+    assert k.budgets == [16, 32, 64] and k.decided_by == "eager control"
+    keys = [c.key for r in rounds for c in r]
+    assert "b32-graph-bs64" not in keys  # between two failures of one mode: inferred
+    assert len(keys) <= 4
+    assert any("inferred" in e.summary for e in k.evidence)
+
+
+@pytest.mark.parametrize("kind", ["buffer", "workspace", "kernel"])
+@pytest.mark.parametrize("at", BUDGETS)
+def test_one_threshold_needs_at_most_four_restarts(kind: str, at: int) -> None:
+    s = spec()
+    n, _ = restarts_for(s, at, kind)
+    assert n <= 4
+    p, _ = simulate(s, threshold(s, at, kind))
+    want = {"buffer": "buffer_sizing", "workspace": "buffer_sizing", "kernel": "kernel"}[kind]
+    fail = [v for v in build_verdicts(p) if v.kind != "ok"]
+    assert [v.kind for v in fail] == [want]
+    assert fail[0].budgets == [b for b in BUDGETS if b >= at]
+
+
+def test_capture_threshold_uses_eager_and_oversize() -> None:
+    s = spec()
+    p, rounds = simulate(s, threshold(s, 32, "capture"))
+    (v,) = [v for v in build_verdicts(p) if v.kind != "ok"]
+    assert v.kind == "graph_capture" and v.decided_by == "oversize experiment"
+    purposes = [c.purpose for r in rounds for c in r]
+    assert purposes.count("eager") == 1 and purposes.count("oversize") == 1
+
+
+def test_late_threshold_with_four_hosts_in_two_rounds() -> None:
+    s = spec()
+    _, rounds = simulate(s, threshold(s, 64, "buffer"), k=4)
+    assert len(rounds) <= 2
+
+
+def test_eager_first_order_runs_the_control_first() -> None:
+    s = spec(order="eager-first")
+    p, rounds = simulate(s, threshold(s, 64, "buffer"))
+    after_frontier = [c for r in rounds for c in r if c.purpose != "frontier"]
+    assert after_frontier[0].purpose == "eager"
+    assert build_verdicts(p)[-1].kind == "buffer_sizing"
+
+
+def test_oversize_bisection_names_one_of_three_suspects() -> None:
+    sus = (MASK, replace(MASK, attr="kv_indptr", line=51), replace(MASK, attr="seq_lens",
+                                                                     line=85))
+    s = spec(suspects=sus)
+    p, rounds = simulate(s, threshold(s, 64, "buffer", culprit="seq_lens"))
+    v = next(v for v in build_verdicts(p) if v.kind == "buffer_sizing")
+    assert v.buffer["attr"] == "seq_lens" and "oversize bisection" in v.decided_by
+    oversize = [c.buffers for r in rounds for c in r if c.purpose == "oversize"]
+    assert oversize[0] == ("cuda_graph_custom_mask", "kv_indptr", "seq_lens")
+    assert len(oversize) == 3  # all, then halving twice
+
+
+def test_no_suspects_falls_back_to_max_bs_and_eager() -> None:
+    s = spec(suspects=())
+    p, _ = simulate(s, threshold(s, 32, "capture"))
+    v = next(v for v in build_verdicts(p) if v.kind != "ok")
+    assert v.kind == "graph_capture" and v.confidence == "low"
+    assert any("no captured buffer" in e.summary for e in v.evidence)
+
+
+def test_flaky_repeats_give_a_flaky_verdict_not_a_diagnosis() -> None:
+    s = spec(repeat=2)
+    calls: dict[str, int] = {}
+
+    def answer(c: PlannedCell) -> CellResult:
+        calls[c.base_key] = calls.get(c.base_key, 0) + 1
+        if c.config.budget == 64 and c.config.graph and calls[c.base_key] == 2:
+            return res(c, "crash", ILLEGAL)  # the second repeat disagrees
+        return res(c, "ok")
+
+    p, rounds = simulate(s, answer)
+    vs = by_kind(build_verdicts(p))
+    assert [v.budgets for v in vs["flaky"]] == [[64]]
+    assert not ({"buffer_sizing", "graph_capture", "kernel"} & set(vs))
+    assert p.obs(p.frontier_cell(64)).status == FLAKY
+    assert vs["ok"][0].budgets == [8, 16, 32]
+    assert run_status(build_verdicts(p)) == "skip"
+    assert exit_code(build_verdicts(p), protocol="bisect") == 125
+    assert [c.key for r in rounds for c in r] == ["b64-graph-bs64", "b64-graph-bs64#2",
+                                                  "b32-graph-bs64", "b32-graph-bs64#2"]
+
+
+def test_infrastructure_error_is_a_skip_never_bad() -> None:
+    s = spec()
+
+    def answer(c: PlannedCell) -> CellResult:
+        if c.config.budget == 32 and c.purpose == "frontier":
+            return CellResult("h", c.config, Outcome.ERROR, error="ssh: connection lost")
+        return threshold(s, 64, "buffer")(c)
+
+    p, rounds = simulate(s, answer)
+    vs = build_verdicts(p)
+    fail = [v for v in vs if v.kind not in ("ok",)]
+    assert [v.kind for v in fail] == ["buffer_sizing"]
+    assert fail[0].budgets == [64]
+    fr = [e.summary for e in fail[0].evidence if e.kind == "frontier"]
+    assert any("one of b32, b64" in x for x in fr)  # the skip makes the threshold ambiguous
+    assert observe([CellResult("h", Config(8), Outcome.ERROR)]).status == "skip"
+
+
+def test_everything_skipped_is_inconclusive_and_exit_125() -> None:
+    s = spec()
+    p, _ = simulate(s, lambda c: CellResult("h", c.config, Outcome.ERROR, error="down"))
+    vs = build_verdicts(p)
+    assert [v.kind for v in vs] == ["inconclusive"]
+    assert exit_code(vs, protocol="bisect") == 125 and exit_code(vs) == 6
+
+
+def test_smallest_budget_failing_is_inconclusive_for_a_threshold_but_classified() -> None:
+    s = spec()
+    p, _ = simulate(s, threshold(s, 8, "kernel"))
+    (v,) = build_verdicts(p)
+    assert v.kind == "kernel" and v.budgets == list(BUDGETS)
+    assert any("already fails" in e.summary for e in v.evidence)
+
+
+def test_refused_budget_is_a_config_error() -> None:
+    s = spec()
+
+    def answer(c: PlannedCell) -> CellResult:
+        if c.config.budget == 64:
+            return CellResult("h", c.config, Outcome.REFUSED, error="--speculative-ddtree-budget"
+                              " must be <= 32")
+        return res(c, "ok")
+
+    p, _ = simulate(s, answer)
+    vs = by_kind(build_verdicts(p))
+    assert vs["config_error"][0].budgets == [64]
+    assert vs["ok"][0].budgets == [8, 16, 32]
+
+
+def test_frontier_gaps_and_kary_probes() -> None:
+    s = spec()
+    p = Planner(s)
+    row = build_row(BUDGETS, {})
+    need, spec_ = probes(row, 4)
+    assert need == [3] and sorted(need + spec_) == [0, 1, 2, 3]
+    p.record(p.frontier_cell(64), res(p.frontier_cell(64), "crash", ILLEGAL))
+    p.record(p.frontier_cell(16), res(p.frontier_cell(16), "crash", CUBLAS))
+    row = p.state().row
+    assert [g.why for g in row.gaps] == ["frontier", "boundary"]
+    assert [c.config.budget for c in p.next_cells(2)] == [8, 32]
+
+
+def test_mode_key_strips_measured_numbers_from_garbage() -> None:
+    a = CellResult("h", Config(32), Outcome.GARBAGE, Signature("garbage", "accept_length=1.01 "
+                                                                         "coding 0/5"))
+    b = CellResult("h", Config(64), Outcome.GARBAGE, Signature("garbage", "accept_length=1.02 "
+                                                                         "coding 0/5"))
+    assert mode_key(a) == mode_key(b)
+    assert failure_class(CellResult("h", Config(64), Outcome.CRASH, CUBLAS)) == "capacity"
+    assert failure_class(CellResult("h", Config(16), Outcome.CRASH, ILLEGAL)) == "memory"
+
+
+def test_plan_text_and_validation() -> None:
+    lines = plan_lines(spec())
+    assert "first round: b64-graph-bs64" in "\n".join(lines)
+    assert "the full sweep takes 8" in lines[-1]
+    assert small_max_bs_for(64) == 16 and small_max_bs_for(None) == 8
+    with pytest.raises(UsageError):
+        BisectSpec((16, 8), Config(8))
+    with pytest.raises(UsageError):
+        BisectSpec((8,), Config(8), options=PlanOptions(order="sideways"))
+
+
+def test_remaining_counts_down_to_zero() -> None:
+    p = Planner(spec())
+    first = p.remaining()
+    while True:
+        cells = p.next_cells(1)
+        if not cells:
+            break
+        for c in cells:
+            p.record(c, seed(c))
+    assert first[0] > 0 and p.remaining() == (0, 0)
+
+
+def test_sanitize_unavailable_is_recorded_as_evidence() -> None:
+    s = spec(sanitize=True, sanitize_available=False, sanitize_note="no compute-sanitizer on h")
+    p, rounds = simulate(s, seed)
+    assert not any(c.purpose == "sanitize" for r in rounds for c in r)
+    v16 = next(v for v in build_verdicts(p) if v.budgets == [16])
+    (ev,) = [e for e in v16.evidence if e.kind == "sanitize"]
+    assert ev.summary == "sanitizer not available: no compute-sanitizer on h"
+
+
+def test_sanitize_available_adds_one_cell_per_crash_mode() -> None:
+    s = spec(sanitize=True, sanitize_available=True)
+    _, rounds = simulate(s, seed)
+    san = [c for r in rounds for c in r if c.purpose == "sanitize"]
+    assert sorted(c.config.budget for c in san) == [16, 64]  # the crash modes, not garbage
+
+
+def test_confirm_patch_reruns_each_failing_cell_with_the_patch() -> None:
+    s = spec(confirm_patch="ddtestbed-custom-mask")
+
+    def answer(c: PlannedCell) -> CellResult:
+        if c.patch and c.config.budget == 16:
+            return res(c, "ok")  # the patch fixes the mask, not the other modes
+        return seed(c)
+
+    p, rounds = simulate(s, answer)
+    conf = [c for r in rounds for c in r if c.purpose == "confirm"]
+    assert sorted(c.config.budget for c in conf) == [16, 32, 64]
+    assert conf[0].key.endswith("+patch[ddtestbed-custom-mask]")
+    got = {tuple(v.budgets): v.patch_confirmed for v in build_verdicts(p) if v.kind != "ok"}
+    assert got == {(16,): True, (32,): False, (64,): False}
