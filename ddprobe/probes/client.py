@@ -165,12 +165,20 @@ class ProbeClient:
     async def _post(self, path: str, body: dict[str, Any]) -> tuple[Any, float]:
         url = self.base_url + path
         t0 = time.perf_counter()
-        try:
-            r = await self._client.post(url, json=body)
-        except httpx.TimeoutException:
-            raise ProbeHTTPError(url, "timed out") from None
-        except httpx.HTTPError as e:
-            raise ProbeHTTPError(url, f"request failed: {type(e).__name__}: {e}") from None
+        for attempt in (1, 2):
+            try:
+                r = await self._client.post(url, json=body)
+                break
+            except httpx.TimeoutException:
+                raise ProbeHTTPError(url, "timed out") from None
+            except (httpx.RemoteProtocolError, httpx.ReadError) as e:
+                # a kept-alive connection the server closed under us: greedy requests are
+                # idempotent, so one retry on a fresh connection; a dead server fails again
+                if attempt == 2:
+                    raise ProbeHTTPError(url, f"request failed: {type(e).__name__}: {e}") from None
+                t0 = time.perf_counter()
+            except httpx.HTTPError as e:
+                raise ProbeHTTPError(url, f"request failed: {type(e).__name__}: {e}") from None
         latency = time.perf_counter() - t0
         return self._json(url, r), latency
 
