@@ -215,3 +215,33 @@ def test_fan_out_reports_each_host(make_host, sshd2, tmp_path):
 
     slow = remote.fan_out([hosts[0]], lambda h: time.sleep(3), deadline=0.5)
     assert slow[0].status == "timeout"
+
+
+@pytest.mark.parametrize("agent", [True, False], ids=["agent", "exec-channel"])
+def test_timeout_kills_the_remote_process_group(make_host, tmp_path, agent):
+    pidfile = tmp_path / f"pid-{agent}"
+    opts = remote.RemoteOptions(ssh_config=remote.default_options().ssh_config, agent=agent)
+    with remote.connect(make_host(), opts) as r:
+        with pytest.raises(RemoteTimeout):
+            r.run(["sh", "-c", 'sleep 300 & echo $! > "$1"; wait', "sh", str(pidfile)],
+                  timeout=1)
+        assert r.run(["echo", "next"]).stdout == "next\n"  # the connection is still usable
+    pid = int(pidfile.read_text())
+    if agent:  # the agent kills the command's whole process group on the host
+        for _ in range(50):
+            if not Path(f"/proc/{pid}").exists():
+                break
+            time.sleep(0.1)
+        assert not Path(f"/proc/{pid}").exists()
+    else:  # a plain exec channel cannot signal the remote group: ddprobe only stops waiting
+        import os
+        import signal
+        os.kill(pid, signal.SIGKILL)
+
+
+def test_agent_runs_argv_without_any_shell(make_host, tmp_path):
+    with remote.connect(make_host()) as r:
+        assert r._get_agent() is not None  # noqa: SLF001 - the fast path is in use
+        res = r.run(["printf", "%s|", "$(id)", "*", "a b"], cwd=str(tmp_path))
+        assert res.stdout == "$(id)|*|a b|"
+        assert r.run(["/no/such/binary"]).exit_code == 127
