@@ -20,6 +20,11 @@ import pytest
 
 from ddprobe.inventory import Host, ServerSettings
 
+# The CPU testbed's defects are asserted exactly (b16 crashes, ...). On a GPU machine the
+# testbed's `auto` device would pick CUDA, where an overrun may stay silent: the GPU tests ask
+# for `--testbed-device cuda` explicitly.
+os.environ.setdefault("DDTESTBED_DEVICE", "cpu")
+
 CACHE = Path(os.environ.get("DDPROBE_TEST_CACHE", Path.home() / ".cache" / "ddprobe-tests"))
 SGLANG_VERSIONS = ("0.4.10.post2", "0.5.2", "0.5.10", "0.5.23")
 

@@ -322,24 +322,34 @@ class _Torch:
     def __init__(self) -> None:
         self.cuda = _Cuda()
 
+    # A device that is not the simulated arena (the CUDA mode's `CudaDevice`) makes real
+    # tensors itself: the model code's allocation lines stay the same in both modes.
     @staticmethod
     def empty(shape: int | Sequence[int], dtype: DType = float32, *,
               device: DeviceArena) -> Tensor:
+        if not isinstance(device, DeviceArena):
+            return device.empty(_shape(shape), dtype)
         return Tensor(device, _shape(shape), dtype)  # contents: whatever was there before
 
     @staticmethod
     def zeros(shape: int | Sequence[int], dtype: DType = float32, *,
               device: DeviceArena) -> Tensor:
+        if not isinstance(device, DeviceArena):
+            return device.zeros(_shape(shape), dtype)
         return Tensor(device, _shape(shape), dtype).fill_(0)
 
     @staticmethod
     def full(shape: int | Sequence[int], fill_value: int, dtype: DType = float32, *,
              device: DeviceArena) -> Tensor:
+        if not isinstance(device, DeviceArena):
+            return device.full(_shape(shape), fill_value, dtype)
         return Tensor(device, _shape(shape), dtype).fill_(fill_value)
 
     @staticmethod
     def arange(start: int, end: int, step: int = 1, dtype: DType = int64, *,
                device: DeviceArena) -> Tensor:
+        if not isinstance(device, DeviceArena):
+            return device.arange(start, end, step, dtype)
         values = list(range(start, end, step))
         t = Tensor(device, (len(values),), dtype)
         t.copy_(values)

@@ -6,11 +6,13 @@ import os
 import sys
 from typing import List, Optional
 
+from .cuda import resolve_device
 from .scenario import ScenarioError, load_scenario
 from .srt.entrypoints.engine import start_engine
 from .srt.entrypoints.http_server import serve
 from .srt.server_args import (
     DEFAULT_SCENARIO,
+    DEVICE_ENV,
     SCENARIO_ENV,
     STARTUP_SCALE_ENV,
     TIME_SCALE_ENV,
@@ -29,6 +31,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     server_args = prepare_server_args(argv)
     name = server_args.testbed_scenario or os.environ.get(SCENARIO_ENV) or DEFAULT_SCENARIO
     try:
+        server_args.testbed_device = resolve_device(server_args.testbed_device,
+                                                    os.environ.get(DEVICE_ENV))
         scenario = load_scenario(name)
         resolve_server_args(server_args, scenario)
         scale = server_args.testbed_time_scale
@@ -50,7 +54,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     logger.info(f"server_args={server_args}")
     gpu = scenario.gpu
     logger.info(f"Testbed scenario '{scenario.name}': {gpu.count} x {gpu.name} ({gpu.arch}), "
-                f"time scale {scale:g}, start-up scale {startup:g}")
+                f"time scale {scale:g}, start-up scale {startup:g}, "
+                f"device {server_args.testbed_device}")
     engine = start_engine(server_args, scenario, SimClock(scale, startup))
     serve(engine)
     return 0

@@ -21,6 +21,7 @@ DEFAULT_SCENARIO = "seed"
 TIME_SCALE_ENV = "DDTESTBED_TIME_SCALE"
 STARTUP_SCALE_ENV = "DDTESTBED_STARTUP_SCALE"
 SCENARIO_ENV = "DDTESTBED_SCENARIO"
+DEVICE_ENV = "DDTESTBED_DEVICE"
 
 
 @dataclasses.dataclass
@@ -68,7 +69,7 @@ class ServerArgs:
 
     # Testbed
     testbed_scenario: Optional[str] = None
-    testbed_device: str = "cpu"
+    testbed_device: Optional[str] = None  # cpu | cuda; None: $DDTESTBED_DEVICE, else auto
     testbed_time_scale: Optional[float] = None
     testbed_startup_scale: Optional[float] = None
 
@@ -250,9 +251,10 @@ class ServerArgs:
         parser.add_argument(
             "--testbed-device",
             type=str,
-            choices=["cpu"],
+            choices=["auto", "cpu", "cuda"],
             default=ServerArgs.testbed_device,
-            help="Where the simulated GPU runs. Only 'cpu' (simulated) for now.",
+            help=f"cpu: a simulated GPU; cuda: the verify pass on the real GPU (torch + triton); "
+            f"auto: cuda when torch imports and a GPU is present (default: ${DEVICE_ENV} or auto).",
         )
         parser.add_argument(
             "--testbed-time-scale",

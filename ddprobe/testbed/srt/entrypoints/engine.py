@@ -51,7 +51,12 @@ def start_engine(server_args: ServerArgs, scenario: Scenario, clock: SimClock) -
 
     def scheduler_main() -> None:
         try:
-            model_runner = ModelRunner(server_args, scenario, target, clock)
+            runner_cls: type[ModelRunner] = ModelRunner
+            if server_args.testbed_device == "cuda":
+                # imported only here: the CPU mode never touches torch
+                from ...cuda.model_runner import CudaModelRunner
+                runner_cls = CudaModelRunner
+            model_runner = runner_cls(server_args, scenario, target, clock)
             worker = SpecWorker(model_runner, draft)
             scheduler = Scheduler(server_args, model_runner, worker,
                                   on_fatal=lambda: die_like_sglang(logger))

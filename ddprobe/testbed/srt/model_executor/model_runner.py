@@ -10,6 +10,7 @@ from ...model import TargetModel
 from ...scenario import Scenario
 from ..layers.attention.torch_native_backend import TorchNativeAttnBackend
 from ..layers.attention.triton_backend import TritonAttnBackend
+from ..layers.attention.triton_ops.tree_attention import VisibleRow
 from ..layers.linear import gemm_bf16
 from ..mem_cache.memory_pool import ReqToTokenPool, TokenToKVPool
 from ..model_config import DraftModelConfig, ModelConfig
@@ -23,14 +24,15 @@ _GIB = 1 << 30
 
 
 class ModelRunner:
+    # The CUDA mode (ddtestbed.cuda.model_runner) swaps these for real-GPU versions.
+    kv_pool_cls: type[TokenToKVPool] = TokenToKVPool
+    graph_runner_cls: type[CudaGraphRunner] = CudaGraphRunner
+
     def __init__(self, server_args: ServerArgs, scenario: Scenario, target: TargetModel,
                  clock: SimClock) -> None:
         self.server_args, self.scenario, self.target, self.clock = server_args, scenario, target, clock
-        gpu, model = scenario.gpu, scenario.model
-        self.device = DeviceArena(int(gpu.memory_gib * _GIB))
-        torch.cuda.device_name = gpu.name
-        major, minor = _capability(gpu.arch)
-        torch.cuda.capability = (major, minor)
+        model = scenario.model
+        self.device = self.make_device()
         self.model_config = ModelConfig(
             path=server_args.model_path, context_len=server_args.context_length or model.context_len,
             vocab_size=model.vocab_size, hidden_size=model.hidden_size,
@@ -45,6 +47,12 @@ class ModelRunner:
         self.init_attention_backend()
         self.cuda_graph_runner: CudaGraphRunner | None = None
         self.init_device_graphs()
+
+    def make_device(self) -> DeviceArena:
+        gpu = self.scenario.gpu
+        torch.cuda.device_name = gpu.name
+        torch.cuda.capability = _capability(gpu.arch)
+        return DeviceArena(int(gpu.memory_gib * _GIB))
 
     def load_model(self) -> None:
         avail = self.device.mem_get_info()[0] / _GIB
@@ -69,8 +77,8 @@ class ModelRunner:
             raise RuntimeError(
                 "Not enough memory. Please try to increase --mem-fraction-static.")
         self.req_to_token_pool = ReqToTokenPool(args.max_running_requests or 64)
-        self.token_to_kv_pool = TokenToKVPool(self.max_total_num_tokens, self.device,
-                                              model.kv_bytes_per_token)
+        self.token_to_kv_pool = self.kv_pool_cls(self.max_total_num_tokens, self.device,
+                                                 model.kv_bytes_per_token)
         logger.info(
             f"KV Cache is allocated. #tokens: {self.max_total_num_tokens}, "
             f"KV size: {self.token_to_kv_pool.mem_usage_gb:.2f} GB")
@@ -89,7 +97,7 @@ class ModelRunner:
         before = self.device.mem_get_info()[0] / _GIB
         logger.info(
             f"Capture cuda graph begin. This can take up to several minutes. avail mem={before:.2f} GB")
-        self.cuda_graph_runner = CudaGraphRunner(self)
+        self.cuda_graph_runner = self.graph_runner_cls(self)
         after = self.device.mem_get_info()[0] / _GIB
         self.graph_mem_usage = before - after
         logger.info(
@@ -109,6 +117,16 @@ class ModelRunner:
 
     def forward_target_verify(self, forward_batch: ForwardBatch) -> tuple[list[list[int]], bool, int]:
         """Predictions per request per tree node; also (ran in a graph?, padded batch size)."""
+        rows, graph, bs = self.verify_rows(forward_batch)
+        target = self.target
+        preds = []
+        for req_rows, (temperature, seed) in zip(rows, forward_batch.sampling):
+            preds.append([target.sample(target.context(seen), tree, temperature, seed)
+                          for seen, tree in req_rows])
+        return preds, graph, bs
+
+    def verify_rows(self, forward_batch: ForwardBatch) -> tuple[list[list[VisibleRow]], bool, int]:
+        """The verify pass: what each tree node sees; also (ran in a graph?, padded batch size)."""
         runner = self.cuda_graph_runner
         if runner is not None and runner.can_run(forward_batch):
             bs, rows = runner.replay(forward_batch)
@@ -125,12 +143,7 @@ class ModelRunner:
             finally:
                 for t in metadata.scratch + [input_ids]:
                     t.free()
-        target = self.target
-        preds = []
-        for req_rows, (temperature, seed) in zip(rows, forward_batch.sampling):
-            preds.append([target.sample(target.context(seen), tree, temperature, seed)
-                          for seen, tree in req_rows])
-        return preds, graph, bs
+        return rows, graph, bs
 
     def step_cost_s(self, padded_bs: int, num_draft_tokens: int, graph: bool) -> float:
         t = self.scenario.timing

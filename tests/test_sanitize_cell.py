@@ -1,0 +1,209 @@
+"""The sanitize cell: naming the buffer from a memcheck report with grep-buffers (exact size, or
+the one unknown size variable solved for), the sanitized launch, and the cell end to end on the
+CPU testbed through a local host.
+
+compute-sanitizer needs an NVIDIA GPU, so the end-to-end tests put a stand-in on the host's
+PATH: a real program that, like the real tool, takes `--tool memcheck --print-limit 20` and
+the server's command, runs the server as its child and prints the real tool's banner and
+summary lines. What real memcheck reports (kernel, access, nearest allocation) is parsed from
+output captured on an H200 running the testbed's CUDA mode (tests/data/testbed-*.txt).
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddprobe.inventory import Host
+from ddprobe.remote import connect
+from ddprobe.results import Config, Outcome
+from ddprobe.sanitize_cell import (NO_CACHING, SANITIZER_ARGS, name_buffer, run_sanitize_cell,
+                                   sanitized_launch, solve_row)
+from ddprobe.sanitizer import parse_memcheck
+from ddprobe.server.launch import Launch
+from ddprobe.sources import SizingParams, analyse_buffers
+from test_server_util import tb_env, tb_server
+from testbed_util import free_port, install_prefix
+
+REPO = Path(__file__).resolve().parents[1]
+DATA = Path(__file__).resolve().parent / "data"
+TESTBED = REPO / "ddprobe" / "testbed"
+SEED_B16_MASK = 9 * 64 * (32768 + 9)  # the seed's custom mask at b16: sized for 9 draft tokens
+
+
+def _report(budget: int = 16, **extra: int) -> tuple[object, SizingParams]:
+    files = ("srt/layers/attention/triton_backend.py", "srt/model_executor/cuda_graph_runner.py")
+    texts = {f: (TESTBED / f).read_text() for f in files}
+    params = SizingParams(max_bs=64, budgets=(budget,), context_len=32768,
+                          extra=tuple(extra.items()))
+    return analyse_buffers(texts, package="ddtestbed", backend="triton", params=params), params
+
+
+def test_the_unknown_draft_token_count_is_solved_from_the_allocation_size() -> None:
+    rep, params = _report()
+    mask = next(r for r in rep.rows if r.attr == "cuda_graph_custom_mask")
+    assert mask.sizes[0].bytes is None  # grep-buffers alone cannot size it
+    assert solve_row(mask, params.env(16), SEED_B16_MASK) == (
+        "draft_model_config_num_draft_tokens", 9)
+    assert solve_row(mask, params.env(16), SEED_B16_MASK + 1) is None
+    kv = next(r for r in rep.rows if r.attr == "cuda_graph_kv_indices")
+    assert solve_row(kv, params.env(16), SEED_B16_MASK) is None  # fully known: nothing to solve
+
+
+def _finding_text(size: int, kernel: str = "write_tree_mask_kernel") -> str:
+    return ("========= COMPUTE-SANITIZER\n"
+            "========= Invalid __global__ write of size 1 bytes\n"
+            f"=========     at {kernel}+0x2b0 in kernels.py:42\n"
+            "=========     by thread (3,0,0) in block (0,10,0)\n"
+            "=========     Access to 0x7f0000000000 is out of bounds\n"
+            f"=========     and is 4,608 bytes after the nearest allocation at 0x7effff000000 "
+            f"of size {size:,} bytes\n"
+            "========= ERROR SUMMARY: 1 error\n")
+
+
+def test_name_buffer_solved_and_exact() -> None:
+    rep, params = _report()
+    san = parse_memcheck(_finding_text(SEED_B16_MASK))
+    buf, how = name_buffer(san, rep, params, 16)
+    assert buf is not None and buf["attr"] == "cuda_graph_custom_mask"
+    assert buf["solved"] == {"draft_model_config_num_draft_tokens": 9}
+    assert buf["file"].endswith("triton_backend.py") and buf["line"] == 118
+    assert how == "size with draft_model_config_num_draft_tokens = 9"
+    rep9, params9 = _report(draft_model_config_num_draft_tokens=9)
+    buf, how = name_buffer(san, rep9, params9, 16)
+    assert buf is not None and buf["attr"] == "cuda_graph_custom_mask" and how == "exact size"
+    assert buf["bytes"] == SEED_B16_MASK
+    none, why = name_buffer(parse_memcheck(_finding_text(12345, "gemm_kernel")), rep, params, 16)
+    assert none is None and "no grep-buffers row evaluates to 12,345 bytes" in why
+    # (req_pool_size + 1,) int64 "solves" 65,536 B too, but only flagged rows are solved for
+    none, _ = name_buffer(parse_memcheck(_finding_text(65536, "gemm_kernel")), rep, params, 16)
+    assert none is None
+
+
+def test_the_closest_finding_names_the_buffer() -> None:
+    """memcheck attributes each bad access to the allocation nearest to it: the finding just
+    past the undersized buffer is the one to trust, whatever order they were printed in."""
+    far = _finding_text(65536).replace("4,608 bytes after", "1,457,057 bytes after")
+    near = _finding_text(SEED_B16_MASK).replace("0x7effff000000", "0x7eaaaa000000")
+    san = parse_memcheck(far + near)
+    assert [f.allocation_size for f in san.findings] == [65536, SEED_B16_MASK]
+    rep, params = _report()
+    buf, how = name_buffer(san, rep, params, 16)
+    assert buf is not None and buf["attr"] == "cuda_graph_custom_mask"
+    assert buf["solved"] == {"draft_model_config_num_draft_tokens": 9}, how
+
+
+def test_the_sanitized_launch_wraps_the_command_and_turns_caching_off() -> None:
+    base = Launch(argv=("python3", "-m", "sglang.launch_server", "--port", "1"),
+                  server_args=("--port", "1"), env=(("A", "1"), (NO_CACHING[0], "0")),
+                  config=Config(budget=16), checked=True)
+    got = sanitized_launch(base, "/usr/local/cuda/bin/compute-sanitizer")
+    assert got.argv == ("/usr/local/cuda/bin/compute-sanitizer", *SANITIZER_ARGS, *base.argv)
+    assert SANITIZER_ARGS == ("--tool", "memcheck", "--print-limit", "1000")
+    assert got.env_dict == {"A": "1", "PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
+    assert got.server_args == base.server_args and got.checked  # the flags check still applies
+
+
+def test_captured_h200_memcheck_of_the_cuda_testbed_names_the_custom_mask() -> None:
+    """Real compute-sanitizer output: the CUDA testbed at seed graph b16 on an H200, one request
+    (benchmarks/gpu_smoke.sh, docs/gpu-results.md). The 20 errors printed are writes of one far
+    row, which memcheck puts next to an unrelated 64 KiB allocation: no size names the buffer,
+    the writing kernel does."""
+    san = parse_memcheck((DATA / "testbed-h200-memcheck-b16.txt").read_text())
+    assert san.ran and san.error_count == 474 and len(san.findings) == 1
+    f = san.findings[0]
+    assert (f.kernel, f.access, f.space, f.size) == ("write_tree_mask_kernel", "write",
+                                                     "__global__", 1)
+    assert f.location == "kernels.py:37" and f.count == 20 and f.block == "0,14,0"
+    assert (f.allocation_size, f.distance, f.direction) == (65536, 1457057, "after")
+    rep, params = _report()
+    buf, how = name_buffer(san, rep, params, 16)
+    assert buf is not None and buf["attr"] == "cuda_graph_custom_mask" and buf["line"] == 118
+    assert how.startswith("kernel write_tree_mask_kernel is the writer of the only flagged")
+    assert "65,536 B, 1,457,057 B after it" in how
+
+
+# -- the cell, end to end ------------------------------------------------------------------
+STAND_IN = """#!/bin/sh
+# compute-sanitizer stand-in (no GPU here): runs the program like the real tool, same banner
+echo "========= COMPUTE-SANITIZER"
+echo "stand-in: $1 $2 $3 $4 caching-off=${PYTORCH_NO_CUDA_MEMORY_CACHING:-unset}"
+shift 4
+"$@"
+rc=$?
+echo "========= ERROR SUMMARY: 0 errors"
+exit $rc
+"""
+
+
+@pytest.fixture(scope="module")
+def prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return install_prefix(tmp_path_factory.mktemp("san-tb") / "site")
+
+
+def _host(prefix: Path, tmp: Path, bindir: Path | None) -> Host:
+    env = dict(tb_env(prefix))
+    env["DDTESTBED_DEVICE"] = "cpu"
+    if bindir is not None:
+        env["PATH"] = f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
+    return Host(name="san", host="localhost", python=sys.executable, package="ddtestbed",
+                env=tuple(env.items()), transport="local",
+                server=tb_server(free_port(), tmp / "work"))
+
+
+@pytest.fixture
+def stand_in(tmp_path: Path) -> Path:
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    exe = bindir / "compute-sanitizer"
+    exe.write_text(STAND_IN)
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return bindir
+
+
+def test_cell_runs_the_config_under_the_sanitizer_and_sends_one_request(
+        prefix: Path, tmp_path: Path, stand_in: Path) -> None:
+    host = _host(prefix, tmp_path, stand_in)
+    with connect(host) as r:
+        cell = run_sanitize_cell(r, host, Config(budget=8), log_dir=tmp_path / "logs")
+    assert cell.kind == "sanitize" and cell.outcome is Outcome.OK, cell.to_dict()
+    x = cell.extra
+    assert x["launch"][0].endswith("/compute-sanitizer") and x["launch"][1:5] == list(
+        SANITIZER_ARGS)
+    assert x["answered"] is True and x["sanitizer"]["ran"] and x["sanitizer"]["clean"]
+    assert x["buffer"] is None and x["buffer_match"] == "no out-of-bounds access reported"
+    log = Path(x["local_log"]).read_text()
+    assert "stand-in: --tool memcheck --print-limit 1000 caching-off=1" in log
+    prompts = [int(n) for n in re.findall(r"Prefill batch\. #new-seq: 1, #new-token: (\d+)", log)]
+    assert len([n for n in prompts if n > 10]) == 1  # one request (the others: warm-up, health)
+    assert {"restart", "health", "request", "stop", "total"} <= set(cell.timings)
+    assert x["stop"]["clean"] and not (tmp_path / "work" / "server.json").exists()
+
+
+def test_cell_reports_a_crash_with_the_servers_signature(prefix: Path, tmp_path: Path,
+                                                         stand_in: Path) -> None:
+    host = _host(prefix, tmp_path, stand_in)
+    with connect(host) as r:
+        cell = run_sanitize_cell(r, host, Config(budget=16))
+    assert cell.outcome is Outcome.CRASH, cell.to_dict()
+    assert cell.signature is not None and cell.signature.kind == "cuda_illegal_address"
+    # the simulated device has no memcheck: the sanitizer ran and found nothing to name
+    assert cell.extra["sanitizer"]["ran"] and cell.extra["sanitizer"]["findings"] == []
+    assert cell.extra["answered"] is False
+
+
+@pytest.mark.skipif(bool(shutil.which("compute-sanitizer"))
+                    or os.path.exists("/usr/local/cuda/bin/compute-sanitizer"),
+                    reason="compute-sanitizer is installed here")
+def test_cell_without_a_sanitizer_is_an_error_that_says_so(prefix: Path, tmp_path: Path) -> None:
+    host = _host(prefix, tmp_path, None)
+    with connect(host) as r:
+        cell = run_sanitize_cell(r, host, Config(budget=16))
+    assert cell.outcome is Outcome.ERROR and cell.kind == "sanitize"
+    assert cell.error == "compute-sanitizer not found on san"
+    assert cell.extra["sanitizer"] is None
