@@ -207,3 +207,19 @@ def test_cell_without_a_sanitizer_is_an_error_that_says_so(prefix: Path, tmp_pat
     assert cell.outcome is Outcome.ERROR and cell.kind == "sanitize"
     assert cell.error == "compute-sanitizer not found on san"
     assert cell.extra["sanitizer"] is None
+
+
+def test_captured_h200_memcheck_with_a_higher_print_limit_names_the_mask_by_size() -> None:
+    """The second H200 run (print limit 1000): some writes are now placed right after the
+    mask's own allocation, whose size (18,879,552 B = 9 draft tokens) names the buffer and
+    solves the draft-token count it was sized from."""
+    import gzip
+    text = gzip.decompress((DATA / "testbed-h200-memcheck-b16-limit1000.txt.gz").read_bytes())
+    san = parse_memcheck(text.decode())
+    assert san.ran and san.error_count == 474
+    sizes = {f.allocation_size for f in san.findings}
+    assert 18_879_552 in sizes and all(f.kernel == "write_tree_mask_kernel" for f in san.findings)
+    rep, params = _report()
+    buf, how = name_buffer(san, rep, params, 16)
+    assert buf is not None and buf["attr"] == "cuda_graph_custom_mask" and buf["line"] == 118
+    assert buf["bytes"] == 18_879_552 and buf["solved"] == {"draft_model_config_num_draft_tokens": 9}
