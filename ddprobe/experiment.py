@@ -36,7 +36,7 @@ from ddprobe.server.lifecycle import prepared_launch, server_target
 from ddprobe.server.lock import HostLock
 from ddprobe.server.manager import Manager, get_manager
 
-__all__ = ["Baseline", "CellReporter", "ProbeOptions", "run_cell"]
+__all__ = ["Baseline", "CellReporter", "ProbeOptions", "run_cell", "run_sanitize_cell"]
 
 _INFRA = (RemoteError, HostOpError, RemoteCommandError, ProbeHTTPError)
 
@@ -294,3 +294,7 @@ def _copy_log(text: str, log_dir: Path, host: str, key: str) -> Path:
         n += 1
     path.write_text(text, encoding="utf-8")
     return path
+
+
+# the sanitize cell (the failing config under compute-sanitizer) is the other kind of cell
+from ddprobe.sanitize_cell import run_sanitize_cell  # noqa: E402
