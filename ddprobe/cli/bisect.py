@@ -20,7 +20,7 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 from rich.table import Table
 
 from ddprobe.bisect.cells import describe
@@ -54,11 +54,7 @@ class EventRenderer:
 
     def __enter__(self) -> EventRenderer:
         if self.live:
-            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
-                                      TimeElapsedColumn(), console=self.console, transient=True,
-                                      redirect_stdout=False, redirect_stderr=False)
-            self._progress.start()
-            self._task = self._progress.add_task("starting", total=None)
+            self._progress, self._task = common.live_progress(self.console)
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from ddprobe import remote
 from ddprobe.inventory import Host, Inventory, load_inventory
@@ -93,3 +94,12 @@ def _default(o: Any) -> Any:
 
 HostOpt = typer.Option(..., "--host", "-H", help="Host, group, or comma list (see `ddprobe hosts`).")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
+
+
+def live_progress(console: Console) -> tuple[Progress, TaskID]:
+    """A started, transient spinner line on stderr. redirect_stdout=False: rich would otherwise
+    move JSON written to stdout during the progress onto its console (REMOTE_AND_CI.md 5.1)."""
+    p = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                 console=console, transient=True, redirect_stdout=False, redirect_stderr=False)
+    p.start()
+    return p, p.add_task("starting", total=None)

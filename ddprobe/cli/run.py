@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 
 from ddprobe import remote
 from ddprobe.cli import common
@@ -45,13 +45,7 @@ class LiveReporter(CellReporter):
 
     def __enter__(self) -> LiveReporter:
         if self.live:
-            # redirect_stdout=False: --json output written later must stay on stdout
-            self._progress = Progress(SpinnerColumn(), TextColumn("{task.description}"),
-                                      TimeElapsedColumn(), console=self.console,
-                                      transient=True, redirect_stdout=False,
-                                      redirect_stderr=False)
-            self._progress.start()
-            self._task = self._progress.add_task("starting", total=None)
+            self._progress, self._task = common.live_progress(self.console)
         return self
 
     def __exit__(self, *exc: object) -> None:

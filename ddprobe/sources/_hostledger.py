@@ -11,7 +11,7 @@ import os
 
 if "HelperError" not in globals():  # standalone (tests); on a host the parts are concatenated
     from ddprobe.sources._hostio import (LEDGER_VERSION, HelperError, Json,  # noqa: F401
-                                         atomic_write, locate)
+                                         _sha_bytes, atomic_write, locate)
     from ddprobe.sources.patchtext import unified_diff  # noqa: F401
 
 
