@@ -20,7 +20,6 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import Progress
 from rich.table import Table
 
 from ddprobe.bisect.cells import describe
@@ -41,33 +40,21 @@ _COLOR = {"ok": "green", "buffer_sizing": "red", "graph_capture": "red", "kernel
           "inconclusive": "yellow", "flaky": "yellow", "config_error": "magenta"}
 
 
-class EventRenderer:
+class EventRenderer(common.LiveStatus):
     """Live progress on stderr: a spinner with the current cell (on a terminal), and a line
     per finished cell, per "configs left" update, and per note. Thread-safe (rich's lock)."""
 
     def __init__(self, console: Console, *, quiet: bool = False) -> None:
         self.console, self.quiet = console, quiet
         self.live = console.is_terminal and not quiet
-        self._progress: Progress | None = None
-        self._task: Any = None
         self._lock = threading.Lock()
-
-    def __enter__(self) -> EventRenderer:
-        if self.live:
-            self._progress, self._task = common.live_progress(self.console)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
-            self._progress.stop()
 
     def _line(self, text: str) -> None:
         if not self.quiet:
             self.console.print(text, highlight=False)
 
     def _status(self, text: str) -> None:
-        if self._progress is not None:
-            self._progress.update(self._task, description=escape(text[:150]))
+        self._set_status(escape(text[:150]))
 
     def __call__(self, e: Event) -> None:
         with self._lock:

@@ -103,3 +103,29 @@ def live_progress(console: Console) -> tuple[Progress, TaskID]:
                  console=console, transient=True, redirect_stdout=False, redirect_stderr=False)
     p.start()
     return p, p.add_task("starting", total=None)
+
+
+class LiveStatus:
+    """A context manager for one transient status line on stderr, drawn only when `self.live`
+    (a terminal). The bisect's event renderer and the cell's reporter build on it."""
+
+    console: Console
+    live: bool
+    _progress: Progress | None = None
+    _task: Any = None
+
+    def __enter__(self) -> Any:
+        if self.live:
+            self._progress, self._task = live_progress(self.console)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def _set_status(self, text: str) -> bool:
+        """Show text on the status line; False when there is none (not a terminal)."""
+        if self._progress is None:
+            return False
+        self._progress.update(self._task, description=text)
+        return True

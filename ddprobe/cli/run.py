@@ -10,11 +10,10 @@ import json
 import shlex
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import Progress
 
 from ddprobe import remote
 from ddprobe.cli import common
@@ -33,29 +32,18 @@ COLOR = {"ok": "green", "crash": "red", "garbage": "red", "hang": "red", "degrad
          "refused": "magenta", "error": "yellow", "healthy": "green", "started": "green"}
 
 
-class LiveReporter(CellReporter):
+class LiveReporter(common.LiveStatus, CellReporter):
     """Stage, elapsed time and the server's last log line on stderr (transient)."""
 
     def __init__(self, console: Console, *, heartbeat: float = 10.0) -> None:
         self.console = console
         self.live = console.is_terminal
         self.heartbeat, self._last_beat = heartbeat, time.monotonic()
-        self._progress: Progress | None = None
-        self._task: Any = None
-
-    def __enter__(self) -> LiveReporter:
-        if self.live:
-            self._progress, self._task = common.live_progress(self.console)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
-            self._progress.stop()
 
     def _show(self, text: str, *, beat: bool = False) -> None:
-        if self._progress is not None:
-            self._progress.update(self._task, description=text)
-        elif beat and time.monotonic() - self._last_beat >= self.heartbeat:
+        if self._set_status(text):
+            return
+        if beat and time.monotonic() - self._last_beat >= self.heartbeat:
             self._last_beat = time.monotonic()
             self.console.print(text, markup=False, highlight=False)
 
