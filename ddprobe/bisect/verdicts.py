@@ -164,9 +164,9 @@ _NEXT: Final = {
                      "suspect buffers does not help: a graph capture/replay bug (stale buffers, "
                      "capture-time state); keep budget <= {good} with graphs, try a newer "
                      "release, report it upstream",
-    "workspace": "lower --cuda-graph-max-bs (at {small} this failure is gone at b{b}; other "
-                 "failure modes may remain there), or enlarge the fixed workspace the failing "
-                 "call uses; keep budget <= {good} at the current max bs",
+    "workspace": "--cuda-graph-max-bs {small} at b{b} avoids this failure (other failure "
+                 "modes may remain there), or enlarge the fixed workspace the failing call "
+                 "uses; keep budget <= {good} at the current max bs",
     "buffer": "size {attr} ({where}) from the configured draft tokens, not a default; verify a "
               "fix with `ddprobe bisect ... --confirm-patch PATCH`; keep budget <= {good} "
               "with graphs meanwhile",
