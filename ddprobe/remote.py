@@ -171,7 +171,7 @@ class LocalRemote(Remote):
         full_env.update(env or {})
         data = input.encode() if isinstance(input, str) else input
         t0 = time.monotonic()
-        log.debug("local: running %s", shlex.join(words))
+        log.debug("local: running %s (env: %s)", shlex.join(words), ",".join(env or {}) or "-")
         try:
             proc = subprocess.run(words, input=data, capture_output=True, env=full_env,
                                   cwd=self.expand(cwd) if cwd else None,
@@ -390,7 +390,8 @@ class SshRemote(Remote):
         if agent is not None:
             data = input.encode() if isinstance(input, str) else input
             t0 = time.monotonic()
-            log.debug("%s: running %s (agent)", self.host.name, shlex.join(words))
+            log.debug("%s: running %s (agent; env: %s)", self.host.name, shlex.join(words),
+                      ",".join(env or {}) or "-")
             try:
                 rc, o, e = agent.call(words, timeout=limit, input=data, env=env,
                                       cwd=self.expand(cwd) if cwd else None)
@@ -422,7 +423,9 @@ class SshRemote(Remote):
         transport = conn.transport
         if transport is None or not transport.is_active():
             raise UnreachableError(f"{self.host.name}: ssh connection lost")
-        log.debug("%s: running %s", self.host.name, cmd)
+        # environment values may be secrets (tokens): log their names only
+        log.debug("%s: running %s (env: %s)", self.host.name, shlex.join(words),
+                  ",".join(env or {}) or "-")
         t0 = time.monotonic()
         try:
             chan = transport.open_session(timeout=self.opts.connect_timeout)

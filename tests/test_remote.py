@@ -245,3 +245,13 @@ def test_agent_runs_argv_without_any_shell(make_host, tmp_path):
         res = r.run(["printf", "%s|", "$(id)", "*", "a b"], cwd=str(tmp_path))
         assert res.stdout == "$(id)|*|a b|"
         assert r.run(["/no/such/binary"]).exit_code == 127
+
+
+def test_debug_log_never_shows_environment_values(make_host, caplog):
+    import logging
+    caplog.set_level(logging.DEBUG, logger="ddprobe.remote")
+    for agent in (True, False):
+        opts = remote.RemoteOptions(ssh_config=remote.default_options().ssh_config, agent=agent)
+        with remote.connect(make_host(), opts) as r:
+            assert r.run(["true"], env={"HF_TOKEN": "hf_secret_value"}).ok
+    assert "HF_TOKEN" in caplog.text and "hf_secret_value" not in caplog.text
