@@ -7,40 +7,14 @@ Ops: lock, unlock, refresh, break.
 """
 from __future__ import annotations
 
-import errno
 import json
 import os
 import sys
 import time
 
-
-class OpError(Exception):
-    def __init__(self, kind, message, **extra):
-        super().__init__(message)
-        self.kind, self.extra = kind, extra
-
-
-def _read_json(path):
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        return None
-    except ValueError:
-        return {}
-
-
-def _write_json(path, data):
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def _mkdirs(path):
-    os.makedirs(path, exist_ok=True)
+if "OpError" not in globals():  # read standalone; on a host _hostcommon's text comes first
+    from ddprobe.server._hostcommon import (OpError, _mkdirs, _read_json,  # noqa: F401
+                                            _write_json, main)
 
 
 def op_lock(req):
@@ -105,25 +79,5 @@ def op_break(req):
 OPS = {"lock": op_lock, "unlock": op_unlock, "refresh": op_refresh, "break": op_break}
 
 
-def main(argv):
-    op = argv[1] if len(argv) > 1 else ""
-    try:
-        if op not in OPS:
-            raise OpError("bad_request", "unknown op %r" % op)
-        req = json.loads(sys.stdin.read() or "{}")
-        res = {"ok": True, "result": OPS[op](req)}
-    except OpError as e:
-        res = {"ok": False, "error": dict(e.extra, kind=e.kind, message=str(e))}
-    except OSError as e:
-        kind = "disk" if e.errno in (errno.ENOSPC, errno.EDQUOT) else "io"
-        res = {"ok": False, "error": {"kind": kind, "message": "%s: %s" % (
-            getattr(e, "filename", "") or "", e.strerror or e)}}
-    except (KeyError, ValueError, TypeError) as e:
-        res = {"ok": False, "error": {"kind": "bad_request", "message": repr(e)}}
-    sys.stdout.write(json.dumps(res) + "\n")
-    sys.stdout.flush()
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(main(sys.argv, OPS))

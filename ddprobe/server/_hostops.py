@@ -12,7 +12,6 @@ Kinds of error: port_in_use, disk, running, io, bad_request.
 from __future__ import annotations
 
 import errno
-import json
 import os
 import shutil
 import signal
@@ -20,6 +19,10 @@ import socket
 import subprocess
 import sys
 import time
+
+if "OpError" not in globals():  # read standalone; on a host _hostcommon's text comes first
+    from ddprobe.server._hostcommon import (OpError, _mkdirs, _read_json,  # noqa: F401
+                                            _write_json, main)
 
 # REMOTE_AND_CI.md section 3.6: a background job under a non-interactive `sh -c` is not a
 # group leader, so `setsid` does not fork and `$$` of the inner shell is the new session and
@@ -32,12 +35,6 @@ RECIPE = (
 )
 MIN_FREE_BYTES = 16 * 1024 * 1024
 MARKER_VAR = "DDPROBE_SERVER_MARKER"
-
-
-class OpError(Exception):
-    def __init__(self, kind, message, **extra):
-        super().__init__(message)
-        self.kind, self.extra = kind, extra
 
 
 # ----- processes ---------------------------------------------------------------------------------
@@ -211,28 +208,6 @@ def _wait_port_free(bind, port, seconds):
 
 # ----- files -------------------------------------------------------------------------------------
 
-def _read_json(path):
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        return None
-    except ValueError:
-        return {}
-
-
-def _write_json(path, data):
-    tmp = "%s.%d.tmp" % (path, os.getpid())
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
-
-
-def _mkdirs(path):
-    os.makedirs(path, exist_ok=True)
-
 
 # ----- ops ---------------------------------------------------------------------------------------
 
@@ -386,25 +361,5 @@ OPS = {"start": op_start, "stop": op_stop, "status": op_status, "tail": op_tail,
        "port": op_port}
 
 
-def main(argv):
-    op = argv[1] if len(argv) > 1 else ""
-    try:
-        if op not in OPS:
-            raise OpError("bad_request", "unknown op %r" % op)
-        req = json.loads(sys.stdin.read() or "{}")
-        res = {"ok": True, "result": OPS[op](req)}
-    except OpError as e:
-        res = {"ok": False, "error": dict(e.extra, kind=e.kind, message=str(e))}
-    except OSError as e:
-        kind = "disk" if e.errno in (errno.ENOSPC, errno.EDQUOT) else "io"
-        res = {"ok": False, "error": {"kind": kind, "message": "%s: %s" % (
-            getattr(e, "filename", "") or "", e.strerror or e)}}
-    except (KeyError, ValueError, TypeError) as e:
-        res = {"ok": False, "error": {"kind": "bad_request", "message": repr(e)}}
-    sys.stdout.write(json.dumps(res) + "\n")
-    sys.stdout.flush()
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(main(sys.argv, OPS))

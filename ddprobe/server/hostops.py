@@ -41,7 +41,11 @@ class AlreadyRunningError(HostOpError):
 
 @functools.lru_cache(maxsize=4)
 def helper_source(program: str = "ops") -> str:
-    return (_HERE / PROGRAMS[program]).read_text(encoding="utf-8")
+    """_hostcommon's text, then the program's (its own `__future__` import dropped: that may
+    only open a file): still one self-contained `python -c` program."""
+    own = (_HERE / PROGRAMS[program]).read_text(encoding="utf-8")
+    own = own.replace("from __future__ import annotations\n", "", 1)
+    return (_HERE / "_hostcommon.py").read_text(encoding="utf-8") + "\n\n" + own
 
 
 def call(r: Remote, op: str, request: dict[str, Any], *, timeout: float = 60.0,
