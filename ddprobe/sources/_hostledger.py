@@ -97,11 +97,15 @@ def _state_of(current: bytes | None, before: str, after: str) -> str:
 # ----- apply ------------------------------------------------------------------------------------
 
 
-def op_status(req: Json) -> Json:
+def _open_ledger(req: Json) -> tuple[Json, str, Ledger, Json]:
+    """The install of req["package"], its directory, its ledger and the ledger's data."""
     info = locate(req["package"])
-    pkg_dir = info["path"]
-    ledger = Ledger(pkg_dir, info["package"])
-    data = ledger.load()
+    ledger = Ledger(info["path"], info["package"])
+    return info, info["path"], ledger, ledger.load()
+
+
+def op_status(req: Json) -> Json:
+    info, pkg_dir, ledger, data = _open_ledger(req)
     out = []
     for e in ledger.entries_for(data):
         files = []
@@ -126,10 +130,7 @@ def op_status(req: Json) -> Json:
 
 
 def op_diff(req: Json) -> Json:
-    info = locate(req["package"])
-    pkg_dir = info["path"]
-    ledger = Ledger(pkg_dir, info["package"])
-    data = ledger.load()
+    info, pkg_dir, ledger, data = _open_ledger(req)
     out = []
     for e in ledger.entries_for(data):
         if req.get("id") and e["id"] != req["id"]:

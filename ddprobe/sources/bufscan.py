@@ -24,8 +24,25 @@ _PASS_THROUGH = frozenset({"to", "cuda", "contiguous", "view", "reshape", "pin_m
                            "zero_", "share_memory_", "requires_grad_", "int", "long", "bool"})
 
 
+class _Site:
+    """A site in the source: `target` assigned in `cls.func` (mixin for the site records)."""
+
+    target: str
+    cls: str | None
+    func: str | None
+
+    @property
+    def attr(self) -> str:
+        """The short name: `self.` stripped."""
+        return self.target[5:] if self.target.startswith("self.") else self.target
+
+    @property
+    def scope(self) -> str:
+        return ".".join(p for p in (self.cls, self.func) if p) or "<module>"
+
+
 @dataclass(frozen=True)
-class Alloc:
+class Alloc(_Site):
     """One allocation site."""
 
     target: str  # as stored: "self.cuda_graph_custom_mask", "custom_mask", 'self.meta["k"]'
@@ -42,31 +59,14 @@ class Alloc:
     conditions: tuple[str, ...]  # enclosing `if` tests, innermost last
     shape_node: ast.expr | None = field(default=None, compare=False, repr=False)
 
-    @property
-    def attr(self) -> str:
-        """The short name: `self.` stripped."""
-        return self.target[5:] if self.target.startswith("self.") else self.target
-
-    @property
-    def scope(self) -> str:
-        return ".".join(p for p in (self.cls, self.func) if p) or "<module>"
-
 
 @dataclass(frozen=True)
-class NoneSite:
+class NoneSite(_Site):
     target: str
     file: str
     line: int
     cls: str | None
     func: str | None
-
-    @property
-    def attr(self) -> str:
-        return self.target[5:] if self.target.startswith("self.") else self.target
-
-    @property
-    def scope(self) -> str:
-        return ".".join(p for p in (self.cls, self.func) if p) or "<module>"
 
 
 @dataclass(frozen=True)
