@@ -4,25 +4,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_probes_client import SglangShapedServer
+from test_probes_client import SglangShapedServer, sgl  # noqa: F401 (fixture)
 
 from ddprobe.cli import main
 from ddprobe.exitcodes import ExitCode
 
 FEW = "reverse_words,fizzbuzz,flatten"
-
-
-@pytest.fixture
-def sgl() -> Iterator[SglangShapedServer]:
-    srv = SglangShapedServer().start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 def test_probe_json_ok(sgl: SglangShapedServer, capsys: pytest.CaptureFixture[str]) -> None:

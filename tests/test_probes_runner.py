@@ -3,10 +3,8 @@ the real sandbox running every answer's tests."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 
-import pytest
-from test_probes_client import SglangShapedServer
+from test_probes_client import SglangShapedServer, sgl  # noqa: F401 (fixture)
 
 from ddprobe.probes import baseline_from_report, run_probes
 from ddprobe.probes.client import SRC_SPEC_ACCEPT_LENGTH, SRC_VERIFY_CT
@@ -14,15 +12,6 @@ from ddprobe.probes.garbage import NOTE_ACCEPT_ONE
 from ddprobe.results import ProbeSummary
 
 FEW = ["reverse_words", "fizzbuzz", "flatten", "roman_to_int", "stack_class", "eval_rpn"]
-
-
-@pytest.fixture
-def sgl() -> Iterator[SglangShapedServer]:
-    srv = SglangShapedServer().start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
 
 
 def test_correct_server_passes_the_whole_suite(sgl: SglangShapedServer) -> None:
