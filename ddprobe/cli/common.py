@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,7 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from ddprobe import remote
+from ddprobe.errors import ConfigError
 from ddprobe.inventory import Host, Inventory, load_inventory
 
 
@@ -129,3 +131,13 @@ class LiveStatus:
             return False
         self._progress.update(self._task, description=text)
         return True
+
+
+def read_json_file(path: str, what: str) -> Any:
+    """A JSON file given on the command line; unreadable or invalid -> ConfigError (file:line)."""
+    try:
+        return json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(f"cannot read the {what}: {e.strerror}", path=path) from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"invalid JSON: {e.msg}", path=path, line=e.lineno) from None

@@ -46,12 +46,7 @@ def _url_host(h: str) -> str:
 
 
 def _load_baseline(path: str) -> dict[str, str]:
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ConfigError(f"cannot read baseline: {e.strerror}", path=path) from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"invalid JSON: {e.msg}", path=path, line=e.lineno) from None
+    doc = common.read_json_file(path, "baseline")
     texts = doc.get("texts") if isinstance(doc, dict) and "texts" in doc else doc
     if not isinstance(texts, dict) or not all(isinstance(v, str) for v in texts.values()):
         raise ConfigError("a baseline is an object of task id -> answer text", path=path,

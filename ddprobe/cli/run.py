@@ -6,7 +6,6 @@ reporter (stderr; a heartbeat line instead of a spinner when stderr is not a ter
 """
 from __future__ import annotations
 
-import json
 import shlex
 import time
 from pathlib import Path
@@ -89,12 +88,7 @@ def make_config(host: Host, *, budget: int | None, graph: bool, max_bs: int | No
 
 def load_baseline(path: str) -> Baseline:
     """A baseline from a previous `ddprobe run --json` (a cell), for degraded/differential."""
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as e:
-        raise ConfigError(f"cannot read the baseline: {e.strerror}", path=path) from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"invalid JSON: {e.msg}", path=path, line=e.lineno) from None
+    doc = common.read_json_file(path, "baseline")
     try:
         return Baseline.from_cell(CellResult.from_dict(doc))
     except (KeyError, TypeError, ValueError) as e:
