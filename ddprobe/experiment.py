@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from ddprobe.effective import fetch_server_info, from_log, from_server_args
 from ddprobe.errors import RefusedError, RemoteCommandError, RemoteError
 from ddprobe.inventory import Host
 from ddprobe.probes.client import ProbeHTTPError
@@ -183,11 +184,23 @@ class _Cell:
             self.log = h.log
             if not h.healthy:
                 return self._not_healthy(h)
+            with self.timed("server_info"):
+                self._read_effective(url)
             rep.stage("probe", f"{self.opts.suite} x{self.opts.concurrency}")
             with self.timed("probe"):
                 report = self._probe(url)
             self.waited += self.timings["probe"]
         return self._served(report, h)
+
+    def _read_effective(self, url: str) -> None:
+        """What the server says it runs, before the probes can kill it."""
+        info, path = fetch_server_info(url)
+        if info:
+            self.cell.effective = from_server_args(info, source="server_info")
+            self.extra["server_info_path"] = path
+        else:
+            self.extra["notes"].append("neither /server_info nor /get_server_info answered: "
+                                       "the effective config comes from the log alone")
 
     def _not_healthy(self, h: HealthResult) -> Verdict:
         assert self.mgr is not None
@@ -274,6 +287,8 @@ class _Cell:
         c.outcome, c.signature, c.error = v.outcome, v.signature, v.error
         c.timings = {k: round(val, 4) for k, val in self.timings.items()}
         c.log_excerpt = excerpt(self.log, v.signature) if self.log else []
+        c.effective = c.effective.with_log(self.log) if c.effective is not None else \
+            from_log(self.log)
         self.extra["notes"] += [n for n in v.notes if n not in self.extra["notes"]]
         if v.match is not None:
             self.extra["phase"] = v.match.phase

@@ -10,6 +10,8 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
+from ddprobe.effective import EffectiveConfig
+
 
 class Outcome(str, Enum):
     OK = "ok"
@@ -124,6 +126,9 @@ class CellResult:
     patches: list[str] = field(default_factory=list)  # patch ids applied during the cell
     kind: str = "cell"  # "cell" | "sanitize"
     extra: dict[str, Any] = field(default_factory=dict)
+    # what the server said it runs (/server_info + the capture log line), or the preflight's
+    # answer when it never answered; None in journals written before it existed
+    effective: EffectiveConfig | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -133,6 +138,7 @@ class CellResult:
             "timings": self.timings, "log_excerpt": self.log_excerpt, "error": self.error,
             "log_path": self.log_path, "started_at": self.started_at, "patches": self.patches,
             "kind": self.kind, "extra": self.extra,
+            "effective": self.effective.to_dict() if self.effective else None,
         }
 
     @classmethod
@@ -143,7 +149,8 @@ class CellResult:
                    log_excerpt=d.get("log_excerpt") or [], error=d.get("error"),
                    log_path=d.get("log_path"), started_at=d.get("started_at", ""),
                    patches=d.get("patches") or [], kind=d.get("kind", "cell"),
-                   extra=d.get("extra") or {})
+                   extra=d.get("extra") or {},
+                   effective=EffectiveConfig.from_dict(d.get("effective")))
 
 
 VERDICT_KINDS = ("buffer_sizing", "graph_capture", "kernel", "config_error", "inconclusive",
