@@ -15,6 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Generic, TypeVar
@@ -587,6 +588,21 @@ class HostOutcome(Generic[T]):
     exc: BaseException | None = field(default=None, repr=False)
 
 
+class _Deadline(Exception):
+    """fan_out's own deadline passed (not a TimeoutError raised by the function)."""
+
+
+def _result(fut: Future[T], left: float | None) -> T:
+    try:
+        return fut.result(timeout=left)
+    except FutureTimeout:
+        # concurrent.futures.TimeoutError is the builtin TimeoutError only from 3.11 on; on
+        # 3.10 `except TimeoutError` missed it and a hung host was "failed" (issue 13)
+        if fut.done():
+            raise  # fn itself raised TimeoutError
+        raise _Deadline() from None
+
+
 def fan_out(hosts: Sequence[Host], fn: Callable[[Host], T], *, max_workers: int = 8,
             deadline: float | None = None) -> list[HostOutcome[T]]:
     """Run fn(host) on many hosts in parallel, bounded, with a per-host deadline. A host's failure
@@ -608,14 +624,15 @@ def fan_out(hosts: Sequence[Host], fn: Callable[[Host], T], *, max_workers: int 
         try:
             left = None if deadline is None else max(0.0, deadline - (time.monotonic() -
                                                                      starts.get(i, t_begin)))
-            val = fut.result(timeout=left)
+            val = _result(fut, left)
             results[i] = HostOutcome(hosts[i], "ok", val, duration=time.monotonic() -
                                      starts.get(i, t_begin))
-        except TimeoutError:
+        except _Deadline:
             results[i] = HostOutcome(hosts[i], "timeout", error=f"no answer within {deadline}s",
                                      duration=deadline or 0.0)
-        except RemoteTimeout as e:
-            results[i] = HostOutcome(hosts[i], "timeout", error=str(e), exc=e)
+        except (RemoteTimeout, TimeoutError) as e:  # fn's own timeout (a socket, a command)
+            results[i] = HostOutcome(hosts[i], "timeout", error=str(e) or type(e).__name__,
+                                     exc=e, duration=time.monotonic() - starts.get(i, t_begin))
         except RemoteError as e:
             results[i] = HostOutcome(hosts[i], "unreachable", error=str(e), exc=e,
                                      duration=time.monotonic() - starts.get(i, t_begin))

@@ -7,6 +7,7 @@ journal's cells back into the plan first, so finished cells are never repeated.
 """
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -59,6 +60,17 @@ class Journal:
 
     def note(self, text: str) -> None:
         self.append({"type": "note", "text": text})
+
+    def abandon(self, *, fresh: bool, why: BaseException) -> None:
+        """The hosts could not be opened (one is locked, Ctrl-C): nothing ran. A fresh run
+        leaves no directory behind (so `report latest` does not offer to resume a run that
+        never started); a resumed one keeps its journal, unfinished, with a note why."""
+        if self.store is None:
+            return
+        if fresh:
+            shutil.rmtree(self.store.dir, ignore_errors=True)
+        else:
+            self.note(f"resume stopped before any cell: {why or type(why).__name__}")
 
 
 @dataclass

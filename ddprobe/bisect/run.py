@@ -182,8 +182,12 @@ def run_bisect(hosts: Sequence[Host], req: BisectRequest, *, root: Path | None =
         journal.note(f"resumed at {time.strftime('%Y-%m-%dT%H:%M:%S')}")
     emit(Event("run", "", f"run {store.run_id} ({store.dir})", {"run_id": store.run_id}))
     with ExitStack() as stack:
-        opened = open_hosts(stack, hosts, command=_command_tag(store.run_id),
-                            parallel=req.parallel, break_lock=break_lock)
+        try:
+            opened = open_hosts(stack, hosts, command=_command_tag(store.run_id),
+                                parallel=req.parallel, break_lock=break_lock)
+        except BaseException as e:
+            journal.abandon(fresh=resume is None, why=e)
+            raise
         for n in opened.notes:
             journal.note(n)
             emit(Event("note", "", n))

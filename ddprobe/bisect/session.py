@@ -5,6 +5,7 @@ Shared by bisect, sweep and smoke. Everything here is I/O through `remote`, `sou
 """
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -13,7 +14,7 @@ from dataclasses import dataclass, field
 from ddprobe.bisect.executor import HostSession, open_session, revert_leftovers
 from ddprobe.bisect.hostgroups import HostGroup, group_hosts
 from ddprobe.bisect.static import Suspect, find_suspects
-from ddprobe.errors import DdprobeError, LockedError, RemoteError
+from ddprobe.errors import DdprobeError, RemoteError
 from ddprobe.inventory import Host
 from ddprobe.sources.buffers import BufferReport, SizingParams
 from ddprobe.sources.fetch import grep_buffers
@@ -34,7 +35,8 @@ def open_hosts(stack: ExitStack, hosts: Sequence[Host], *, command: str, paralle
     """Connect, gather facts and lock every host (in parallel); group the identical ones.
 
     An unreachable host is dropped with a note (the run goes on with the others); when no host
-    is left the first error is raised. A host locked by another run stops the whole run."""
+    is left the first error is raised. A host locked by another run stops the whole run, and
+    every host opened meanwhile is closed (unlocked) before the error is raised."""
 
     def one(h: Host) -> tuple[ExitStack, HostSession]:
         sub = ExitStack()
@@ -49,21 +51,36 @@ def open_hosts(stack: ExitStack, hosts: Sequence[Host], *, command: str, paralle
     notes: list[str] = []
     failed: dict[str, str] = {}
     errors: list[DdprobeError] = []
+    opened: list[tuple[Host, ExitStack, HostSession]] = []
+    fatal: BaseException | None = None
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(hosts)))) as pool:
         futs = [(h, pool.submit(one, h)) for h in hosts]
         for h, fut in futs:
-            try:
-                sub, s = fut.result()
-            except LockedError:
-                raise
-            except RemoteError as e:
-                failed[h.name] = str(e)
-                errors.append(e)
-                notes.append(f"{h.name}: unreachable, left out of this run: {e}")
-                continue
-            stack.enter_context(sub)
-            sessions[h.name] = s
-            notes += s.notes
+            # every future is awaited, even after a fatal one: a host opened (and locked) by
+            # a worker must be closed here, or the dead run keeps it locked (issue 13)
+            while True:
+                try:
+                    sub, s = fut.result()
+                except RemoteError as e:
+                    failed[h.name] = str(e)
+                    errors.append(e)
+                    notes.append(f"{h.name}: unreachable, left out of this run: {e}")
+                except BaseException as e:  # noqa: BLE001 - LockedError, a bug: all fatal
+                    fatal = fatal or e
+                    if not fut.done():  # Ctrl-C in this thread: the worker goes on; wait
+                        continue
+                else:
+                    opened.append((h, sub, s))
+                break
+    if fatal is not None:
+        for _, sub, _ in opened:
+            with contextlib.suppress(Exception):
+                sub.close()
+        raise fatal
+    for h, sub, s in opened:
+        stack.enter_context(sub)
+        sessions[h.name] = s
+        notes += s.notes
     if not sessions:
         raise errors[0] if errors else DdprobeError("no host to run on")
     if revert:

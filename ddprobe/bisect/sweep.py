@@ -160,8 +160,12 @@ def run_sweep(hosts: Sequence[Host], req: SweepRequest, *, root: Path | None = N
                         "note": f"full matrix: {len(cells)} cells per host group"})
     emit(Event("run", "", f"run {store.run_id} ({store.dir})", {"run_id": store.run_id}))
     with ExitStack() as stack:
-        opened = open_hosts(stack, hosts, command=f"ddprobe sweep (run {store.run_id})",
-                            parallel=req.parallel, break_lock=break_lock)
+        try:
+            opened = open_hosts(stack, hosts, command=f"ddprobe sweep (run {store.run_id})",
+                                parallel=req.parallel, break_lock=break_lock)
+        except BaseException as e:
+            journal.abandon(fresh=resume is None, why=e)
+            raise
         for n in opened.notes:
             journal.note(n)
             emit(Event("note", "", n))
