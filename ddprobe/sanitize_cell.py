@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from ddprobe.errors import RefusedError, RemoteCommandError, RemoteError
+from ddprobe.errors import DdprobeError, RefusedError, RemoteCommandError, RemoteError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 from ddprobe.results import CellResult, Config, Outcome
@@ -42,7 +42,7 @@ from ddprobe.server.hostops import HostOpError
 from ddprobe.server.launch import Launch
 from ddprobe.server.lifecycle import prepared_launch, server_target
 from ddprobe.server.lock import HostLock
-from ddprobe.server.manager import Manager, get_manager
+from ddprobe.server.manager import Manager, Peek, get_manager
 from ddprobe.sources import BufferReport, BufferRow, SizingParams, grep_buffers
 from ddprobe.sources.bufeval import count_elements, dtype_bytes
 
@@ -63,6 +63,7 @@ SANITIZER_PATHS = ("/usr/local/cuda/bin/compute-sanitizer",
 DEFAULT_PROMPT = ("<|im_start|>user\nWrite a Python function `add(a, b)` that returns the sum of "
                   "a and b.<|im_end|>\n<|im_start|>assistant\n")
 _INFRA = (RemoteError, HostOpError, RemoteCommandError, httpx.TransportError)
+_TAIL_READS = 64  # peeks after the stop (each up to the manager's cap, 1 MiB for `command`)
 _SOLVE_MAX = 1 << 16  # a solved size variable above this is not a plausible explanation
 
 
@@ -227,14 +228,13 @@ def run_sanitize_cell(r: Remote, host: Host, config: Config, *,
     with lk:
         run = _Run(r, host, config, options, cell, health_timeout, sanitizer)
         try:
-            log = run.steps()
+            run.steps()
         except _INFRA as e:
             cell.outcome, cell.error = Outcome.ERROR, f"{type(e).__name__}: {e}"
-            log = run.log
         finally:
-            run.stop()
-        if log:
-            _analyse(r, host, config, cell, log, sizing, run.server_info)
+            run.stop()  # reads what the server printed while it was stopped
+        if run.log:
+            _analyse(r, host, config, cell, run.log, sizing, run.server_info)
     cell.timings = {k: round(v, 4) for k, v in {**run.timings,
                                                 "total": time.perf_counter() - t0}.items()}
     if log_dir is not None and run.log:
@@ -255,6 +255,7 @@ class _Run:
         self.mgr: Manager | None = None
         self.started = False
         self.log = ""
+        self.offset = 0  # how far into the server log `self.log` has read (the manager's unit)
         self.server_info: dict[str, Any] = {}
         self.timings: dict[str, float] = {}
 
@@ -293,9 +294,9 @@ class _Run:
             t = time.perf_counter()
             h = wait_healthy(url, mgr.peek, timeout=self.timeout)
             self.timings["health"] = time.perf_counter() - t
-            self.log, offset = h.log, h.offset
+            self.log, self.offset = h.log, h.offset
             if not h.healthy:
-                self._settle(offset, self.opts.settle_s)
+                self._settle(self.opts.settle_s)
                 v = classify_hang(self.log, self.timeout) if h.status == "timeout" else \
                     classify_dead(self.log, package=self.host.package, during="start-up")
                 cell.outcome, cell.signature, cell.error = v.outcome, v.signature, v.error
@@ -305,7 +306,7 @@ class _Run:
             answered = self._request(url)
             self.timings["request"] = time.perf_counter() - t
             # a failed request: the server is dying and the sanitizer still printing
-            alive = self._settle(offset, 2.0 if answered else self.opts.settle_s)
+            alive = self._settle(2.0 if answered else self.opts.settle_s)
         if alive:
             cell.outcome = Outcome.OK if answered else Outcome.ERROR
             if not answered:
@@ -327,32 +328,45 @@ class _Run:
             return False
         return res.status_code == 200
 
-    def _settle(self, offset: int, seconds: float) -> bool:
+    def _settle(self, seconds: float) -> bool:
         """Read the log until the server has died or `seconds` passed; is it alive?"""
         assert self.mgr is not None
         end = time.perf_counter() + seconds
-        alive = True
         while True:
-            p = self.mgr.peek(offset)
-            offset = p.offset
-            self.log += p.data
-            alive = p.alive
-            if not alive or time.perf_counter() >= end or "ERROR SUMMARY" in p.data:
-                return alive
+            p = self._peek()
+            if not p.alive or time.perf_counter() >= end or "ERROR SUMMARY" in p.data:
+                return p.alive
             time.sleep(0.5)
 
+    def _peek(self) -> Peek:
+        assert self.mgr is not None
+        p = self.mgr.peek(self.offset)
+        self.offset = p.offset
+        self.log += p.data
+        return p
+
     def stop(self) -> None:
+        """Stop the server, then read what it wrote after our last look: a dying memcheck
+        prints its summary and the nearest-allocation lines last. Only infrastructure errors
+        are caught (and noted); anything else is a bug and propagates."""
         if self.mgr is None or not self.started:
             return
-        with contextlib.suppress(Exception):
-            t = time.perf_counter()
+        notes = self.cell.extra["notes"]
+        t = time.perf_counter()
+        try:
             st = self.mgr.stop()
-            self.timings["stop"] = time.perf_counter() - t
             self.cell.extra["stop"] = st.to_dict()
-            full = self.mgr.full_log()
-            if len(full) >= len(self.log):
-                self.log = full  # the tail a dying sanitizer printed after our last look
+        except _INFRA as e:
+            notes.append(f"stopping the server failed: {type(e).__name__}: {e}")
+        self.timings["stop"] = time.perf_counter() - t
         self.started = False
+        try:
+            for _ in range(_TAIL_READS):  # a peek returns at most the manager's cap at once
+                if not self._peek().data:
+                    break
+        except _INFRA as e:
+            notes.append(f"the end of the server log could not be read ({type(e).__name__}: "
+                         f"{e}); the memcheck report may be incomplete")
 
 
 def _server_info(url: str) -> dict[str, Any]:
@@ -394,7 +408,7 @@ def _analyse(r: Remote, host: Host, config: Config, cell: CellResult, log: str,
                        "budget": config.budget}
     try:
         buffers = grep_buffers(r, host, backend=config.backend or "all", params=params)
-    except Exception as e:  # evidence stays useful without the name: say why it is missing
+    except (DdprobeError, *_INFRA) as e:  # the findings stand without the name: say why
         extra["buffer_match"] = f"grep-buffers failed: {type(e).__name__}: {e}"
         return
     extra["buffer"], extra["buffer_match"] = name_buffer(report, buffers, params, config.budget)

@@ -223,3 +223,45 @@ def test_captured_h200_memcheck_with_a_higher_print_limit_names_the_mask_by_size
     buf, how = name_buffer(san, rep, params, 16)
     assert buf is not None and buf["attr"] == "cuda_graph_custom_mask" and buf["line"] == 118
     assert buf["bytes"] == 18_879_552 and buf["solved"] == {"draft_model_config_num_draft_tokens": 9}
+
+
+# memcheck's stand-in that, like the real tool in a dying server, prints its findings and the
+# summary only when the program ends: here when ddprobe stops the server (TERM to the group)
+LATE_REPORT = """#!/bin/sh
+echo "========= COMPUTE-SANITIZER"
+shift 4
+report() {
+  sleep 0.3
+  printf '%s\\n' "========= Invalid __global__ write of size 1 bytes" \\
+    "=========     at write_tree_mask_kernel+0x1f0 in kernels.py:37" \\
+    "=========     by thread (0,0,0) in block (0,9,0)" \\
+    "=========     Access to 0x7f0001201200 is out of bounds" \\
+    "=========     and is 4,609 bytes after the nearest allocation at 0x7f0000000000 of size 18,879,552 bytes" \\
+    "========= ERROR SUMMARY: 1 error"
+  exit 1
+}
+trap report TERM
+"$@" &
+wait $!
+"""
+
+
+def test_the_report_printed_while_the_server_is_stopped_is_read(prefix: Path,
+                                                                 tmp_path: Path) -> None:
+    """The findings and ERROR SUMMARY come after the stop: the cell reads the rest of the log
+    through the manager (peek) instead of losing it (issue 12, item 3)."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    exe = bindir / "compute-sanitizer"
+    exe.write_text(LATE_REPORT)
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    host = _host(prefix, tmp_path, bindir)
+    with connect(host) as r:
+        cell = run_sanitize_cell(r, host, Config(budget=8))
+    san = cell.extra["sanitizer"]
+    assert cell.extra["answered"] is True, cell.to_dict()
+    assert san["error_count"] == 1 and len(san["findings"]) == 1, san
+    f = san["findings"][0]
+    assert f["kernel"] == "write_tree_mask_kernel" and f["allocation_size"] == 18_879_552
+    assert "stop" in cell.timings and not any("could not be read" in n
+                                              for n in cell.extra["notes"])
