@@ -189,14 +189,21 @@ class Verdict:
     buffer: dict[str, Any] | None = None  # {attr, file, line, expr, sizes...} when named
     host: str | None = None
     patch_confirmed: bool | None = None  # --confirm-patch: did the patch fix it
+    latent: bool = False  # found by the latent check: the cells pass, memcheck does not
+
+    @property
+    def label(self) -> str:
+        """The kind as shown: `buffer_sizing (latent)` for a latent fault."""
+        return f"{self.kind} (latent)" if self.latent else self.kind
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["evidence"] = [e.to_dict() for e in self.evidence]
+        d["label"] = self.label
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Verdict:
-        d = dict(d)
+        d = {k: v for k, v in d.items() if k != "label"}
         d["evidence"] = [Evidence.from_dict(e) for e in d.get("evidence") or []]
         return cls(**d)

@@ -11,7 +11,9 @@ The whole procedure (see frontier.py and ladder.py):
    one mode);
 2. per failure mode, at its first failing budget: eager control / oversize / max-bs
    experiments in the order its signature suggests, until one decides;
-3. optional: a sanitize cell per crash mode (evidence only) and `--confirm-patch` cells.
+3. optional: a sanitize cell per crash mode (evidence only) and `--confirm-patch` cells;
+4. the latent check (latent.py): memcheck cells on the passing graph budgets when grep-buffers
+   flags a buffer or a higher budget fails with a memory fault.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from ddprobe.bisect.cells import BAD, PENDING, UNTESTED, Obs, PlannedCell, observe
+from ddprobe.bisect import latent
 from ddprobe.bisect.frontier import Row, build_row, probes
 from ddprobe.bisect.ladder import ORDERS, LadderState, diagnose
 from ddprobe.bisect.static import Suspect
@@ -39,6 +42,7 @@ class PlanOptions:
     sanitize_note: str = ""  # why not, when unavailable
     confirm_patch: str | None = None
     oversize_factor: int = 4
+    latent: latent.LatentOptions = field(default_factory=latent.LatentOptions)
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,7 @@ class Planner:
                     extras.append(PlannedCell(cfg, "sanitize", mode))
                 if opts.confirm_patch:
                     extras.append(PlannedCell(cfg, "confirm", mode, patch=opts.confirm_patch))
+        extras += latent.planned(row, self.spec.base, self.spec.suspects, opts.latent, self.obs)
         return PlanState(row, tuple(ladders), tuple(extras))
 
     @property

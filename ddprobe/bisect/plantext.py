@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ddprobe.bisect import latent
 from ddprobe.bisect.planner import BisectSpec, Planner
 from ddprobe.bisect.static import Suspect
 from ddprobe.bisect.synthetic import bounds
@@ -43,11 +44,14 @@ def plan_lines(spec: BisectSpec, *, k: int = 1) -> list[str]:
         lines.append("     --sanitize: a compute-sanitizer cell per crash mode"
                      + ("" if spec.options.sanitize_available else
                         f" (not available: {spec.options.sanitize_note or 'no support'})"))
+    lat = spec.options.latent
+    lines.append(latent.plan_line(lat, spec.suspects, b))
     first = Planner(spec).next_cells(k)
     lines.append("  first round: " + ", ".join(c.key for c in first))
     est_spec = spec if spec.suspects else replace(spec, suspects=(_PLACEHOLDER,))
     est_spec = replace(est_spec, options=replace(est_spec.options, confirm_patch=None,
-                                                 sanitize=False, repeat=1))
+                                                 sanitize=False, repeat=1,
+                                                 latent=latent.LatentOptions()))
     bd = bounds(est_spec, k=k)
     worst = max(v[0] for kk, v in bd.items() if kk != "none") * rep
     rounds = max(v[1] for kk, v in bd.items() if kk != "none")
@@ -57,4 +61,8 @@ def plan_lines(spec: BisectSpec, *, k: int = 1) -> list[str]:
                  f"for one failure threshold ({per})"
                  + (f" in at most {rounds} rounds" if k > 1 else "")
                  + f"; the full sweep takes {full}")
+    if lat.enabled and lat.available:
+        n = latent.max_cells(spec.suspects, b)
+        lines.append(f"  plus the latent check: at most {n} memcheck cell(s), one restart "
+                     "each, when it is triggered (counted in the restarts reported)")
     return lines

@@ -21,6 +21,7 @@ from ddprobe.bisect.engine import EventSink, Event, GroupRun, Journal, drive, in
     is_restart
 from ddprobe.bisect.executor import Executor, experiment_api, probe_options, stop_server
 from ddprobe.bisect.hostgroups import HostGroup
+from ddprobe.bisect.latent import LatentOptions
 from ddprobe.bisect.planner import BisectSpec, PlanOptions, Planner, small_max_bs_for
 from ddprobe.bisect.plantext import plan_lines
 from ddprobe.bisect.session import StaticEvidence, open_hosts, static_evidence
@@ -46,6 +47,7 @@ class BisectRequest:
     oversize_factor: int = 4
     tasks: tuple[str, ...] = ()  # probe only these coding tasks (default: the whole suite)
     keep_server: bool = False  # leave the last cell's server running
+    latent_check: bool = True  # memcheck passing graph budgets when a buffer is suspect
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -66,11 +68,13 @@ class BisectRequest:
                       max_bs=self.max_bs, backend=self.backend, extra_args=self.extra_args)
 
     def spec(self, *, small_max_bs: int, suspects: Sequence[Any] = (),
-             sanitize_available: bool = False, sanitize_note: str = "") -> BisectSpec:
+             sanitize_available: bool = False, sanitize_note: str = "",
+             latent: LatentOptions | None = None) -> BisectSpec:
         opts = PlanOptions(order=self.order, repeat=self.repeat, sanitize=self.sanitize,
                            sanitize_available=sanitize_available, sanitize_note=sanitize_note,
                            confirm_patch=self.confirm_patch,
-                           oversize_factor=self.oversize_factor)
+                           oversize_factor=self.oversize_factor,
+                           latent=latent or LatentOptions(enabled=self.latent_check))
         return BisectSpec(tuple(self.budgets), self.base(), small_max_bs, tuple(suspects), opts)
 
 
@@ -213,7 +217,9 @@ def run_bisect(hosts: Sequence[Host], req: BisectRequest, *, root: Path | None =
             planners[g.key] = Planner(req.spec(small_max_bs=small_max_bs_for(eff_bs),
                                                suspects=st.suspects,
                                                sanitize_available=san_ok,
-                                               sanitize_note=san_note))
+                                               sanitize_note=san_note,
+                                               latent=_latent_support(req, opened.sessions, g,
+                                                                      run_san, san_why)))
             emit(Event("static", g.name, _static_line(st),
                        {"suspects": [s.to_dict() for s in st.suspects]}))
         if resume is None:
@@ -311,6 +317,27 @@ def _sanitize_support(req: BisectRequest, sessions: dict[str, Any], g: HostGroup
     if run_san is None:
         return False, why or "no sanitize cell in ddprobe.experiment"
     return True, ""
+
+
+def _latent_support(req: BisectRequest, sessions: dict[str, Any], g: HostGroup,
+                    run_san: Any, why: str) -> LatentOptions:
+    """The latent check runs with --sanitize, and by default where the host's facts show
+    compute-sanitizer; --no-latent-check turns it off."""
+    if not req.latent_check:
+        return LatentOptions(enabled=False, note="--no-latent-check")
+    h = g.hosts[0]
+    facts = sessions[h.name].facts
+    if facts is None or not facts.compute_sanitizer:
+        return LatentOptions(enabled=True, available=False,
+                             note=f"no compute-sanitizer on {h.name}")
+    if h.server.manager != "command":
+        return LatentOptions(enabled=True, available=False,
+                             note=f"sanitize cells need the command manager ({h.name} uses "
+                                  f"{h.server.manager})")
+    if run_san is None:
+        return LatentOptions(enabled=True, available=False,
+                             note=why or "no sanitize cell in ddprobe.experiment")
+    return LatentOptions(enabled=True, available=True)
 
 
 def _keep_patch(req: BisectRequest, sessions: dict[str, Any], g: HostGroup,

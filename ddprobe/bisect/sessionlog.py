@@ -42,7 +42,7 @@ def _verdict_line(v: Verdict) -> str:
     elif v.buffer and v.buffer.get("attrs"):
         what = ": " + ", ".join(v.buffer["attrs"])
     host = f" [{v.host}]" if v.host else ""
-    return (f"# verdict{host}: {','.join(f'b{b}' for b in v.budgets)} {v.kind} "
+    return (f"# verdict{host}: {','.join(f'b{b}' for b in v.budgets)} {v.label} "
             f"({v.decided_by}, {v.confidence}){what}")
 
 

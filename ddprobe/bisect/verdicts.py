@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
+from ddprobe.bisect import latent
 from ddprobe.bisect.cells import BAD, FLAKY, GOOD, REFUSED, SKIP, Obs, PlannedCell, describe
 from ddprobe.bisect.ladder import Decision, LadderState
 from ddprobe.bisect.planner import Planner
@@ -321,7 +322,8 @@ def build_verdicts(p: Planner, *, host: str | None = None) -> list[Verdict]:
                            evidence=ev, next_step="no cell could run (infrastructure): "
                            "check the host and the server (`ddprobe run`), then resume",
                            host=host))
-    return out
+    return latent.apply(out, row, p.spec.base, p.spec.suspects, p.spec.options.latent, p.obs,
+                        host=host)
 
 
 def run_status(verdicts: Sequence[Verdict]) -> str:

@@ -2,6 +2,7 @@
 
     ddprobe bisect --host H --budgets 8,16,32,64 [--max-bs N] [--backend B] [--repeat N]
                    [--graph-first|--eager-first] [--confirm-patch PATCH] [--sanitize]
+                   [--no-latent-check]
                    [--plan] [--resume RUN_ID] [--exit-protocol bisect] [--json]
     ddprobe bisect log RUN_ID          the replayable session log (git bisect log format)
     ddprobe bisect replay FILE         re-derive the verdicts from a (possibly edited) log
@@ -24,6 +25,7 @@ from rich.table import Table
 
 from ddprobe.bisect.cells import describe
 from ddprobe.bisect.engine import Event
+from ddprobe.bisect.latent import LatentOptions
 from ddprobe.bisect.planner import small_max_bs_for
 from ddprobe.bisect.plantext import plan_lines
 from ddprobe.bisect.run import BisectReport, BisectRequest, load_resume, run_bisect
@@ -145,14 +147,14 @@ def render_verdicts(rep: BisectReport) -> None:
     for v in rep.verdicts:
         color = _COLOR.get(v.kind, "white")
         row = ([v.host or ""] if multi else []) + [
-            ",".join(str(b) for b in v.budgets), f"[{color}]{v.kind}[/{color}]",
+            ",".join(str(b) for b in v.budgets), f"[{color}]{v.label}[/{color}]",
             escape(what(v)), v.decided_by, v.confidence]
         t.add_row(*row)
     out.print(t)
     for n, v in enumerate(rep.verdicts, 1):
         if v.kind == "ok" and len(rep.verdicts) > 1:
             continue
-        head = f"[bold]{n}. b{',b'.join(map(str, v.budgets))}: {v.kind}[/bold]"
+        head = f"[bold]{n}. b{',b'.join(map(str, v.budgets))}: {v.label}[/bold]"
         if v.signature:
             head += f"  [dim]{escape(v.outcome)}: {escape(v.signature)}[/dim]"
         out.print(head)
@@ -170,6 +172,9 @@ def render_verdicts(rep: BisectReport) -> None:
 
 def what(v: Verdict) -> str:
     b = v.buffer or {}
+    if v.latent:
+        mem = next((e for e in v.evidence if e.kind == "memcheck"), None)
+        return mem.summary if mem else v.decided_by
     if v.kind == "buffer_sizing" and b.get("attr"):
         return f"{b['attr']} ({b.get('where')})"
     if v.kind == "buffer_sizing" and b.get("attrs"):
@@ -178,8 +183,23 @@ def what(v: Verdict) -> str:
         m = next((e for e in v.evidence if e.kind == "max_bs"), None)
         return "fixed-capacity workspace" + (": a smaller max bs avoids it" if m else "")
     if v.kind == "ok":
-        return "passes with CUDA graphs"
+        return "passes with CUDA graphs" + latent_note(v)
     return v.signature or v.outcome
+
+
+def latent_note(v: Verdict) -> str:
+    """`; memcheck clean at b8` / `; latent check could not run (why)` for an ok verdict."""
+    lat = [e.details for e in v.evidence if e.kind == "latent"]
+    clean = [f"b{d['budget']}" for d in lat if d.get("latent") == "clean" and "budget" in d]
+    out = "; memcheck clean at " + ", ".join(clean) if clean else ""
+    for d in lat:
+        if d.get("latent") == "off":
+            out += f"; latent check off ({d.get('why', '')})"
+        elif d.get("latent") == "not_run":
+            where = f" at b{d['budget']}" if "budget" in d else ""
+            out += f"; latent check could not run{where}" + (
+                f" ({d['why']})" if d.get("why") else "")
+    return out
 
 
 def render_sweep(rep: SweepReport) -> None:
@@ -258,6 +278,11 @@ def register(app: typer.Typer) -> None:
         confirm_patch: Optional[str] = typer.Option(
             None, "--confirm-patch", help="Apply this patch, re-run each failing cell, keep it "
                                           "if it fixes one, else revert."),
+        no_latent_check: bool = typer.Option(
+            False, "--no-latent-check",
+            help="Do not re-run passing graph budgets under compute-sanitizer memcheck (the "
+                 "latent check runs by default when the host has compute-sanitizer and "
+                 "grep-buffers flags a buffer or a larger budget hits a memory fault)."),
         sanitize: bool = typer.Option(False, "--sanitize",
                                       help="A compute-sanitizer cell per crash mode, when "
                                            "the host has it."),
@@ -286,7 +311,8 @@ def register(app: typer.Typer) -> None:
         try:
             code = _bisect(host=host, budgets=budgets, max_bs=max_bs, backend=backend,
                            repeat=repeat, graph_first=graph_first, eager_first=eager_first,
-                           confirm_patch=confirm_patch, sanitize=sanitize, plan=plan,
+                           confirm_patch=confirm_patch, sanitize=sanitize,
+                           latent_check=not no_latent_check, plan=plan,
                            resume=resume, exit_protocol=exit_protocol, tasks=tasks,
                            parallel=not no_parallel, keep_server=keep_server,
                            break_lock=break_lock, as_json=as_json, argv=ctx.args)
@@ -322,7 +348,7 @@ def register(app: typer.Typer) -> None:
             common.out.print(f"[bold]{escape(s.hosts)}[/bold]: {marks} marks replayed")
             for v in vs:
                 color = _COLOR.get(v.kind, "white")
-                common.out.print(f"  b{',b'.join(map(str, v.budgets))}: [{color}]{v.kind}"
+                common.out.print(f"  b{',b'.join(map(str, v.budgets))}: [{color}]{v.label}"
                                  f"[/{color}] ({v.decided_by}, {v.confidence}) "
                                  f"{escape(what(v))}")
 
@@ -387,7 +413,8 @@ def register(app: typer.Typer) -> None:
 
 def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backend: str | None,
             repeat: int, graph_first: bool, eager_first: bool, confirm_patch: str | None,
-            sanitize: bool, plan: bool, resume: str | None, exit_protocol: str | None,
+            sanitize: bool, latent_check: bool, plan: bool, resume: str | None,
+            exit_protocol: str | None,
             tasks: str | None, parallel: bool, keep_server: bool, break_lock: bool,
             as_json: bool, argv: list[str]) -> int:
     if graph_first and eager_first:
@@ -407,12 +434,17 @@ def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backen
         req = BisectRequest(budgets=_budgets(budgets), max_bs=max_bs, backend=backend,
                             order=order, repeat=repeat, sanitize=sanitize,
                             confirm_patch=confirm_patch, parallel=parallel,
-                            tasks=_tasks(tasks, DEFAULT_BISECT_TASKS), keep_server=keep_server)
+                            tasks=_tasks(tasks, DEFAULT_BISECT_TASKS), keep_server=keep_server,
+                            latent_check=latent_check)
         hosts = common.hosts(host)
     if plan:
         eff = req.max_bs or hosts[0].server.max_bs
         spec = req.spec(small_max_bs=small_max_bs_for(eff), sanitize_available=False,
-                        sanitize_note="decided when the run gathers facts")
+                        sanitize_note="decided when the run gathers facts",
+                        latent=LatentOptions(enabled=req.latent_check, available=False,
+                                             note="if the host has compute-sanitizer: "
+                                                  "decided when the run gathers facts")
+                        if req.latent_check else None)
         k = len(hosts) if req.parallel else 1
         lines = plan_lines(spec, k=k)
         if as_json:

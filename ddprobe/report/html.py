@@ -127,7 +127,7 @@ def _verdict(n: int, v: Verdict) -> str:
                  + "</li>" for e in v.evidence)
     nxt = f'<div class="kv"><b>next step</b>: {_e(v.next_step)}</div>' if v.next_step else ""
     return (f'<div class="verdict verdict-{_e(v.kind)}" style="border-left-color:{col}">'
-            f'<h3 style="color:{col}">{n}. {_e(verdict_words(v.kind))} '
+            f'<h3 style="color:{col}">{n}. {_e(verdict_words(v.label))} '
             f'<small>budget{"s" if len(v.budgets) != 1 else ""} {_e(budgets)}</small></h3>'
             f'<div class="kv">{lines}</div>' + (f"<ul>{ev}</ul>" if ev else "") + nxt + "</div>")
 

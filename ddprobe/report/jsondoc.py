@@ -23,7 +23,7 @@ def report_dict(rec: RunRecord, model: ReportModel | None = None) -> dict[str, A
             "command": m.command, "hosts": list(m.hosts), "budgets": list(m.budgets),
             "cells": len(m.cells), "outcomes": dict(m.counts),
             "restarts_used": m.restarts_used, "restarts_full_sweep": m.restarts_full_sweep,
-            "verdicts": [f"{v.kind}: budgets {','.join(map(str, v.budgets))}"
+            "verdicts": [f"{v.label}: budgets {','.join(map(str, v.budgets))}"
                          for v in m.verdicts],
             "disagreements": list(m.disagreements),
         },

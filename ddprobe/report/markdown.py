@@ -41,7 +41,7 @@ def _matrix(hm: HostMatrix) -> list[str]:
 
 
 def _verdict(n: int, v: Verdict) -> list[str]:
-    head = (f"### {n}. {verdict_words(v.kind)}: budget{'s' if len(v.budgets) != 1 else ''} "
+    head = (f"### {n}. {verdict_words(v.label)}: budget{'s' if len(v.budgets) != 1 else ''} "
             f"{', '.join(map(str, v.budgets))}")
     lines = [head, ""]
     facts = [("outcome", v.outcome), ("signature", f"`{v.signature}`" if v.signature else ""),

@@ -69,7 +69,7 @@ def _verdict_panel(n: int, v: Verdict) -> Panel:
     if v.next_step:
         lines.append("\nnext: ", style="bold")
         lines.append(v.next_step)
-    title = Text(f"{n}. {verdict_words(v.kind)}", style=verdict_rich(v.kind))
+    title = Text(f"{n}. {verdict_words(v.label)}", style=verdict_rich(v.kind))
     title.append(f"  budget{'s' if len(v.budgets) != 1 else ''} "
                  f"{', '.join(map(str, v.budgets))}", style="bold")
     return Panel(lines, title=title, title_align="left", border_style=verdict_rich(v.kind))

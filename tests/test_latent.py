@@ -1,0 +1,234 @@
+"""The latent-fault check (ddprobe/bisect/latent.py): planning, verdicts and their text, on
+synthetic outcome tables whose sanitize cells carry REAL memcheck output (captured on an H200
+running the testbed's CUDA mode at seed graph b16, tests/data) named by the real grep-buffers
+analysis of the testbed's sources. Pure: no host, no server.
+
+Expected answers, written before the runs (issue 12 and the H200 run of 2026-12-01):
+  * H200 seed (8, 16 pass; 32 garbage; 64 cuBLAS): memcheck cells at b8 then b16 (cheapest
+    first), after the graph row is complete; b8 clean -> `ok` "memcheck clean at b8";
+    b16 -> `buffer_sizing (latent)` "passes, but writes past cuda_graph_custom_mask
+    (srt/layers/attention/triton_backend.py:118): 474 invalid writes in
+    write_tree_mask_kernel"; 32 and 64 unchanged; 6 + 2 restarts; exit 1.
+  * invalid writes already at b8 -> b16 inferred latent, not restarted (1 memcheck cell).
+  * no compute-sanitizer -> no memcheck cell; the `ok` says the check could not run, and why.
+  * --no-latent-check -> no memcheck cell; the `ok` says the check is off.
+  * nothing flagged and no memory fault -> no latent cell at all, no latent evidence.
+  * no flagged buffer, but b32 crashes with an illegal address -> memcheck b8, b16.
+  * invalid writes that name no flagged buffer -> `inconclusive (latent)`, not buffer_sizing.
+  * a memcheck cell that errors (infrastructure) -> b8 stays `ok`, "could not run at b8".
+"""
+from __future__ import annotations
+
+import gzip
+from dataclasses import replace
+from pathlib import Path
+
+from ddprobe.bisect.cells import PlannedCell
+from ddprobe.bisect.latent import LATENT_MODE, LatentOptions
+from ddprobe.bisect.planner import BisectSpec, PlanOptions, Planner, simulate
+from ddprobe.bisect.plantext import plan_lines
+from ddprobe.bisect.static import Suspect
+from ddprobe.bisect.verdicts import build_verdicts, exit_code
+from ddprobe.cli.bisect import what
+from ddprobe.results import CellResult, Config, Outcome, Signature
+from ddprobe.sanitize_cell import name_buffer
+from ddprobe.sanitizer import parse_memcheck
+from test_sanitize_cell import _report
+
+DATA = Path(__file__).resolve().parent / "data"
+BUDGETS = (8, 16, 32, 64)
+MASK = Suspect("cuda_graph_custom_mask", "srt/layers/attention/triton_backend.py", 118,
+               "(num_tokens_per_bs * max_bs * (self.max_context_len + num_tokens_per_bs),)",
+               "TritonAttnBackend.init_cuda_graph_state", ("fixed-size-growing-use",), 1)
+ILLEGAL = Signature("cuda_illegal_address", "CUDA error: an illegal memory access was encountered")
+CUBLAS = Signature("cublas", "[capture] CUBLAS_STATUS_EXECUTION_FAILED when calling cublasGemmEx")
+GARBAGE = Signature("garbage", "accept_length=1.01 coding 0/5")
+ON = LatentOptions(enabled=True, available=True)
+
+
+def spec(*, suspects: tuple[Suspect, ...] = (MASK,), latent: LatentOptions = ON) -> BisectSpec:
+    return BisectSpec(BUDGETS, Config(8, max_bs=64), small_max_bs=16, suspects=suspects,
+                      options=PlanOptions(latent=latent))
+
+
+def res(c: PlannedCell, out: str, sig: Signature | None = None, **extra: object) -> CellResult:
+    return CellResult("h", c.config, Outcome(out), signature=sig, timings={"restart": 1.0},
+                      kind=c.kind, extra=dict(extra))
+
+
+def h200_memcheck_b16() -> dict:
+    """The sanitize cell's extra for the captured H200 b16 run: parsed report + named buffer."""
+    text = gzip.decompress((DATA / "testbed-h200-memcheck-b16-limit1000.txt.gz").read_bytes())
+    san = parse_memcheck(text.decode())
+    rep, params = _report()
+    buf, how = name_buffer(san, rep, params, 16)
+    return {"sanitizer": san.to_dict(), "buffer": buf, "buffer_match": how}
+
+
+CLEAN = {"sanitizer": {"findings": [], "error_count": 0, "other_errors": [], "ran": True,
+                       "clean": True}, "buffer": None,
+         "buffer_match": "no out-of-bounds access reported"}
+B16 = h200_memcheck_b16()
+
+
+def h200(dirty: frozenset[int] = frozenset({16}), memcheck: dict | None = None):
+    """The seed on the H200: 8 and 16 pass with graphs, 32 garbage, 64 cuBLAS at capture."""
+    def answer(c: PlannedCell) -> CellResult:
+        b, g = c.config.budget, c.config.graph
+        if c.purpose == "sanitize":
+            assert c.mode == LATENT_MODE and g
+            if b in dirty:
+                return res(c, "crash", Signature("sanitizer_oob", "Invalid __global__ write"),
+                           **(memcheck or B16))
+            return res(c, "ok", **CLEAN)
+        if b <= 16 or not g:
+            return res(c, "ok")
+        if b == 32 or c.config.max_bs == 16:
+            return res(c, "garbage", GARBAGE)
+        return res(c, "crash", CUBLAS)
+    return answer
+
+
+def latent_cells(rounds: list[list[PlannedCell]]) -> list[str]:
+    return [c.key for r in rounds for c in r if c.purpose == "sanitize"]
+
+
+def test_h200_seed_memchecks_b8_then_b16_and_b16_is_latent_buffer_sizing() -> None:
+    p, rounds = simulate(spec(), h200())
+    keys = [c.key for r in rounds for c in r]
+    assert latent_cells(rounds) == ["b8-graph-bs64+sanitize", "b16-graph-bs64+sanitize"]
+    # the memcheck cells come once the graph row is complete (every budget classified)
+    first_latent = keys.index("b8-graph-bs64+sanitize")
+    assert {"b64-graph-bs64", "b16-graph-bs64", "b32-graph-bs64"} <= set(keys[:first_latent])
+    assert len(keys) == 8  # 6 restarts of the plain bisect + 2 memcheck cells
+    vs = build_verdicts(p)
+    got = {tuple(v.budgets): v for v in vs}
+    ok, lat = got[(8,)], got[(16,)]
+    assert ok.kind == "ok" and not ok.latent
+    assert what(ok) == "passes with CUDA graphs; memcheck clean at b8"
+    assert lat.kind == "buffer_sizing" and lat.latent and lat.label == "buffer_sizing (latent)"
+    assert what(lat) == ("passes, but writes past cuda_graph_custom_mask "
+                         "(srt/layers/attention/triton_backend.py:118): 474 invalid writes in "
+                         "write_tree_mask_kernel")
+    assert lat.buffer is not None and lat.buffer["attr"] == "cuda_graph_custom_mask"
+    assert lat.buffer["named_by"].startswith("memcheck (size with "
+                                             "draft_model_config_num_draft_tokens = 9")
+    assert lat.decided_by == "memcheck (latent check)" and lat.confidence == "high"
+    mem = [e for e in lat.evidence if e.kind == "memcheck"]
+    assert mem and mem[0].cells == ["b16-graph-bs64+sanitize"]
+    assert mem[0].details["findings"]["error_count"] == 474
+    assert got[(32,)].kind == "graph_capture" and got[(64,)].kind == "buffer_sizing"
+    assert not got[(64,)].latent
+    assert exit_code(vs) == 1
+    assert lat.to_dict()["label"] == "buffer_sizing (latent)"
+
+
+def test_invalid_writes_at_the_smallest_budget_infer_the_larger_ones() -> None:
+    p, rounds = simulate(spec(), h200(dirty=frozenset({8, 16})))
+    assert latent_cells(rounds) == ["b8-graph-bs64+sanitize"]  # b16 inferred, not restarted
+    vs = build_verdicts(p)
+    assert not any(v.kind == "ok" for v in vs)
+    (lat,) = [v for v in vs if v.latent]
+    assert lat.budgets == [8, 16]
+    assert any("b16 inferred" in e.summary for e in lat.evidence)
+
+
+def test_without_compute_sanitizer_the_ok_says_the_check_could_not_run() -> None:
+    off = LatentOptions(enabled=True, available=False, note="no compute-sanitizer on h")
+    p, rounds = simulate(spec(latent=off), h200())
+    assert latent_cells(rounds) == [] and sum(map(len, rounds)) == 6
+    (ok,) = [v for v in build_verdicts(p) if v.kind == "ok"]
+    assert ok.budgets == [8, 16] and ok.confidence == "medium"
+    assert what(ok) == ("passes with CUDA graphs; latent check could not run "
+                        "(no compute-sanitizer on h)")
+    (ev,) = [e for e in ok.evidence if e.kind == "latent"]
+    assert "does not grow with the budget" in ev.summary
+
+
+def test_no_latent_check_turns_it_off_and_says_so() -> None:
+    p, rounds = simulate(spec(latent=LatentOptions(enabled=False, note="--no-latent-check")),
+                         h200())
+    assert latent_cells(rounds) == []
+    (ok,) = [v for v in build_verdicts(p) if v.kind == "ok"]
+    assert what(ok) == "passes with CUDA graphs; latent check off (--no-latent-check)"
+
+
+def test_nothing_flagged_and_no_memory_fault_plans_no_latent_cell() -> None:
+    p, rounds = simulate(spec(suspects=()), h200())
+    assert latent_cells(rounds) == []
+    (ok,) = [v for v in build_verdicts(p) if v.kind == "ok"]
+    assert not [e for e in ok.evidence if e.kind == "latent"]
+
+
+def test_a_memory_fault_above_triggers_it_without_a_flagged_buffer() -> None:
+    def answer(c: PlannedCell) -> CellResult:
+        if c.purpose == "sanitize":
+            return res(c, "ok", **CLEAN)
+        if c.config.budget >= 32 and c.config.graph:
+            return res(c, "crash", ILLEGAL)
+        return res(c, "ok")
+    p, rounds = simulate(spec(suspects=()), answer)
+    assert latent_cells(rounds) == ["b8-graph-bs64+sanitize", "b16-graph-bs64+sanitize"]
+    (ok,) = [v for v in build_verdicts(p) if v.kind == "ok"]
+    assert what(ok) == "passes with CUDA graphs; memcheck clean at b8, b16"
+    assert ok.budgets == [8, 16]
+
+
+def test_invalid_writes_that_name_no_flagged_buffer_are_inconclusive() -> None:
+    foreign = dict(B16, buffer={"attr": "qo_indptr", "file": "x.py", "line": 1},
+                   buffer_match="exact size")
+    p, _ = simulate(spec(), h200(memcheck=foreign))
+    vs = build_verdicts(p)
+    (lat,) = [v for v in vs if v.latent]
+    assert lat.kind == "inconclusive" and lat.budgets == [16] and lat.label == \
+        "inconclusive (latent)"
+    assert "474 invalid accesses (474 writes) in write_tree_mask_kernel" in what(lat)
+    assert "names qo_indptr, not a flagged buffer" in what(lat)
+    assert exit_code(vs) == 1
+
+
+def test_a_memcheck_cell_that_could_not_run_leaves_ok_and_says_why() -> None:
+    base = h200()
+
+    def answer(c: PlannedCell) -> CellResult:
+        if c.purpose == "sanitize" and c.config.budget == 8:
+            r = res(c, "error")
+            r.error = "compute-sanitizer not found on h"
+            return r
+        return base(c)
+    p, rounds = simulate(spec(), answer)
+    assert latent_cells(rounds) == ["b8-graph-bs64+sanitize", "b16-graph-bs64+sanitize"]
+    vs = build_verdicts(p)
+    (ok,) = [v for v in vs if v.kind == "ok"]
+    assert ok.budgets == [8] and ok.confidence == "medium"
+    assert "latent check could not run at b8" in what(ok)
+    assert [v.budgets for v in vs if v.latent] == [[16]]
+
+
+def test_plan_text_and_remaining_count_the_latent_cells() -> None:
+    lines = plan_lines(spec())
+    text = "\n".join(lines)
+    assert ("latent check: the passing graph budgets at and above b8 (grep-buffers: "
+            "cuda_graph_custom_mask (srt/layers/attention/triton_backend.py:118) does not grow "
+            "with the budget while its use does)") in text
+    assert "at most 4 memcheck cell(s), one restart each" in text
+    p = Planner(spec())
+    oracle = h200()
+    while True:
+        cells = p.next_cells(1)
+        if not cells:
+            break
+        if cells[0].purpose == "sanitize":
+            # the memcheck cells still to run are counted in what is left
+            assert p.remaining()[1] >= 1
+        p.record(cells[0], oracle(cells[0]))
+    assert p.remaining() == (0, 0)
+
+
+def test_unavailable_plan_line_says_why() -> None:
+    off = LatentOptions(enabled=True, available=False, note="no compute-sanitizer on h")
+    text = "\n".join(plan_lines(spec(latent=off)))
+    assert "(no compute-sanitizer on h)" in text and "memcheck cell(s)" not in text
+    text = "\n".join(plan_lines(replace(spec(), options=PlanOptions(
+        latent=LatentOptions(enabled=False, note="--no-latent-check")))))
+    assert "latent check off (--no-latent-check)" in text
