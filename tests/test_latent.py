@@ -232,3 +232,31 @@ def test_unavailable_plan_line_says_why() -> None:
     text = "\n".join(plan_lines(replace(spec(), options=PlanOptions(
         latent=LatentOptions(enabled=False, note="--no-latent-check")))))
     assert "latent check off (--no-latent-check)" in text
+
+
+# -- end to end on the CPU testbed, with a compute-sanitizer stand-in on the host's PATH ------
+
+def test_bisect_on_the_cpu_testbed_memchecks_the_passing_budget(tmp_path: Path) -> None:
+    """Expected (CPU seed: b16 crashes with an illegal address, so only b8 passes): one
+    memcheck cell at b8 after the graph row, clean (the stand-in runs the server and prints
+    memcheck's banner and a clean summary), so `ok` b8 "memcheck clean at b8"; the restart
+    count includes that cell (8 + 1)."""
+    import stat
+    from ddprobe.bisect.run import BisectRequest, run_bisect
+    from test_sanitize_cell import STAND_IN, _host
+    from testbed_util import install_prefix
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    exe = bindir / "compute-sanitizer"
+    exe.write_text(STAND_IN)
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    host = _host(install_prefix(tmp_path / "site"), tmp_path, bindir)
+    rep = run_bisect([host], BisectRequest(budgets=BUDGETS, tasks=("2",)), root=tmp_path / "runs")
+    keys = [pc.key for g in rep.groups for pc, _ in g.cells]
+    assert [k for k in keys if k.endswith("+sanitize")] == ["b8-graph+sanitize"], keys
+    assert keys[-1] == "b8-graph+sanitize" or keys.index("b8-graph+sanitize") > keys.index(
+        "b32-graph")
+    got = {tuple(v.budgets): v for v in rep.verdicts}
+    assert what(got[(8,)]) == "passes with CUDA graphs; memcheck clean at b8"
+    assert got[(16,)].kind == "buffer_sizing" and not got[(16,)].latent
+    assert rep.restarts_used == len(keys) == 9
