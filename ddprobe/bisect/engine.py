@@ -132,7 +132,8 @@ def drive(group: HostGroup, plan: Plan, sessions: dict[str, HostSession], execut
             if not cells:
                 break
             left, restarts = plan.remaining()
-            emit(Event("progress", group.name, f"{left} configs left (~{restarts} restarts)",
+            emit(Event("progress", group.name,
+                       f"at most {left} configs left (worst case of the plan)",
                        {"configs_left": left, "restarts_left": restarts}))
             run.rounds += 1
             emit(Event("round", group.name, f"round {run.rounds}: " + ", ".join(

@@ -17,7 +17,6 @@ The whole procedure (see frontier.py and ladder.py):
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final
@@ -27,6 +26,7 @@ from ddprobe.bisect import latent
 from ddprobe.bisect.frontier import Row, build_row, probes
 from ddprobe.bisect.ladder import ORDERS, LadderState, diagnose
 from ddprobe.bisect.static import Suspect
+from ddprobe.bisect.worstcase import Countdown, bound, worst_case
 from ddprobe.errors import UsageError
 from ddprobe.results import CellResult, Config
 
@@ -83,10 +83,12 @@ class Planner:
         self.spec = spec
         self.results: dict[str, list[CellResult]] = {}
         self.cells: dict[str, PlannedCell] = {}
+        self._countdown = Countdown()
 
     # -- observations ----------------------------------------------------------------------
     def record(self, cell: PlannedCell, result: CellResult) -> None:
         self.results.setdefault(cell.base_key, []).append(result)
+        self._countdown.ran()
         self.cells.setdefault(cell.base_key, replace(cell, rep=1))
 
     def obs(self, cell: PlannedCell | None) -> Obs:
@@ -171,29 +173,14 @@ class Planner:
         return len(need_idx) + sum(len(x.needed) for x in st.ladders) + len(st.extras)
 
     def remaining(self) -> tuple[int, int]:
-        """(configs left, ~restarts left): the `git bisect` style progress line."""
-        st = self.state()
-        rep = self.spec.options.repeat
-        configs = sum(len(g.untested) for g in st.row.gaps)
-        restarts = sum(math.ceil(math.log2(len(g.untested) + 1)) for g in st.row.gaps)
-        modes = st.row.modes()
-        for lad in st.ladders:
-            if lad.decision is None:
-                left = sum(1 for s in lad.order if s in lad.cells
-                           and self.obs(lad.cells[s]).status in (UNTESTED, PENDING))
-                configs += left
-                restarts += 1
-            elif lad.needed:  # naming the buffer
-                configs += len(lad.naming)
-                restarts += math.ceil(math.log2(max(2, len(lad.naming))))
-        started = {lad.mode for lad in st.ladders}
-        for mode in modes:
-            if mode not in started:  # its diagnosis has not started: at least one restart
-                configs += 3
-                restarts += 1
-        configs += len(st.extras)
-        restarts += sum(1 for c in st.extras if not self.obs(c).decided)
-        return configs, restarts * rep
+        """(configs left, restarts left) in the worst case of the current plan: the most cells
+        the planner could still ask for over every answer they could give (see worstcase.py).
+        It never rises from one call to the next, like git bisect's "revisions left"."""
+        hist = [(self.cells[k], r) for k, rs in self.results.items() for r in rs]
+        exact = worst_case(lambda: Planner(self.spec), hist)
+        left = bound(self) if exact is None else min(exact, bound(self))
+        shown = self._countdown.show(left)
+        return shown, shown
 
 
 Oracle = Callable[[PlannedCell], CellResult]
