@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ddprobe.effective import fetch_server_info, from_log, from_server_args
+from ddprobe.hosttext import file_part
 from ddprobe.errors import RefusedError, RemoteCommandError, RemoteError
 from ddprobe.inventory import Host
 from ddprobe.probes.client import ProbeHTTPError
@@ -302,10 +303,11 @@ class _Cell:
 
 def _copy_log(text: str, log_dir: Path, host: str, key: str) -> Path:
     log_dir.mkdir(parents=True, exist_ok=True)
-    path = log_dir / f"{host}-{key}.log"
+    stem = f"{file_part(host)}-{file_part(key)}"  # an inventory name never leaves log_dir
+    path = log_dir / f"{stem}.log"
     n = 2
     while path.exists():
-        path = log_dir / f"{host}-{key}-{n}.log"
+        path = log_dir / f"{stem}-{n}.log"
         n += 1
     path.write_text(text, encoding="utf-8")
     return path

@@ -6,6 +6,7 @@ No inventory at all is fine: the built-in `testbed` host is always there.
 from __future__ import annotations
 
 import os
+import re
 import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -146,6 +147,19 @@ def builtin_testbed() -> Host:
 
 # ----- parsing --------------------------------------------------------------------------------
 
+# POSIX portable names: a name starting with `-` is an option to `env` (`-S` splits and runs
+# its value), one holding `=` sets another variable, NUL ends the string on the host.
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
+
+
+def env_name_problem(name: str) -> str | None:
+    """Why `name` is not a usable environment variable name, or None."""
+    if ENV_NAME.match(name):
+        return None
+    return (f"{name!r} is not a valid environment variable name (letters, digits and `_`, "
+            "not starting with a digit)")
+
+
 _HOST_KEYS = {"host", "user", "port", "identity_file", "python", "package", "env", "server",
               "labels", "transport"}
 _TOP_KEYS = {"defaults", "hosts", "groups"}
@@ -189,6 +203,8 @@ class _Parser:
         for k, val in m.items():
             if not isinstance(val, (str, int, float)) or isinstance(val, bool):
                 raise self.err(f"'{key}.{k}' must be a string, got {_type_name(val)}", m, k)
+            if key.endswith("env") and env_name_problem(str(k)):
+                raise self.err(f"'{key}': {env_name_problem(str(k))}", m, k)
             out.append((str(k), str(val)))
         return tuple(out)
 

@@ -24,9 +24,9 @@ import paramiko
 from fabric import Config, Connection
 
 from ddprobe.agent import AGENT_SRC, Agent, AgentDead, AgentTimeout
-from ddprobe.errors import (DdprobeError, HostKeyError, RemoteCommandError, RemoteError,
-                            RemoteTimeout, UnreachableError)
-from ddprobe.inventory import Host
+from ddprobe.errors import (ConfigError, DdprobeError, HostKeyError, RemoteCommandError,
+                            RemoteError, RemoteTimeout, UnreachableError)
+from ddprobe.inventory import Host, env_name_problem
 from ddprobe.sshconfig import SshTarget, resolve
 
 log = logging.getLogger("ddprobe.remote")
@@ -77,11 +77,21 @@ def build_command(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
     words = [str(a) for a in argv]
     if not words:
         raise ValueError("empty argv")
+    check_env_names(env)
     if env:
         words = ["env"] + [f"{k}={v}" for k, v in env.items()] + words
     if cwd:
         words = ["sh", "-c", 'cd -- "$1" || exit 125; shift; exec "$@"', "sh", cwd] + words
     return shlex.join(words)
+
+
+def check_env_names(env: Mapping[str, str] | None) -> None:
+    """Refuse a name `env`/execve would misread (an option, a second assignment, NUL) before
+    anything reaches the host; inventories and --env are checked earlier with file:line."""
+    for k in env or {}:
+        why = env_name_problem(str(k))
+        if why:
+            raise ConfigError(f"environment: {why}")
 
 
 class Remote:
@@ -168,6 +178,7 @@ class LocalRemote(Remote):
             input: str | bytes | None = None, env: Mapping[str, str] | None = None,
             cwd: str | None = None) -> CmdResult:
         words = tuple(str(a) for a in argv)
+        check_env_names(env)
         full_env = dict(os.environ)
         full_env.update(env or {})
         data = input.encode() if isinstance(input, str) else input
@@ -386,6 +397,7 @@ class SshRemote(Remote):
         words = tuple(str(a) for a in argv)
         if not words:
             raise ValueError("empty argv")
+        check_env_names(env)
         limit = timeout or self.opts.command_timeout
         agent = self._get_agent()
         if agent is not None:

@@ -6,6 +6,7 @@ They serialise to plain dicts (`to_dict` / `from_dict`) for the journal and `--j
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
@@ -53,7 +54,9 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["extra_args"] = list(self.extra_args)
-        d["env"] = dict(self.env)
+        # names only: a value may be a secret (HF_TOKEN), and this dict is written to journals,
+        # reports and the host's server.json; from_dict reads the values back from os.environ
+        d["env"] = sorted(k for k, _ in self.env)
         return d
 
     @classmethod
@@ -61,7 +64,16 @@ class Config:
         return cls(budget=int(d["budget"]), graph=bool(d.get("graph", True)),
                    max_bs=d.get("max_bs"), backend=d.get("backend"),
                    extra_args=tuple(d.get("extra_args") or ()),
-                   env=tuple(sorted((d.get("env") or {}).items())))
+                   env=_env_from(d.get("env")))
+
+
+def _env_from(raw: Any) -> tuple[tuple[str, str], ...]:
+    """A recorded env: names (values re-read from this process's environment; a name that is
+    not set here is dropped) or, from a journal of an older ddprobe, a name -> value dict."""
+    if isinstance(raw, dict):
+        return tuple(sorted((str(k), str(v)) for k, v in raw.items()))
+    names = [str(k) for k in raw or ()]
+    return tuple(sorted((k, os.environ[k]) for k in names if k in os.environ))
 
 
 @dataclass(frozen=True)

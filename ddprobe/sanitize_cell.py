@@ -32,6 +32,7 @@ from typing import Any
 import httpx
 
 from ddprobe.errors import DdprobeError, RefusedError, RemoteCommandError, RemoteError
+from ddprobe.hosttext import file_part
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 from ddprobe.results import CellResult, Config, Outcome
@@ -239,7 +240,7 @@ def run_sanitize_cell(r: Remote, host: Host, config: Config, *,
                                                 "total": time.perf_counter() - t0}.items()}
     if log_dir is not None and run.log:
         Path(log_dir).mkdir(parents=True, exist_ok=True)
-        path = Path(log_dir) / f"{host.name}-{config.key}-sanitize.log"
+        path = Path(log_dir) / f"{file_part(host.name)}-{file_part(config.key)}-sanitize.log"
         path.write_text(run.log, encoding="utf-8")
         extra["local_log"] = str(path)
     return cell

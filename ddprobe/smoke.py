@@ -16,6 +16,7 @@ and the suite's <properties> the package versions and GPU facts.
 """
 from __future__ import annotations
 
+import os
 import socket
 import time
 import xml.etree.ElementTree as ET
@@ -28,6 +29,7 @@ from typing import Any, Final
 from ddprobe.errors import ConfigError, DdprobeError, RefusedError, RemoteError, UsageError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.facts import Facts, gather_facts
+from ddprobe.hosttext import excerpt, for_xml
 from ddprobe.inventory import Host
 from ddprobe.remote import connect
 from ddprobe.results import CellResult, Config, Outcome
@@ -40,6 +42,7 @@ OUTCOME_EXIT: Final = {Outcome.OK: ExitCode.OK, Outcome.CRASH: ExitCode.CRASH,
                        Outcome.DEGRADED: ExitCode.DEGRADED, Outcome.REFUSED: ExitCode.REFUSED,
                        Outcome.ERROR: ExitCode.SERVER}
 LOG_TAIL_LINES: Final = 80
+LOG_TAIL_BYTES: Final = 64 << 10
 
 
 @dataclass
@@ -127,14 +130,18 @@ def _properties(host: Host, facts: Facts | None) -> dict[str, str]:
 
 
 def _tail(c: CellResult) -> str:
+    """The end of the cell's server log: bounded and cleaned (it goes into a CI artifact)."""
     path = c.extra.get("local_log")
+    text = "\n".join(c.log_excerpt)
     if path:
         try:
-            lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
-            return "\n".join(lines[-LOG_TAIL_LINES:])
+            with open(path, "rb") as fh:  # only the end: a runaway log may be gigabytes
+                fh.seek(0, os.SEEK_END)
+                fh.seek(max(0, fh.tell() - LOG_TAIL_BYTES))
+                text = fh.read().decode("utf-8", "replace")
         except OSError:
             pass
-    return "\n".join(c.log_excerpt)
+    return excerpt(text, max_lines=LOG_TAIL_LINES, max_chars=LOG_TAIL_BYTES // 4)
 
 
 def smoke_host(host: Host, configs: Sequence[Config], *, log_dir: Path | None,
@@ -322,5 +329,10 @@ def junit_xml(rep: SmokeReport) -> str:
     for k, v in totals.items():
         root.set(k, str(v))
     root.set("time", f"{rep.wall_s:.3f}")
+    for el in root.iter():  # host text everywhere: XML 1.0 forbids most control characters
+        if el.text:
+            el.text = for_xml(el.text)
+        for k, v in el.attrib.items():
+            el.set(k, for_xml(v))
     ET.indent(root)
     return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"

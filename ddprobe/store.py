@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddprobe.hosttext import dumps_json, file_part
 from ddprobe.errors import ConfigError
 from ddprobe.results import CellResult, Verdict
 
@@ -71,8 +72,9 @@ class RunStore:
         return self.dir.name
 
     def append(self, event: dict[str, Any]) -> None:
-        line = json.dumps(event, default=str)
-        with open(self.journal, "a", encoding="utf-8") as fh:
+        line = dumps_json(event, default=str)
+        fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with open(fd, "a", encoding="utf-8") as fh:
             fh.write(line + "\n")
             fh.flush()
             os.fsync(fh.fileno())
@@ -84,7 +86,8 @@ class RunStore:
         self.append({"type": "verdict", **v.to_dict()})
 
     def log_path(self, host: str, key: str) -> Path:
-        return self.dir / "logs" / f"{host}-{key}.log"
+        # host names come from the inventory and keys from configs: neither may leave logs/
+        return self.dir / "logs" / f"{file_part(host)}-{file_part(key)}.log"
 
 
 def find_run(run_id: str, root: Path | None = None) -> Path:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ddprobe.hosttext import file_part
 from ddprobe.bisect.cells import PlannedCell
 from ddprobe.errors import DdprobeError, LockedError, PatchError, RemoteError, UsageError
 from ddprobe.facts import Facts, gather_facts
@@ -215,7 +216,8 @@ class Executor:
         src = res.log_path
         if not src or res.extra.get("local_log"):
             return res
-        dest = self.run_dir / "logs" / f"{s.host.name}-{cell.key}.log"  # type: ignore[operator]
+        dest = (self.run_dir / "logs"  # type: ignore[operator]
+                / f"{file_part(s.host.name)}-{file_part(cell.key)}.log")
         if Path(src).resolve() == dest.resolve():
             return res
         try:

@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     except DdprobeError as e:
         if debug:
             traceback.print_exc()
-        common.err.print(f"[red]error:[/red] {e}", markup=True, highlight=False)
+        common.err.print(common.error_line(e), highlight=False)
         return int(e.exit_code)
     except KeyboardInterrupt:
         common.err.print("interrupted")

@@ -36,6 +36,7 @@ from ddprobe.errors import ConfigError, DdprobeError, LockedError, RemoteError, 
     UsageError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.results import Verdict
+from ddprobe.safeconsole import SafeConsole
 from ddprobe.store import find_run, load_run
 
 _COLOR = {"ok": "green", "buffer_sizing": "red", "graph_capture": "red", "kernel": "red",
@@ -53,10 +54,10 @@ class EventRenderer(common.LiveStatus):
 
     def _line(self, text: str) -> None:
         if not self.quiet:
-            self.console.print(text, highlight=False)
+            self.console.print(text, highlight=False, markup=True)
 
     def _status(self, text: str) -> None:
-        self._set_status(escape(text[:150]))
+        self._set_status(text[:150])
 
     def __call__(self, e: Event) -> None:
         with self._lock:
@@ -132,8 +133,8 @@ def _wide() -> Console:
     out = common.out
     if out.is_terminal:
         return out
-    return Console(file=out.file, width=max(out.width, 160), no_color=out.no_color,
-                   highlight=False, soft_wrap=True)
+    return SafeConsole(file=out.file, width=max(out.width, 160), no_color=out.no_color,
+                       highlight=False, soft_wrap=True)
 
 
 def render_verdicts(rep: BisectReport) -> None:
@@ -150,21 +151,21 @@ def render_verdicts(rep: BisectReport) -> None:
             ",".join(str(b) for b in v.budgets), f"[{color}]{v.label}[/{color}]",
             escape(what(v)), v.decided_by, v.confidence]
         t.add_row(*row)
-    out.print(t)
+    out.print(t, markup=True)
     for n, v in enumerate(rep.verdicts, 1):
         if v.kind == "ok" and len(rep.verdicts) > 1:
             continue
         head = f"[bold]{n}. b{',b'.join(map(str, v.budgets))}: {v.label}[/bold]"
         if v.signature:
             head += f"  [dim]{escape(v.outcome)}: {escape(v.signature)}[/dim]"
-        out.print(head)
+        out.print(head, markup=True)
         for e in v.evidence:
-            out.print(f"   - [cyan]{e.kind}[/cyan]: {escape(e.summary)}")
+            out.print(f"   - [cyan]{e.kind}[/cyan]: {escape(e.summary)}", markup=True)
         if v.patch_confirmed is not None:
             out.print(f"   - patch: {'fixes it' if v.patch_confirmed else 'does not fix it'}")
-        out.print(f"   next: {escape(v.next_step)}")
+        out.print(f"   next: {v.next_step}")
     for d in rep.disagreements:
-        out.print(f"[yellow]hosts disagree[/yellow] {escape(d['text'])}")
+        out.print(f"[yellow]hosts disagree[/yellow] {escape(d['text'])}", markup=True)
     out.print(f"restarts: {rep.restarts_used} (this invocation {rep.restarts_now}) vs "
               f"{rep.restarts_full_sweep} for the full sweep (budgets x {{graph, eager}}); "
               f"rounds {rep.rounds}; wall {rep.wall_s:.1f} s; run dir {rep.run_dir}")
@@ -218,7 +219,7 @@ def render_sweep(rep: SweepReport) -> None:
             e = r.entries.get(v)
             cells.append(_entry(e) if e else "-")
         t.add_row(*cells)
-    out.print(t)
+    out.print(t, markup=True)
     out.print(f"restarts: {rep.restarts_used}; wall {rep.wall_s:.1f} s; run dir "
                      f"{rep.run_dir}")
 
@@ -243,7 +244,7 @@ def _entry(e: dict[str, Any]) -> str:
 
 def _protocol_exit(e: DdprobeError, protocol: str | None) -> int:
     """An error under --exit-protocol bisect: infrastructure -> 125 (skip), else abort."""
-    common.err.print(f"[red]error:[/red] {escape(str(e))}")
+    common.err.print(f"[red]error:[/red] {escape(str(e))}", markup=True)
     if isinstance(e, (RemoteError, LockedError, ServerError)):
         return int(ExitCode.BISECT_SKIP)
     return 128
@@ -345,12 +346,13 @@ def register(app: typer.Typer) -> None:
             return
         for s, p, vs in results:
             marks = sum(len(r) for r in p.results.values())
-            common.out.print(f"[bold]{escape(s.hosts)}[/bold]: {marks} marks replayed")
+            common.out.print(f"[bold]{escape(s.hosts)}[/bold]: {marks} marks replayed",
+                             markup=True)
             for v in vs:
                 color = _COLOR.get(v.kind, "white")
                 common.out.print(f"  b{',b'.join(map(str, v.budgets))}: [{color}]{v.label}"
                                  f"[/{color}] ({v.decided_by}, {v.confidence}) "
-                                 f"{escape(what(v))}")
+                                 f"{escape(what(v))}", markup=True)
 
     app.add_typer(bis, name="bisect")
 
@@ -455,7 +457,7 @@ def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backen
                 lines.append(f"  (assuming the {k} hosts are identical; hosts that differ run "
                              "the plan side by side)")
             for line in lines:
-                common.out.print(escape(line))
+                common.out.print(line)
         return 0
     with EventRenderer(common.err, quiet=False) as ren:
         rep = run_bisect(hosts, req, resume=rec, on_event=ren, break_lock=break_lock,

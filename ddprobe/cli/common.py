@@ -13,11 +13,14 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.text import Text
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 
 from ddprobe import remote
 from ddprobe.errors import ConfigError
+from ddprobe.hosttext import clean, dumps_json
 from ddprobe.inventory import Host, Inventory, load_inventory
+from ddprobe.safeconsole import SafeConsole
 
 
 def _color() -> bool | None:
@@ -27,8 +30,9 @@ def _color() -> bool | None:
 
 
 def make_console(stderr: bool) -> Console:
+    """The console: markup off and host text cleaned at render time (ddprobe/safeconsole.py)."""
     nc = bool(os.environ.get("NO_COLOR"))
-    return Console(stderr=stderr, no_color=nc, highlight=False, soft_wrap=True)
+    return SafeConsole(stderr=stderr, no_color=nc, highlight=False, soft_wrap=True)
 
 
 out = make_console(stderr=False)
@@ -69,6 +73,12 @@ def apply_remote_options() -> None:
         connect_timeout=OPTS.connect_timeout))
 
 
+def error_line(e: object) -> Text:
+    """`error: <message>` with the message as plain text: an error often quotes host text
+    (a METADATA version, a log line), which must never be read as markup."""
+    return Text.assemble(("error:", "red"), " ", clean(str(e)))
+
+
 def hosts(spec: str) -> list[Host]:
     return inventory().select(spec)
 
@@ -79,7 +89,7 @@ def one_host(spec: str) -> Host:
 
 def emit_json(data: Any) -> None:
     """Write one JSON document to stdout (never through rich, so nothing is re-wrapped)."""
-    sys.stdout.write(json.dumps(data, indent=2, default=_default) + "\n")
+    sys.stdout.write(dumps_json(data, indent=2, default=_default) + "\n")
     sys.stdout.flush()
 
 
@@ -101,7 +111,7 @@ JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.
 def live_progress(console: Console) -> tuple[Progress, TaskID]:
     """A started, transient spinner line on stderr. redirect_stdout=False: rich would otherwise
     move JSON written to stdout during the progress onto its console (REMOTE_AND_CI.md 5.1)."""
-    p = Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+    p = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
                  console=console, transient=True, redirect_stdout=False, redirect_stderr=False)
     p.start()
     return p, p.add_task("starting", total=None)
@@ -129,7 +139,7 @@ class LiveStatus:
         """Show text on the status line; False when there is none (not a terminal)."""
         if self._progress is None:
             return False
-        self._progress.update(self._task, description=text)
+        self._progress.update(self._task, description=clean(text).replace("\n", " "))
         return True
 
 

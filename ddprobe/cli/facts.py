@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from ddprobe import remote
 from ddprobe.cli import common
@@ -58,7 +59,7 @@ def register(app: typer.Typer) -> None:
                 if o.value:
                     common.out.print(_render(o.value))
                 else:
-                    common.err.print(f"[red]{o.host.name}: {o.status}: {o.error}[/red]")
+                    common.err.print(Text(f"{o.host.name}: {o.status}: {o.error}", style="red"))
         bad = [o for o in res if o.status != "ok"]
         if bad:
             code = ExitCode.UNREACHABLE if any(o.status in ("unreachable", "timeout")

@@ -7,6 +7,7 @@ from typing import Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from ddprobe import remote
 from ddprobe.cli import common
@@ -62,7 +63,7 @@ def register(app: typer.Typer) -> None:
                 if check:
                     st = row["status"]
                     color = "green" if st == "ok" else "red"
-                    cells += [f"[{color}]{st}[/{color}]", str(row["rtt_ms"] or ""),
+                    cells += [Text(st, style=color), str(row["rtt_ms"] or ""),
                               row["error"] or ""]
                 t.add_row(*cells)
             common.out.print(t)

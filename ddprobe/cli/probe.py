@@ -11,6 +11,7 @@ from typing import Optional
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from ddprobe import remote
 from ddprobe.cli import common
@@ -61,19 +62,19 @@ def _render(report: ProbeReport) -> None:
         t.add_column(col, justify="right" if col in ("tok/s", "accept", "latency") else "left")
     for r in report.results:
         why = r.reason if not r.passed else ", ".join(r.garbage) or (r.divergence or "")
-        t.add_row(r.task_id, "[green]pass[/green]" if r.passed else "[red]FAIL[/red]",
+        t.add_row(r.task_id, Text("pass", style="green") if r.passed else Text("FAIL", style="red"),
                   _f(r.tok_s, 1), _f(r.accept_length, 2), _f(r.latency_s, 2), why)
     common.out.print(t)
     acc = f"{_f(s.accept_length, 2)} ({s.accept_source or 'not reported'})"
-    common.out.print(f"[bold]{s.label}[/bold]   accept length {acc}   server accept "
+    common.out.print(Text.assemble((s.label, "bold"), f"   accept length {acc}   server accept "
                      f"{_f(s.server_accept_length, 2)}   tok/s median {_f(s.tok_s, 1)}   "
                      f"aggregate {_f(s.aggregate_tok_s, 1)}   latency median "
                      f"{_f(s.latency_s, 2)} s   wall {report.wall_s:.1f} s "
-                     f"(concurrency {report.concurrency})")
+                     f"(concurrency {report.concurrency})"))
     for f in s.garbage_flags:
-        common.out.print(f"[yellow]garbage:[/yellow] {f}")
+        common.out.print(Text.assemble(("garbage:", "yellow"), f" {f}"))
     if s.divergence:
-        common.out.print(f"[yellow]divergence:[/yellow] {s.divergence}")
+        common.out.print(Text.assemble(("divergence:", "yellow"), f" {s.divergence}"))
     for n in s.notes:
         common.out.print(f"note: {n}")
 
@@ -135,7 +136,7 @@ def _run_with_progress(url: str, *, show: bool, **kw: object) -> ProbeReport:
     if not show:
         return run_probes(url, **kw)  # type: ignore[arg-type]
     with Progress(TextColumn("probing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.description}"), console=common.err, transient=True,
+                  TextColumn("{task.description}", markup=False), console=common.err, transient=True,
                   redirect_stdout=False, redirect_stderr=False) as prog:
         todo = load_suite(str(kw["suite"])).select(kw.get("tasks"))  # type: ignore[arg-type]
         bar = prog.add_task("", total=len(todo))

@@ -8,13 +8,13 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.text import Text
 
 from ddprobe.cli import common
 from ddprobe.errors import DdprobeError
 from ddprobe.report import render, render_terminal, resolve_run, write_reports
 from ddprobe.report.write import write_text_atomic
+from ddprobe.safeconsole import SafeConsole
 from ddprobe.store import load_run
 
 
@@ -58,7 +58,7 @@ def register(app: typer.Typer) -> None:
                 render_terminal(rec, common.out)
                 return
             buf = io.StringIO()
-            render_terminal(rec, Console(file=buf, width=120, no_color=True, highlight=False))
+            render_terminal(rec, SafeConsole(file=buf, width=120, no_color=True, highlight=False))
             text = buf.getvalue()
         else:
             text = render(rec, fmt.value)

@@ -13,13 +13,14 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from ddprobe import remote
 from ddprobe.cli import common
 from ddprobe.errors import ConfigError, UsageError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.experiment import Baseline, CellReporter, ProbeOptions, run_cell
-from ddprobe.inventory import Host
+from ddprobe.inventory import Host, env_name_problem
 from ddprobe.probes.runner import TaskResult
 from ddprobe.results import CellResult, Config, Outcome
 
@@ -64,6 +65,8 @@ def parse_env(items: list[str] | None) -> tuple[tuple[str, str], ...]:
         k, eq, v = item.partition("=")
         if not eq or not k:
             raise UsageError(f"--env takes KEY=VALUE, got {item!r}")
+        if env_name_problem(k):
+            raise UsageError(f"--env: {env_name_problem(k)}")
         out.append((k, v))
     return tuple(sorted(out))
 
@@ -101,9 +104,9 @@ def _f(v: float | None, fmt: str = ".1f") -> str:
 
 def render_cell(c: CellResult, console: Console) -> None:
     col = COLOR.get(c.outcome.value, "white")
-    head = f"[bold]{c.host}[/bold] {c.config.key}: [{col}]{c.outcome.value.upper()}[/{col}]"
+    head = Text.assemble((c.host, "bold"), f" {c.config.key}: ", (c.outcome.value.upper(), col))
     if c.signature and c.outcome is not Outcome.OK:
-        head += f"  {c.signature.id}"
+        head.append(f"  {c.signature.id}")
     console.print(head, highlight=False)
     if c.error and (not c.signature or c.error not in c.signature.id):
         console.print(f"  {c.error}", markup=False, highlight=False)

@@ -10,6 +10,7 @@ from typing import Optional
 
 import httpx
 import typer
+from rich.text import Text
 
 from ddprobe import remote
 from ddprobe.cli import common
@@ -26,11 +27,11 @@ _START_EXIT = {"healthy": ExitCode.OK, "started": ExitCode.OK, "crash": ExitCode
 def _render_start(rep: StartReport) -> None:
     o = common.out
     col = COLOR.get(rep.status, "white")
-    what = f"[bold]{rep.host}[/bold] {rep.config.key}: [{col}]{rep.status}[/{col}]"
+    what = Text.assemble((rep.host, "bold"), f" {rep.config.key}: ", (rep.status, col))
     if rep.elapsed is not None:
-        what += f" after {rep.elapsed:.1f}s"
+        what.append(f" after {rep.elapsed:.1f}s")
     if rep.signature and rep.status != "healthy":
-        what += f"  {rep.signature.id}"
+        what.append(f"  {rep.signature.id}")
     o.print(what, highlight=False)
     if rep.error:
         o.print(f"  {rep.error}", markup=False, highlight=False)
@@ -114,7 +115,7 @@ def register(app: typer.Typer) -> None:
             common.out.print(f"{h.name}: stopped {len(info.pids)} process(es) with {sig} in "
                              f"{info.elapsed:.1f}s", highlight=False)
         if not info.clean:
-            common.err.print(f"[red]error:[/red] {h.name}: {info.problem()}")
+            common.err.print(Text.assemble(("error:", "red"), f" {h.name}: {info.problem()}"))
             raise typer.Exit(int(ExitCode.SERVER))
 
     @srv.command("status")
@@ -130,9 +131,9 @@ def register(app: typer.Typer) -> None:
         if as_json:
             common.emit_json(doc)
         else:
-            state = "[green]running[/green]" if st.running else "[yellow]not running[/yellow]"
+            state = ("running", "green") if st.running else ("not running", "yellow")
             extra = f" ({st.detail})" if st.detail else ""
-            common.out.print(f"[bold]{h.name}[/bold] ({st.manager}): {state}{extra}",
+            common.out.print(Text.assemble((h.name, "bold"), f" ({st.manager}): ", state, extra),
                              highlight=False)
             if st.running:
                 up = f", up {st.uptime_s:.0f}s" if st.uptime_s is not None else ""

@@ -12,6 +12,7 @@ from typing import Optional
 import typer
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
 from ddprobe.bisect.cells import describe
 from ddprobe.bisect.executor import probe_options
@@ -32,7 +33,7 @@ def render_smoke(rep: SmokeReport) -> None:
         for c in hs.cases:
             color = _COLOR.get(c.status, "white")
             detail = c.message or (c.output if c.name.startswith("probes") else "")
-            t.add_row(hs.host, c.name, f"[{color}]{c.status}[/{color}]", escape(detail[:200]))
+            t.add_row(hs.host, c.name, Text(c.status, style=color), detail[:200])
     common.out.print(t)
     common.out.print(f"exit {rep.exit_code}; wall {rep.wall_s:.1f} s; run dir {rep.run_dir}")
 

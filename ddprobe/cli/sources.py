@@ -12,6 +12,7 @@ from ddprobe import remote
 from ddprobe.cli import common
 from ddprobe.errors import UsageError
 from ddprobe.exitcodes import ExitCode
+from ddprobe.safeconsole import SafeConsole
 from ddprobe.sources.buffers import FLAG_FIXED, FLAG_NONE, FLAG_SHORT, BufferReport, SizingParams
 from ddprobe.sources.fetch import grep_buffers, read_flags
 from ddprobe.sources.flags import FlagSet
@@ -76,7 +77,7 @@ def _wide(renderable: object) -> None:
     if out.is_terminal:
         out.print(renderable)
         return
-    Console(file=out.file, width=max(out.width, 180), no_color=out.no_color, highlight=False,
+    SafeConsole(file=out.file, width=max(out.width, 180), no_color=out.no_color, highlight=False,
             soft_wrap=False).print(renderable)
 
 

@@ -5,12 +5,13 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
+from rich.text import Text
 
+from ddprobe.safeconsole import SafeConsole
 from ddprobe.errors import ConfigError, DdprobeError
 from ddprobe.testbed.install import InstallError, InstallResult, default_prefix, sync_testbed
 
-_console = Console()
+_console = SafeConsole()
 
 
 def register(app: typer.Typer) -> None:
@@ -76,8 +77,8 @@ def _render(result: InstallResult) -> None:
     else:
         _console.print(f"up to date: {where}")
     for rel in result.kept_modified:
-        _console.print(f"[yellow]kept locally modified file[/] {rel} (use --force to replace)")
+        _console.print(Text.assemble(("kept locally modified file", "yellow"), f" {rel} (use --force to replace)"))
     if result.suite is None:
-        _console.print("[yellow]no coding suite found[/]: the model will only know generic text")
+        _console.print(Text.assemble(("no coding suite found", "yellow"), ": the model will only know generic text"))
     _console.print(f"run: PYTHONPATH={result.prefix} python -m ddtestbed.launch_server "
                    "--model-path sim --port 30000")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from ddprobe.hosttext import for_csv
 from ddprobe.store import RunRecord
 
 COLUMNS: tuple[str, ...] = (
@@ -35,7 +36,9 @@ def cells_frame(rec: RunRecord) -> pd.DataFrame:
             "probe_s": t.get("probe"), "total_s": t.get("total"),
             "patches": " ".join(c.patches), "kind": c.kind, "error": c.error or "",
             "started_at": c.started_at, "log_path": c.log_path or ""})
-    df = pd.DataFrame(rows, columns=list(COLUMNS))
+    # host text (errors, signatures, paths): cleaned, formulas defused (ddprobe/hosttext.py)
+    df = pd.DataFrame([{k: for_csv(v) for k, v in r.items()} for r in rows],
+                      columns=list(COLUMNS))
     # integer columns with gaps would otherwise turn into floats ("64.0") in the CSV
     for col in ("max_bs", "coding_passed", "coding_total"):
         df[col] = df[col].astype("Int64")

@@ -1,9 +1,9 @@
 """`report.json`: the whole run as one JSON document (stable keys; fields are only added)."""
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from ddprobe.hosttext import dumps_json
 from ddprobe.report.model import ReportModel, build_model
 from ddprobe.store import RunRecord
 
@@ -42,4 +42,4 @@ def report_dict(rec: RunRecord, model: ReportModel | None = None) -> dict[str, A
 
 
 def render_json(rec: RunRecord, model: ReportModel | None = None) -> str:
-    return json.dumps(report_dict(rec, model), indent=2, default=str) + "\n"
+    return dumps_json(report_dict(rec, model), indent=2, default=str) + "\n"

@@ -1,6 +1,7 @@
 """`report.md`: the run for a pull request or an issue: verdicts first, then the matrix."""
 from __future__ import annotations
 
+from ddprobe.hosttext import md_code, md_text
 from ddprobe.report.model import HostMatrix, MatrixEntry, ReportModel, build_model
 from ddprobe.report.style import (buffer_shape, buffer_sizes, buffer_where, fmt_accept,
                                   fmt_secs, fmt_tok_s, restarts_line, verdict_words)
@@ -8,27 +9,25 @@ from ddprobe.results import Verdict
 from ddprobe.store import RunRecord
 
 
-def _esc(s: object) -> str:
-    """Text safe inside a markdown table cell."""
-    return str(s).replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+_esc = md_text  # host text in a table cell or a list item (ddprobe/hosttext.py)
 
 
 def _matrix_cell(e: MatrixEntry) -> str:
     if e.outcome == "not-run":
         return "-"
-    bits = [f"**{e.outcome}**"]
+    bits = [f"**{_esc(e.outcome)}**"]
     if e.accept is not None:
         bits.append(f"accept {fmt_accept(e.accept)}")
     if e.tok_s is not None:
         bits.append(f"{fmt_tok_s(e.tok_s)} tok/s")
     if e.coding:
-        bits.append(f"coding {e.coding}")
+        bits.append(f"coding {_esc(e.coding)}")
     if e.signature and e.outcome != "ok":
-        bits.append(f"`{e.signature}`")
+        bits.append(md_code(e.signature, table=True))
     for v in e.variants:
-        bits.append(f"({v.variant or 'repeat'}: {v.outcome})")
+        bits.append(f"({_esc(v.variant or 'repeat')}: {_esc(v.outcome)})")
     head, rest = bits[0], ", ".join(bits[1:])
-    return _esc(f"{head} {rest}" if rest else head)
+    return f"{head} {rest}" if rest else head
 
 
 def _matrix(hm: HostMatrix) -> list[str]:
@@ -44,16 +43,17 @@ def _verdict(n: int, v: Verdict) -> list[str]:
     head = (f"### {n}. {verdict_words(v.label)}: budget{'s' if len(v.budgets) != 1 else ''} "
             f"{', '.join(map(str, v.budgets))}")
     lines = [head, ""]
-    facts = [("outcome", v.outcome), ("signature", f"`{v.signature}`" if v.signature else ""),
+    facts = [("outcome", _esc(v.outcome)),
+             ("signature", md_code(v.signature) if v.signature else ""),
              ("confidence", v.confidence), ("decided by", v.decided_by),
-             ("host", v.host or "")]
+             ("host", _esc(v.host or ""))]
     if v.buffer:
         b = v.buffer
-        text = f"`{b.get('attr', '?')}` at `{buffer_where(b)}`"
+        text = f"{md_code(b.get('attr', '?'))} at {md_code(buffer_where(b))}"
         if buffer_shape(b):
-            text += f", shape `{buffer_shape(b)}`"
+            text += f", shape {md_code(buffer_shape(b))}"
         if buffer_sizes(b):
-            text += f"; {buffer_sizes(b)}"
+            text += f"; {_esc(buffer_sizes(b))}"
         facts.append(("buffer", text))
     if v.patch_confirmed is not None:
         facts.append(("patch", "fixed it" if v.patch_confirmed else "did not fix it"))
@@ -61,10 +61,10 @@ def _verdict(n: int, v: Verdict) -> list[str]:
     if v.evidence:
         lines += ["", "Evidence:", ""]
         for e in v.evidence:
-            cells = f" (cells: {', '.join(e.cells)})" if e.cells else ""
-            lines.append(f"- *{e.kind}*: {e.summary}{cells}")
+            cells = f" (cells: {_esc(', '.join(e.cells))})" if e.cells else ""
+            lines.append(f"- *{e.kind}*: {_esc(e.summary, limit=4000)}{cells}")
     if v.next_step:
-        lines += ["", f"Next step: {v.next_step}"]
+        lines += ["", f"Next step: {_esc(v.next_step, limit=4000)}"]
     return lines + [""]
 
 
@@ -72,7 +72,7 @@ def render_markdown(rec: RunRecord, model: ReportModel | None = None) -> str:
     m = model or build_model(rec)
     out = [f"# ddprobe {m.command or 'run'} {m.run_id}", ""]
     state = "finished" if m.finished else "unfinished (resume with `--resume`)"
-    out += [f"- hosts: {', '.join(m.hosts) or '-'}",
+    out += [f"- hosts: {_esc(', '.join(m.hosts)) or '-'}",
             f"- budgets: {', '.join(map(str, m.budgets)) or '-'}",
             f"- started: {m.started_at or '?'}; {state}"
             + (f" at {m.finished_at}" if m.finished_at else ""),
@@ -89,13 +89,13 @@ def render_markdown(rec: RunRecord, model: ReportModel | None = None) -> str:
     out += ["## Outcome matrix (budget x CUDA graph)", ""]
     for hm in m.matrices:
         if len(m.matrices) > 1:
-            out += [f"### {hm.host}", ""]
+            out += [f"### {_esc(hm.host)}", ""]
         out += _matrix(hm) + [""]
     if not m.matrices:
         out += ["No cells were run.", ""]
     if m.disagreements:
         out += ["Hosts disagree (architecture-specific?):", ""]
-        out += [f"- {d}" for d in m.disagreements] + [""]
+        out += [f"- {_esc(d)}" for d in m.disagreements] + [""]
     out += ["## Cells", "",
             "| # | host | config | outcome | signature | coding | accept | tok/s | restart "
             "| total | note |",

@@ -22,7 +22,7 @@ def op_lock(req):
     _mkdirs(os.path.dirname(path))
     for _ in range(50):
         try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         except FileExistsError:
             holder = _read_json(path)
             if holder is None:

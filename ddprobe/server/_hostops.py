@@ -270,7 +270,8 @@ def op_start(req):
         pgid = proc.pid
         with open(pgidf, "w") as fh:
             fh.write("%d\n" % pgid)
-    state = {"pgid": pgid, "marker": req["marker"], "argv": argv, "log": log, "port": port,
+    state = {"pgid": pgid, "marker": req["marker"], "argv": req.get("argv_record") or argv,
+             "log": log, "port": port,
              "bind": bind, "started": t0, "config_key": req.get("config_key", ""),
              "config": req.get("config") or {}, "env_keys": sorted((req.get("env") or {}))}
     _write_json(state_path, state)

@@ -16,6 +16,7 @@ from typing import Any
 from ddprobe.server import hostops
 from ddprobe.server.hostops import HostOpError
 from ddprobe.server.launch import Launch
+from ddprobe.server.lock import redact_argv
 from ddprobe.server.manager import Manager, Peek, ServerStatus, StartInfo, StopInfo, stamp
 
 
@@ -61,7 +62,8 @@ class CommandManager(Manager):
         s = self.host.server
         log = self._p(f"logs/{launch.config.key}-{stamp()}.log")
         req = {"state": self._p("server.json"), "pgidfile": self._p("server.pgid"), "log": log,
-               "argv": list(launch.argv), "env": launch.env_dict, "marker": uuid.uuid4().hex,
+               "argv": list(launch.argv), "argv_record": redact_argv(list(launch.argv)),
+               "env": launch.env_dict, "marker": uuid.uuid4().hex,
                "port": s.port, "bind": s.bind, "config_key": launch.config.key,
                "config": launch.config.to_dict()}
         st = hostops.call(self.r, "start", req, timeout=90)

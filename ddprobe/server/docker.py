@@ -25,11 +25,13 @@ _NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
 
 
 def run_argv(launch: Launch, *, container: str, image: str) -> list[str]:
-    """`docker run -d ...` for one launch (every value its own argv word)."""
+    """`docker run -d ...` for one launch (every value its own argv word). Environment
+    variables are passed by name (`-e K`): docker reads the value from its own environment,
+    so no value is on a command line that every user of the host can read in /proc."""
     argv = ["docker", "run", "-d", "--name", container, "--label",
             f"ddprobe.config={launch.config.key}", *DOCKER_RUN_OPTIONS]
     for k, v in launch.env:
-        argv += ["-e", f"{k}={v}"]
+        argv += ["-e", k]
     return [*argv, image, *launch.argv]
 
 
@@ -66,7 +68,7 @@ class DockerManager(Manager):
     def start(self, launch: Launch) -> StartInfo:
         self.r.run(["docker", "rm", "-f", self.container], timeout=120)
         argv = run_argv(launch, container=self.container, image=self.image)
-        self.r.run(argv, timeout=300, check=True)
+        self.r.run(argv, timeout=300, check=True, env=dict(launch.env))
         st = self._inspect()
         self._since = st.get("started") or None
         return StartInfo(self.kind, f"docker:{self.container}", None, 0.0, tuple(launch.argv))

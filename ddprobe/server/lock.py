@@ -11,6 +11,7 @@ from __future__ import annotations
 import getpass
 import json
 import os
+import re
 import shlex
 import socket
 import sys
@@ -105,8 +106,35 @@ def _ago(seconds: float) -> str:
 
 
 def default_command() -> str:
-    args = [os.path.basename(sys.argv[0]) or "python", *sys.argv[1:]]
+    """This command line as the lock records it (world-readable on a shared host): values of
+    `--env K=V` and of secret-looking options (`--api-key X`) are replaced by `***`."""
+    args = [os.path.basename(sys.argv[0]) or "python", *redact_argv(sys.argv[1:])]
     return shlex.join(args)[:200]
+
+
+_SECRET_OPT = re.compile(r"--?([\w-]*[-_])?(key|token|secret|password|passwd)\Z", re.I)
+
+
+def redact_argv(args: list[str]) -> list[str]:
+    """argv with secret values replaced: `--env K=V` -> `--env K=***`, `--env=K=V` likewise,
+    `--api-key X` / `--api-key=X` -> `***`. Names stay: they say what was set."""
+    out: list[str] = []
+    after: str | None = None
+    for a in args:
+        if after == "env":
+            out.append(a.partition("=")[0] + "=***" if "=" in a else a)
+        elif after == "secret":
+            out.append("***")
+        else:
+            opt, eq, val = a.partition("=")
+            if opt == "--env" and eq:
+                out.append(f"--env={val.partition('=')[0]}=***")
+            elif eq and _SECRET_OPT.match(opt):
+                out.append(f"{opt}=***")
+            else:
+                out.append(a)
+        after = "env" if a == "--env" else "secret" if _SECRET_OPT.match(a) else None
+    return out
 
 
 class HostLock:

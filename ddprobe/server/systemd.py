@@ -116,6 +116,8 @@ class SystemdManager(Manager):
         text = dropin_text(launch, unit=self.unit)
         d = path.rsplit("/", 1)[0]
         self._run([*self.sudo(), "mkdir", "-p", "--", d])
+        # created 0600 before anything is written: the drop-in holds the environment values
+        self._run([*self.sudo(), "install", "-m", "600", "/dev/null", path])
         self.r.run([*self.sudo(), "tee", "--", path], input=text, timeout=60, check=True)
         self._since = self._host_time()
         self._run(self.systemctl("daemon-reload"))

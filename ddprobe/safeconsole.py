@@ -1,0 +1,35 @@
+"""The one rich Console class ddprobe prints through: host text can neither drive the terminal
+nor be read as markup, whatever the caller forgot.
+
+* markup is OFF by default: a string printed is shown as it is (`[link=...]` or a stray
+  `[/red]` in a log line is text, never a link or a MarkupError). Code that wants styles builds
+  `rich.text.Text` objects (or passes `markup=True` explicitly, with `rich.markup.escape` on
+  every piece of host text).
+* every segment rendered, from any renderable (tables, panels, the live status line), has the
+  escape sequences and controls of `hosttext.clean` removed; rich's own control segments
+  (cursor moves of a live display) and styles are emitted separately and are untouched.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from rich.console import Console, ConsoleOptions, RenderableType
+from rich.segment import Segment
+
+from ddprobe.hosttext import clean, is_clean
+
+
+class SafeConsole(Console):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("markup", False)
+        super().__init__(*args, **kwargs)
+
+    def render(self, renderable: RenderableType,
+               options: ConsoleOptions | None = None) -> Iterable[Segment]:
+        for seg in super().render(renderable, options):
+            if seg.control or is_clean(seg.text):
+                yield seg
+            else:
+                yield Segment(clean(seg.text).replace("\n", " ") if seg.text != "\n" else "\n",
+                              seg.style, None)
