@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddprobe.hosttext import clean
 from ddprobe.probes.runner import ProbeReport
 from ddprobe.results import Outcome, Signature
 from ddprobe.signatures import LogMatch, best_match, classify_phase, normalise
@@ -165,7 +166,8 @@ def classify_served(report: ProbeReport, *, alive: bool, log: str, package: str,
 
 def excerpt(log: str, sig: Signature | None, *, lines: int = 25) -> list[str]:
     """The log's tail, with the signature's line first when the tail does not show it."""
-    all_lines = [ln.rstrip() for ln in log.replace("\r", "\n").splitlines() if ln.strip()]
+    # cleaned: the excerpt goes to journals, reports, JUnit and the terminal (hosttext.py)
+    all_lines = [ln.rstrip() for ln in clean(log).splitlines() if ln.strip()]
     tail = all_lines[-lines:]
     if sig is not None and sig.line and not any(sig.line in ln for ln in tail):
         for ln in all_lines:
