@@ -50,6 +50,28 @@ def ensure_sshd() -> str:
                 "run `apt-get install openssh-server` (the SSH suite never skips)")
 
 
+def ensure_program(name: str, apt_package: str) -> str:
+    """A program the tests need (rg, bwrap, xmllint...): found on PATH, else installed with apt
+    when root (as .ci/run does up front), else the test fails saying what to install."""
+    found = shutil.which(name, path=os.environ.get("PATH", "") + ":/usr/sbin:/usr/local/bin")
+    if found:
+        return found
+    if os.geteuid() == 0 and shutil.which("apt-get"):
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(["apt-get", "install", "-y", "-qq", apt_package], env=env, check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        if not shutil.which(name):
+            subprocess.run(["apt-get", "update", "-qq"], env=env, check=False,
+                           stdout=subprocess.DEVNULL)
+            subprocess.run(["apt-get", "install", "-y", "-qq", apt_package], env=env,
+                           check=False, stdout=subprocess.DEVNULL)
+        found = shutil.which(name)
+        if found:
+            return found
+    pytest.fail(f"{name} is not installed and could not be installed: run `apt-get install "
+                f"{apt_package}` (.ci/run installs it)")
+
+
 @dataclass(frozen=True)
 class SshServer:
     host: str

@@ -36,6 +36,13 @@ class Behaviour:
     delay_s: float = 0.0
     status: int = 200
     requests: list[str] = field(default_factory=list)
+    # hold each POST until this many are in flight (or hold_timeout_s passed): a concurrent
+    # client reaches it at once, a sequential one never does (no clock in the assertion)
+    hold_until_inflight: int = 0
+    hold_timeout_s: float = 10.0
+    inflight: int = 0
+    peak_inflight: int = 0
+    held_out: int = 0  # POSTs whose hold ended by the timeout, not by the others arriving
 
 
 class _Server(ThreadingHTTPServer):
@@ -51,6 +58,7 @@ class SglangShapedServer:
         self.total_verify = 0
         self.total_tokens = 0
         lock = threading.Lock()
+        arrived = threading.Condition()
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -85,6 +93,21 @@ class SglangShapedServer:
                 n = int(self.headers.get("Content-Length") or 0)
                 req = json.loads(self.rfile.read(n) or b"{}")
                 b.requests.append("POST " + self.path)
+                with arrived:
+                    b.inflight += 1
+                    b.peak_inflight = max(b.peak_inflight, b.inflight)
+                    arrived.notify_all()
+                    if b.hold_until_inflight and not arrived.wait_for(
+                            lambda: b.peak_inflight >= b.hold_until_inflight,
+                            timeout=b.hold_timeout_s):
+                        b.held_out += 1
+                try:
+                    self._post(b, req)
+                finally:
+                    with arrived:
+                        b.inflight -= 1
+
+            def _post(self, b: Behaviour, req: dict[str, Any]) -> None:
                 if b.delay_s:
                     time.sleep(b.delay_s)
                 if b.status != 200:

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import SGLANG_VERSIONS
+from conftest import SGLANG_VERSIONS, ensure_program
 
 from ddprobe import remote
 from ddprobe.cli import main
@@ -122,6 +122,7 @@ def test_grep_hits_context_and_hostile_pattern(capsys, inventory: Path, ssh_conf
 
 
 def test_grep_fallback_without_ripgrep_gives_same_hits(make_host, sglang_venv) -> None:
+    ensure_program("rg", "ripgrep")  # installed by .ci/run; test_faults_grep covers a no-rg PATH
     h = make_host(python=sglang_venv("0.5.2"))
     with remote.connect(h) as r:
         a = grep(r, "cuda_graph_custom_mask", host=h, subdir="srt/layers", context=2)

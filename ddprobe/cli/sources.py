@@ -191,12 +191,16 @@ def register(app: typer.Typer) -> None:
         ignore_case: bool = typer.Option(False, "--ignore-case", "-i"),
         glob: list[str] = typer.Option([], "--glob", "-g", help="Only files matching (e.g. "
                                        "'*.py'); repeatable."),
+        tool: str = typer.Option("auto", "--tool", help="auto (ripgrep where the host has it, "
+                                 "else grep), rg or grep."),
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Search the host's installed package (ripgrep if present, else grep)."""
+        if tool not in ("auto", "rg", "grep"):
+            raise typer.BadParameter("must be auto, rg or grep", param_hint="--tool")
         hs = common.hosts(host)
         kw = dict(subdir=path, context=context, fixed=fixed, ignore_case=ignore_case,
-                  include=glob)
+                  include=glob, tool=tool)
         if len(hs) == 1:
             with remote.connect(hs[0]) as r:
                 res = grep(r, pattern, host=hs[0], **kw)  # type: ignore[arg-type]
@@ -205,7 +209,8 @@ def register(app: typer.Typer) -> None:
             else:
                 render_grep(res)
                 common.err.print(f"{hs[0].name}: {len(res.matches)} match(es) in "
-                                 f"{res.install.package} {res.install.version} ({res.tool})"
+                                 f"{res.install.package} {res.install.version} ({res.tool}, "
+                                 f"{res.dialect or '?'})"
                                  + (" [truncated]" if res.truncated else ""), markup=False)
             if not res.matches:
                 raise typer.Exit(int(ExitCode.FAILED))

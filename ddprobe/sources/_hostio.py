@@ -248,7 +248,9 @@ def atomic_write(path: str, data: bytes, mode: int | None = None) -> None:
 
 
 def op_grep(req: Json) -> Json:
-    """ripgrep when the host has it (structured --json), else grep -rn; argv only, no shell."""
+    """ripgrep when the host has it (structured --json), else grep -rnZ; argv only, no shell.
+
+    req["tool"]: auto (rg if on PATH), rg (required) or grep (forced)."""
     import shutil
     import subprocess
     info = locate(req["package"])
@@ -260,16 +262,32 @@ def op_grep(req: Json) -> Json:
         raise HelperError("usage", "--path %r: no such file or directory in %s %s"
                           % (sub, info["package"], info["version"]))
     ctx = str(int(req.get("context") or 0))
-    rg = None if req.get("no_rg") else shutil.which("rg")
+    per_file = str(int(req.get("max_per_file", 1000)))
+    want = req.get("tool") or ("grep" if req.get("no_rg") else "auto")
+    rg = shutil.which("rg") if want in ("auto", "rg") else None
+    if want == "rg" and not rg:
+        raise HelperError("usage", "ripgrep (rg) is not on the host's PATH")
     if rg:
         argv = [rg, "--json", "--no-config", "--no-ignore", "--hidden", "-C", ctx,
-                "-m", str(int(req.get("max_per_file", 1000)))]
-        tool = "rg"
+                "-m", per_file]
+        tool, dialect = "rg", "fixed" if req.get("fixed") else "rust-regex"
+        if req.get("fixed"):
+            argv.append("-F")
     else:
-        argv = ["grep", "-rnIZE", "-C", ctx, "-m", str(int(req.get("max_per_file", 1000)))]
+        grep = shutil.which("grep")
+        if not grep:
+            raise HelperError("usage", "neither ripgrep (rg) nor grep is on the host's PATH")
+        # one matcher only: -F, or -P (PCRE: \d, \s, lazy quantifiers, like rg's syntax)
+        # where this grep has it, else -E (POSIX ERE). `-rnIZE ... -F` is refused by grep
+        # ("conflicting matchers specified"): that was issue 15.
+        if req.get("fixed"):
+            matcher, dialect = "-F", "fixed"
+        elif _grep_has_pcre(grep):
+            matcher, dialect = "-P", "pcre"
+        else:
+            matcher, dialect = "-E", "ere"
+        argv = [grep, "-rnIZ", matcher, "-C", ctx, "-m", per_file]
         tool = "grep"
-    if req.get("fixed"):
-        argv.append("-F")
     if req.get("ignore_case"):
         argv.append("-i")
     for inc in req.get("include") or []:
@@ -282,5 +300,16 @@ def op_grep(req: Json) -> Json:
             tool, p.returncode, p.stderr.decode("utf-8", "replace").strip()[-400:]))
     out = p.stdout.decode("utf-8", "surrogateescape")
     limit = int(req.get("max_bytes", 8 * 1024 * 1024))
-    return {"install": info, "tool": tool, "root": info["path"], "output": out[:limit],
-            "truncated": len(out) > limit}
+    return {"install": info, "tool": tool, "dialect": dialect, "root": info["path"],
+            "output": out[:limit], "truncated": len(out) > limit}
+
+
+def _grep_has_pcre(grep):
+    """GNU grep built with PCRE exits 1 (no match) here; without it, or busybox, exits 2."""
+    import subprocess
+    try:
+        p = subprocess.run([grep, "-P", "-e", "x", "--", os.devnull], stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL)
+    except OSError:
+        return False
+    return p.returncode == 1

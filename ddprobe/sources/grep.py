@@ -1,6 +1,7 @@
 """`ddprobe grep`: search an install's sources on the host, as structured hits.
 
-ripgrep (`rg --json`) when the host has it, else `grep -rnIZE`; the pattern always travels as an
+ripgrep (`rg --json`) when the host has it, else `grep -rnIZ` with one matcher (`-F`, `-P` where
+grep has PCRE, else `-E`); the result names the tool and the regex dialect it used; the pattern always travels as an
 argv word (`-e PATTERN`), so any character is safe. Paths come back relative to the package.
 """
 from __future__ import annotations
@@ -33,6 +34,7 @@ class GrepResult:
     tool: str  # rg | grep
     hits: tuple[GrepHit, ...]
     truncated: bool = False
+    dialect: str = ""  # fixed | rust-regex (rg) | pcre (grep -P) | ere (grep -E)
 
     @property
     def matches(self) -> tuple[GrepHit, ...]:
@@ -40,25 +42,31 @@ class GrepResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"host": self.host, "install": self.install.to_dict(), "pattern": self.pattern,
-                "tool": self.tool, "truncated": self.truncated,
+                "tool": self.tool, "dialect": self.dialect, "truncated": self.truncated,
                 "hits": [h.__dict__ for h in self.hits]}
 
 
 def grep(r: Remote, pattern: str, *, host: Host | None = None, subdir: str | None = None,
          context: int = 0, fixed: bool = False, ignore_case: bool = False,
-         include: Sequence[str] = (), use_rg: bool = True, max_hits: int = 5000) -> GrepResult:
+         include: Sequence[str] = (), use_rg: bool = True, tool: str = "auto",
+         max_hits: int = 5000) -> GrepResult:
+    """tool: auto (ripgrep where the host has it, else grep), rg (required) or grep."""
     h = host if host is not None else r.host
+    if tool not in ("auto", "rg", "grep"):
+        raise ValueError(f"tool must be auto, rg or grep, not {tool!r}")
+    if not use_rg:
+        tool = "grep"
     res = run_helper(r, "grep", {"package": h.package, "pattern": pattern, "subdir": subdir,
                                  "context": context, "fixed": fixed,
                                  "ignore_case": ignore_case, "include": list(include),
-                                 "no_rg": not use_rg}, timeout=120)
+                                 "tool": tool}, timeout=120)
     root = res["root"].rstrip("/") + "/"
     parse = _parse_rg if res["tool"] == "rg" else _parse_grep
     # rg searches in parallel: order by file and line so runs and hosts compare
     hits = sorted(parse(res["output"], root), key=lambda x: (x.file, x.line))
     truncated = bool(res.get("truncated")) or len(hits) > max_hits
     return GrepResult(h.name, Install.from_dict(res["install"]), pattern, res["tool"],
-                      tuple(hits[:max_hits]), truncated)
+                      tuple(hits[:max_hits]), truncated, str(res.get("dialect") or ""))
 
 
 def _rel(path: str, root: str) -> str:

@@ -1,0 +1,43 @@
+"""`.ci/run` runs exactly the README's test command and installs every program the tests run.
+
+A static check (no install here): the README's command is .ci/run's last command, and every
+program named by `ensure_program(...)`, `shutil.which(...)` or a `subprocess` argv[0] in
+tests/ is in .ci/run's PROGRAMS, unless it is one the suite never needs (GPU tools, docker,
+other Pythons: the tests that use them say so and skip)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OPTIONAL = {"nvidia-smi", "nvcc", "compute-sanitizer", "docker", "systemctl", "journalctl",
+            "python3.8", "python3", "python", "sh", "bash", "apt-get", "ddprobe", "setsid",
+            "timeout", "env", "true", "sleep", "kill", "cat", "ls", "test"}
+
+
+def _programs() -> set[str]:
+    text = (ROOT / ".ci" / "run").read_text()
+    block = text.split("PROGRAMS=(", 1)[1].split("\n)", 1)[0]
+    return {m.group(1) for m in re.finditer(r'^\s*"([^:"]+):[^"]+"', block, re.M)}
+
+
+def test_ci_runs_exactly_the_readme_test_command() -> None:
+    readme = (ROOT / "README.md").read_text()
+    cmd = "pip install -e '.[test]' && python -m pytest -q"
+    assert f"```bash\n{cmd}\n```" in readme
+    lines = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines()
+             if ln.strip() and not ln.lstrip().startswith("#")]
+    assert lines[-1] == cmd
+
+
+def test_ci_installs_every_program_the_tests_run() -> None:
+    progs = _programs()
+    assert {"sshd", "rg", "bwrap", "xmllint", "chromium", "patch", "ssh-keygen"} <= progs
+    used: set[str] = set()
+    for f in (ROOT / "tests").glob("*.py"):
+        src = f.read_text()
+        used |= set(re.findall(r'ensure_program\("([\w.-]+)"', src))
+        used |= set(re.findall(r'shutil\.which\("([\w.-]+)"', src))
+        used |= set(re.findall(r'subprocess\.(?:run|Popen|check_output)\(\s*\["([\w.-]+)"', src))
+    missing = sorted(used - progs - OPTIONAL)
+    assert missing == [], f".ci/run does not install {missing}: add them to PROGRAMS"
