@@ -12,7 +12,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OPTIONAL = {"nvidia-smi", "nvcc", "compute-sanitizer", "docker", "systemctl", "journalctl",
             "python3.8", "python3", "python", "sh", "bash", "apt-get", "ddprobe", "setsid",
-            "timeout", "env", "true", "sleep", "kill", "cat", "ls", "test"}
+            "timeout", "env", "true", "sleep", "kill", "cat", "ls", "test", "which"}
 
 
 def _programs() -> set[str]:
