@@ -31,8 +31,9 @@ from ddprobe.probes.runner import ProbeReport, TaskResult, baseline_from_report,
 from ddprobe.remote import Remote
 from ddprobe.results import CellResult, Config, Outcome
 from ddprobe.server.classify import (Baseline, Verdict, classify_dead, classify_hang,
-                                     classify_served, excerpt, refused_signature)
-from ddprobe.server.health import HealthResult, fatal_match, wait_healthy
+                                     classify_served, excerpt, refused_signature,
+                                     serving_failure)
+from ddprobe.server.health import HealthResult, fatal_match, health_now, wait_healthy
 from ddprobe.server.hostops import HostOpError
 from ddprobe.server.lifecycle import prepared_launch, server_target
 from ddprobe.server.lock import HostLock
@@ -178,7 +179,8 @@ class _Cell:
             url = f"http://127.0.0.1:{lport}"
             rep.stage("health", url)
             with self.timed("health"):
-                h = wait_healthy(url, mgr.peek, timeout=self.timeout, reporter=rep)
+                h = wait_healthy(url, mgr.peek, timeout=self.timeout, reporter=rep,
+                                 stall=host.server.stall_timeout)
             self.waited += self.timings["health"]
             self.extra["health"] = {"status": h.status, "elapsed": round(h.elapsed, 3),
                                     "stage": h.stage, "polls": h.polls, "peeks": h.peeks}
@@ -191,7 +193,7 @@ class _Cell:
             with self.timed("probe"):
                 report = self._probe(url)
             self.waited += self.timings["probe"]
-        return self._served(report, h)
+            return self._served(report, h, url)
 
     def _read_effective(self, url: str) -> None:
         """What the server says it runs, before the probes can kill it."""
@@ -205,8 +207,10 @@ class _Cell:
 
     def _not_healthy(self, h: HealthResult) -> Verdict:
         assert self.mgr is not None
-        if h.status == "timeout":
-            v = classify_hang(self.log, self.timeout)
+        if h.status in ("timeout", "stalled"):
+            self._tail()
+            v = classify_hang(self.log, self.timeout, stalled=self.host.server.stall_timeout
+                              if h.status == "stalled" else None)
             self.cleanup()
             return v
         self.offset = h.offset
@@ -254,7 +258,7 @@ class _Cell:
                           baseline=texts, progress=progress,
                           tasks=list(o.tasks) if o.tasks else None, max_tokens=o.max_tokens)
 
-    def _served(self, report: ProbeReport, h: HealthResult) -> Verdict:
+    def _served(self, report: ProbeReport, h: HealthResult, url: str) -> Verdict:
         with self.timed("classify"):
             self.offset = h.offset
             alive = self._tail()
@@ -262,11 +266,16 @@ class _Cell:
             self.extra["probe_check_s"] = round(sum(t.check_s or 0.0 for t in report.results), 4)
             if self.keep_answers:
                 self.extra["answers"] = baseline_from_report(report)
-            if alive and fatal_match(self.log) is not None:
-                alive = self._settle()
+            if alive and (fatal_match(self.log) is not None or
+                          serving_failure(self.log) is not None):
+                alive = self._settle()  # read the rest of the failure while it exits
+            health = None
+            if alive and any(t.errors and not t.text for t in report.results):
+                health = health_now(url)
+                self.extra["health_after_probes"] = health
             ratio = self.host.server.tok_s_min_ratio
             v = classify_served(report, alive=alive, log=self.log, package=self.host.package,
-                                baseline=self.baseline, ratio=ratio)
+                                baseline=self.baseline, ratio=ratio, health=health)
             if not alive and v.outcome is Outcome.CRASH:
                 self.extra["notes"].append("the server died while being probed")
             if v.outcome in (Outcome.CRASH, Outcome.HANG) or (v.outcome is Outcome.ERROR

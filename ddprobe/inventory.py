@@ -42,6 +42,9 @@ class ServerSettings:
     image: str = ""  # docker image
     workdir: str = "~/.ddprobe"  # where pidfiles, logs and the lock live on the host
     health_timeout: float = 900.0  # seconds to wait for /health_generate
+    # seconds of start-up without a new log byte before the start is reported as a hang
+    # (0: off; a weight load or a graph capture logs progress well within it)
+    stall_timeout: float = 600.0
     stop_timeout: float = 30.0  # TERM grace period before KILL
     tok_s_min_ratio: float = 0.5  # degraded below this ratio of the baseline tok/s
     prepare: str = ""  # a step run once before the first start (ddprobe.server.prepare): testbed

@@ -148,3 +148,152 @@ def test_excerpt_and_refused_signature() -> None:
                           "(srt/server_args.py); nearest: --speculative-num-steps")
     assert r.kind == "refused" and r.key.startswith("--speculative-bogus is not a flag of sglang")
     assert "nearest" not in r.key and "nearest" in r.line
+
+
+# --- issue 11: crashes while serving, refusals on current releases, hints and keys ----------
+
+SGL = "/usr/local/lib/python3.12/dist-packages/sglang"
+READY = """\
+[2026-03-02 10:11:12 TP0] Load weight end. type=Qwen3ForCausalLM, avail mem=60.1 GB
+[2026-03-02 10:11:30] INFO:     Uvicorn running on http://127.0.0.1:30000 (Press CTRL+C to quit)
+[2026-03-02 10:11:40] The server is fired up and ready to roll!
+[2026-03-02 10:11:50 TP0] Decode batch, #running-req: 4, #token: 900, token usage: 0.01, \
+accept len: 3.10, accept rate: 0.70, cuda graph: True, gen throughput (token/s): 410.22, \
+#queue-req: 0
+"""
+# A scheduler traceback with no fatal-severity line (no "Scheduler hit an exception", no
+# CUDA error): the kind of serving crash that was `garbage` or `error` before.
+UNKNOWN_TB = f"""\
+[2026-03-02 10:11:51 TP0] Traceback (most recent call last):
+  File "{SGL}/srt/managers/scheduler.py", line 3012, in event_loop_overlap
+    batch_result = self.run_batch(batch)
+  File "{SGL}/srt/speculative/eagle_worker_v2.py", line 611, in verify
+    accept_index = accept_index[: bs * self.speculative_num_steps]
+IndexError: index 64 is out of bounds for dimension 0 with size 64
+"""
+
+
+def _errored(n: int = 2, why: str = "chat: http://x: Server disconnected") -> ProbeReport:
+    return _report([_task(f"t{i}", False, "", errors=(why,)) for i in range(n)])
+
+
+def test_a_traceback_after_the_ready_line_is_a_crash_at_any_linger() -> None:
+    """Expected: crash with the traceback's own key, whether the process is gone (linger 0),
+    still there with its HTTP front hanging (timeouts) or answering errors (health bad)."""
+    log = READY + UNKNOWN_TB
+    seen = set()
+    for alive, health, why in [(False, None, "chat: Server disconnected"),
+                               (True, None, "chat: Server disconnected"),
+                               (True, "error", "chat: HTTP 500"),
+                               (True, "timeout", "chat: http://x: timed out")]:
+        v = classify_served(_errored(why=why), alive=alive, log=log, package="sglang",
+                            baseline=None, ratio=0.5, health=health)
+        assert v.outcome is Outcome.CRASH, (alive, health, v)
+        assert v.signature is not None and v.match is not None and v.match.phase == "serving"
+        seen.add(v.signature.id)
+    assert seen == {"traceback: IndexError: index N is out of bounds for dimension N with size "
+                    "N (in eagle_worker_v2.py:verify)"}
+
+
+def test_health_turning_bad_while_serving_is_a_crash_without_a_log_line() -> None:
+    v = classify_served(_errored(), alive=True, log=READY, package="sglang", baseline=None,
+                        ratio=0.5, health="error")
+    assert v.outcome is Outcome.CRASH and v.signature is not None
+    assert v.signature.key == "health turned bad while serving"
+    # health fine and the process alive: the probes' network, not the server (infrastructure)
+    e = classify_served(_errored(), alive=True, log=READY, package="sglang", baseline=None,
+                        ratio=0.5, health="ok")
+    assert e.outcome is Outcome.ERROR
+
+
+def test_a_traceback_the_server_survived_is_a_note_not_a_crash() -> None:
+    ok = _report([_task("a", True, GOOD), _task("b", True, GOOD)])
+    v = classify_served(ok, alive=True, log=READY + UNKNOWN_TB, package="sglang", baseline=None,
+                        ratio=0.5, health=None)
+    assert v.outcome is Outcome.OK
+    assert any("kept answering" in n for n in v.notes)
+
+
+def _tb(frames: list[tuple[str, str]], exc: str) -> str:
+    out = ["Traceback (most recent call last):"]
+    for path, func in frames:
+        out += [f'  File "{path}", line 10, in {func}', "    do_it()"]
+    return "\n".join(out + [exc]) + "\n"
+
+
+LAUNCH = (f"{SGL}/launch_server.py", "<module>")
+PREPARE = (f"{SGL}/srt/server_args.py", "prepare_server_args")
+
+
+def test_refusals_in_the_0_5_21_argument_layout() -> None:
+    """0.5.21+ validates in srt/arg_groups/*_hook.py and speculative/spec_info.py (read in the
+    0.5.23 wheel: handle_speculative_decoding -> SpeculativeAlgorithm.from_string)."""
+    hook = _tb([LAUNCH, PREPARE, (f"{SGL}/srt/arg_groups/speculative_hook.py",
+                                  "handle_speculative_decoding")],
+               "ValueError: speculative_eagle_topk must be 1 when page_size > 1")
+    algo = _tb([LAUNCH, PREPARE, (f"{SGL}/srt/arg_groups/speculative_hook.py",
+                                  "_handle_eagle_family"),
+                (f"{SGL}/srt/speculative/spec_info.py", "from_string")],
+               "ValueError: Unknown speculative algorithm name: DDTREEX")
+    for log in (hook, algo):
+        v = classify_dead(log, package="sglang", during="start-up")
+        assert v.outcome is Outcome.REFUSED, log
+    # a ValueError deep in the model code is a crash, not the server refusing flags
+    model = _tb([LAUNCH, (f"{SGL}/srt/model_executor/model_runner.py", "load_model")],
+                "ValueError: weight shape mismatch")
+    assert classify_dead(model, package="sglang", during="start-up").outcome is Outcome.CRASH
+    # an OSError raised inside a hook (a config it could not read) is not a validation error
+    io = _tb([LAUNCH, PREPARE, (f"{SGL}/srt/arg_groups/model_path_hook.py", "resolve")],
+             "OSError: [Errno 5] Input/output error")
+    assert classify_dead(io, package="sglang", during="start-up").outcome is Outcome.CRASH
+
+
+def test_oom_hints_follow_the_message() -> None:
+    inc = classify_dead("RuntimeError: Not enough memory. Please try to increase "
+                        "--mem-fraction-static.\n", package="sglang", during="start-up")
+    assert inc.match is not None and "INCREASE --mem-fraction-static" in inc.match.hint
+    assert "LOWER --mem-fraction-static" not in inc.match.hint
+    cuda = classify_dead("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 "
+                         "GiB.\n", package="sglang", during="start-up")
+    assert cuda.match is not None and "LOWER --mem-fraction-static" in cuda.match.hint
+    pre = classify_dead(READY + "RuntimeError: Prefill out of memory. Try to lower your batch "
+                        "size.\n", package="sglang", during="serving")
+    assert pre.signature is not None and pre.signature.kind == "oom"
+    assert pre.match is not None and "lower the batch" in pre.match.hint
+    # three different OOMs, three keys (three bisect modes)
+    assert len({inc.signature.key, cuda.signature.key, pre.signature.key}) == 3  # type: ignore
+
+
+def test_unknown_failures_get_keys_from_their_own_text() -> None:
+    a = classify_dead("[x] Load weight begin.\nsafetensors_rust.SafetensorError: Error while "
+                      "deserializing header: HeaderTooLarge\n", package="sglang",
+                      during="start-up")
+    b = classify_dead("[x] Load weight begin.\nzmq.error.ZMQError: Address family not "
+                      "supported\n", package="sglang", during="start-up")
+    assert a.outcome is b.outcome is Outcome.CRASH
+    assert a.signature is not None and b.signature is not None
+    assert a.signature.key != b.signature.key
+    assert "HeaderTooLarge" in a.signature.key and "ZMQError" in b.signature.key
+
+
+def test_port_in_use_is_infrastructure_and_xid_is_evidence() -> None:
+    v = classify_dead("[2026-03-02 10:11:30] ERROR:    [Errno 98] error while attempting to "
+                      "bind on address ('127.0.0.1', 30000): address already in use\n",
+                      package="sglang", during="start-up")
+    assert v.outcome is Outcome.ERROR and "address already in use" in (v.error or "")
+    x = classify_dead(READY + "RuntimeError: CUDA error: an illegal memory access was "
+                      "encountered\n[Tue Mar  2 10:11:52 2026] NVRM: Xid (PCI:0000:3b:00): 31, "
+                      "pid=4242, name=python3, Ch 0000000d, intr 00000000. MMU Fault\n",
+                      package="sglang", during="serving")
+    assert x.signature is not None and x.signature.kind == "cuda_illegal_address"
+    assert any("NVRM: Xid 31" in n for n in x.notes)
+
+
+def test_a_stall_is_a_hang() -> None:
+    v = classify_hang("[x TP0] Load weight end.\n", 900, stalled=600)
+    assert v.outcome is Outcome.HANG and v.signature is not None
+    assert v.signature.key == "start-up stalled (startup)" and "600s" in (v.error or "")
+    spy = classify_hang(READY + 'Process 4242: python3 -m sglang.launch_server\nPython v3.12.3 '
+                        '(/usr/bin/python3.12)\n\nThread 4242 (idle): "MainThread"\n'
+                        '    wait (threading.py:355)\n', 900)
+    assert spy.signature is not None and spy.signature.kind == "hang" and spy.match is not None

@@ -148,3 +148,11 @@ def test_no_http_polls_until_the_port_listens(proc: Proc) -> None:
     assert res.status == "healthy" and res.elapsed >= 0.8
     assert res.polls <= 3  # /health, /health_generate (+ at most one early 503)
     assert res.peeks >= 4  # the host was asked instead, at the polling cadence
+
+
+@pytest.mark.parametrize("proc", ["hang"], indirect=True)
+def test_a_log_that_stops_growing_is_a_stalled_start(proc: Proc) -> None:
+    # expected: the log stops after its first line; with a 1 s stall window the wait ends as
+    # `stalled` long before the 30 s deadline
+    res = wait_healthy(proc.url, proc.peek, timeout=30, stall=1.0)
+    assert res.status == "stalled" and 1.0 <= res.elapsed < 6

@@ -1,14 +1,19 @@
 """Classify one cell from what was seen: the process, its log and the probe report (pure).
 
 Rules, in order (infrastructure is never blamed on the server):
-  launch command broken (interpreter/module not found)  -> error
-  the server's argparse refused the flags                -> refused
-  process died / fatal signature in the log              -> crash (signature from the log)
-  never healthy before the deadline                      -> hang
-  alive but no probe answered                            -> error (network) or hang (timeouts)
+  launch command broken (interpreter/module not found), port in use  -> error
+  the server's argparse or its argument checks refused the flags    -> refused
+  (server_args.py, srt/arg_groups/*.py on 0.5.21+, speculative/spec_info.py)
+  a failure line after the server started serving, process alive or not -> crash / hang
+  process died / fatal signature in the log                         -> crash (signature from the log)
+  never healthy before the deadline, or the log stalled             -> hang
+  alive, no probe answered: health bad -> crash (errors) / hang (timeouts), else error (network)
   a garbage-class signature (NaN) / coding failures / junk / divergence -> garbage
-  tok/s below ratio x baseline tok/s                     -> degraded
-  else                                                   -> ok
+  tok/s below ratio x baseline tok/s                                -> degraded
+  else                                                              -> ok
+
+Whether the server's process still lingers never decides a crash: SGLang's HTTP front often
+outlives its scheduler, so the same log gives the same outcome whenever the process exits.
 """
 from __future__ import annotations
 
@@ -20,7 +25,8 @@ from typing import Any
 from ddprobe.hosttext import clean
 from ddprobe.probes.runner import ProbeReport
 from ddprobe.results import Outcome, Signature
-from ddprobe.signatures import LogMatch, best_match, classify_phase, normalise
+from ddprobe.signatures import (LogMatch, best_match, classify_phase, find_matches, normalise,
+                                serving_start, strip_prefix)
 
 
 @dataclass(frozen=True)
@@ -78,9 +84,61 @@ def argparse_refusal(log: str) -> Signature | None:
     return Signature("refused", normalise(m.group("msg").strip()), m.group(0).strip()[:500])
 
 
-def _sig_from_log(log: str) -> tuple[LogMatch | None, Signature | None]:
-    m = best_match(log)
+def _sig_from_log(log: str, since: int = 0) -> tuple[LogMatch | None, Signature | None]:
+    m = best_match(log, since=since)
     return m, (m.signature if m else None)
+
+
+# Where a release validates its arguments: a traceback whose innermost frame is one of these
+# (and whose exception is a validation error) is the server refusing the configuration.
+_ARG_FRAMES = re.compile(
+    r"(?:^|/)(?:srt/server_args\.py|server_args\.py|srt/arg_groups/[\w/]+\.py"
+    r"|speculative/spec_info\.py|vllm/engine/arg_utils\.py|vllm/config/[\w/]+\.py):")
+_ARG_EXCEPTIONS = frozenset({"ValueError", "AssertionError", "NotImplementedError", "TypeError",
+                             "RuntimeError", "argparse.ArgumentTypeError", "ArgumentTypeError",
+                             "ValidationError", "pydantic_core._pydantic_core.ValidationError"})
+
+
+def is_refusal(m: LogMatch | None) -> bool:
+    """The server's own argument checks refused the configuration (not a crash)."""
+    if m is None:
+        return False
+    if m.outcome == "refused":
+        return True
+    d = m.details_dict
+    return m.signature.kind == "traceback" and m.phase == "startup" and \
+        d.get("exception", "") in _ARG_EXCEPTIONS and bool(_ARG_FRAMES.search(d.get("frame", "")))
+
+
+_ERRORISH = re.compile(r"(?:\b[A-Z]\w*(?:Error|Exception)\b|\berror\b|\bfailed\b|\bFailed\b"
+                       r"|\bFATAL\b|\bfatal\b|\bKilled\b|\baborted\b)")
+
+
+def unknown_signature(log: str, during: str, kind: str = "exit") -> Signature:
+    """A failure nothing in the catalogue explains, keyed on its own text (the last error-like
+    line, normalised) so two different unknown failures are two bisect modes, not one."""
+    phase = classify_phase(log) if log else "startup"
+    lines = [strip_prefix(ln).strip() for ln in log.splitlines()]
+    lines = [ln for ln in lines if ln]
+    for ln in reversed(lines[-200:]):
+        if _ERRORISH.search(ln):
+            return Signature(kind, f"{normalise(ln)[:160]} ({phase})", ln[:500])
+    tail = lines[-1] if lines else ""
+    what = "exited" if kind == "exit" else "stopped"
+    return Signature(kind, f"server {what} during {during} ({phase}) with no error in its log",
+                     tail[:500])
+
+
+def serving_failure(log: str) -> LogMatch | None:
+    """The first catalogued failure logged after the server started serving (its ready line,
+    first batch or request), of any severity: a traceback there is a crash while serving."""
+    start = serving_start(log)
+    if start is None:
+        return None
+    for m in find_matches(log, since=start):
+        if m.outcome in ("crash", "hang", "error") and m.phase != "startup":
+            return m
+    return None
 
 
 def classify_dead(log: str, *, package: str, during: str) -> Verdict:
@@ -92,31 +150,52 @@ def classify_dead(log: str, *, package: str, during: str) -> Verdict:
     if refused is not None:
         raw = refused.line.split(": error: ", 1)[-1]
         return Verdict(Outcome.REFUSED, refused, f"the server refused the flags: {raw}")
-    m, sig = _sig_from_log(log)
-    if m is not None and (m.outcome == "refused" or (
-            m.signature.kind == "traceback" and "(in server_args.py:" in m.signature.key)):
-        # a ValueError from ServerArgs' own checks (__post_init__) is a refusal, not a crash
-        assert sig is not None
-        return Verdict(Outcome.REFUSED, sig, f"the server refused the flags: {sig.line}", m)
+    m = serving_failure(log) if during == "serving" else None
+    if m is None:
+        m, _ = _sig_from_log(log)
+    return _from_match(m, log, during)
+
+
+def _from_match(m: LogMatch | None, log: str, during: str) -> Verdict:
+    notes = evidence_notes(log)
+    if is_refusal(m):
+        assert m is not None  # a ValueError from the server's own checks is a refusal
+        return Verdict(Outcome.REFUSED, m.signature,
+                       f"the server refused the flags: {m.signature.line}", m, notes)
+    if m is not None and m.outcome == "error":
+        return Verdict(Outcome.ERROR, error=f"infrastructure: {m.signature.line} ({m.hint})",
+                       match=m, notes=notes)
     if m is not None and m.outcome == "hang":
-        return Verdict(Outcome.HANG, sig, None, m)
-    if sig is None:
-        phase = classify_phase(log) if log else "startup"
-        tail = [ln for ln in log.splitlines() if ln.strip()]
-        sig = Signature("exit", f"server exited during {during} ({phase}) with no catalogued "
-                                f"error in its log", tail[-1].strip()[:500] if tail else "")
-    return Verdict(Outcome.CRASH, sig, None, m)
+        return Verdict(Outcome.HANG, m.signature, None, m, notes)
+    if m is None:
+        return Verdict(Outcome.CRASH, unknown_signature(log, during), None, None, notes)
+    return Verdict(Outcome.CRASH, m.signature, None, m, notes)
 
 
-def classify_hang(log: str, timeout: float) -> Verdict:
+def evidence_notes(log: str) -> tuple[str, ...]:
+    """Lines that are evidence without being the key: the driver's Xid lines."""
+    out = []
+    for m in find_matches(log):
+        if m.signature.kind == "xid":
+            out.append(f"kernel log: {m.signature.line[:200]} ({m.signature.key})")
+    return tuple(dict.fromkeys(out))
+
+
+def classify_hang(log: str, timeout: float, *, stalled: float | None = None) -> Verdict:
+    """Never healthy: the deadline passed, or (`stalled` seconds) the log stopped growing."""
     m, sig = _sig_from_log(log)
+    if m is not None and m.outcome == "error":
+        return _from_match(m, log, "start-up")
+    why = f"not healthy after {timeout:g}s" if stalled is None else \
+        f"the log stopped progressing for {stalled:g}s during start-up"
     if sig is None or m is None or m.outcome not in ("hang", "crash"):
         phase = classify_phase(log) if log else "startup"
         tail = [ln for ln in log.splitlines() if ln.strip()]
-        sig = Signature("hang", f"not healthy before the deadline ({phase})",
-                        tail[-1].strip()[:500] if tail else "")
+        key = f"not healthy before the deadline ({phase})" if stalled is None else \
+            f"start-up stalled ({phase})"
+        sig = Signature("hang", key, tail[-1].strip()[:500] if tail else "")
         m = None
-    return Verdict(Outcome.HANG, sig, f"not healthy after {timeout:g}s", m)
+    return Verdict(Outcome.HANG, sig, why, m, evidence_notes(log))
 
 
 def garbage_signature(report: ProbeReport) -> Signature:
@@ -130,29 +209,51 @@ def garbage_signature(report: ProbeReport) -> Signature:
 
 
 def classify_served(report: ProbeReport, *, alive: bool, log: str, package: str,
-                    baseline: Baseline | None, ratio: float) -> Verdict:
-    """After probes: the server came up; decide from the process, the log and the answers."""
-    if not alive:
-        return classify_dead(log, package=package, during="serving")
-    m, sig = _sig_from_log(log)
-    if m is not None and m.severity == "fatal" and m.outcome in ("crash", "hang"):
-        # a component died while the HTTP front end stayed up
-        return Verdict(Outcome.CRASH if m.outcome == "crash" else Outcome.HANG, sig, None, m)
+                    baseline: Baseline | None, ratio: float,
+                    health: str | None = None) -> Verdict:
+    """After probes: the server came up; decide from the log, the server and the answers.
+
+    `health` is how /health_generate answered after the probes (ok | error | timeout; None
+    when not asked). A failure in the log after the ready line is a crash (or hang) whether
+    or not the process is still there; the process's death alone is one too."""
+    m = serving_failure(log)
     results = report.results
     errored = [r for r in results if r.errors and not r.text]
-    if results and len(errored) == len(results):
+    all_failed = bool(results) and len(errored) == len(results)
+    answered_well = bool(results) and not errored and health in (None, "ok") and alive
+    if m is not None:
+        if m.severity != "fatal" and answered_well and report.summary.passed == \
+                report.summary.total:
+            # a logged traceback the server survived (a request it rejected): evidence only
+            pass
+        else:
+            v = _from_match(m, log, "serving")
+            if not is_refusal(m):
+                return v
+    if not alive:
+        return classify_dead(log, package=package, during="serving")
+    if all_failed:
         reason = errored[0].errors[0] if errored[0].errors else errored[0].reason
-        if all("timed out" in " ".join(r.errors).lower() for r in errored):
+        if health == "error":
+            return Verdict(Outcome.CRASH, Signature("health", "health turned bad while serving",
+                                                    reason[:500]), None, None,
+                           evidence_notes(log))
+        if health == "timeout" or all("timed out" in " ".join(r.errors).lower()
+                                      for r in errored):
             return Verdict(Outcome.HANG, Signature("hang", "no probe answered before its timeout",
                                                    reason[:500]), reason)
         return Verdict(Outcome.ERROR, error=f"no probe got an answer (server alive): {reason}")
     s = report.summary
     notes = tuple(s.notes)
+    if m is not None:
+        notes += (f"a traceback was logged while serving, but the server kept answering: "
+                  f"{m.signature.line[:200]}",)
     want = s.total
     if baseline is not None and baseline.passed is not None and baseline.total == s.total:
         want = min(s.total, baseline.passed)
-    if m is not None and m.outcome == "garbage":
-        return Verdict(Outcome.GARBAGE, sig, None, m, notes)
+    g, gsig = _sig_from_log(log)
+    if g is not None and g.outcome == "garbage":
+        return Verdict(Outcome.GARBAGE, gsig, None, g, notes)
     if s.passed < want or s.garbage_flags or s.divergence:
         return Verdict(Outcome.GARBAGE, garbage_signature(report), None, None, notes)
     if baseline is not None and baseline.tok_s and s.tok_s is not None \

@@ -1,7 +1,9 @@
 """Health wait: poll /health then /health_generate until both answer 200, with a deadline.
 
 The wait ends at once when the server process dies or its log shows a fatal failure signature
-(the signatures catalogue), and with `timeout` at the deadline (the caller stops the group).
+(the signatures catalogue), with `stalled` when the log has not grown for `stall` seconds (a
+start-up that stopped progressing: a hang, reported long before the deadline), and with
+`timeout` at the deadline (the caller stops the group).
 It polls HTTP every 50 ms at first, backing off to 0.5 s (real restarts take minutes; a poll
 costs one request over the tunnel's kept-alive connection, and the backoff cap bounds how late
 ddprobe notices a healthy server), and looks at the process and its log every
@@ -30,7 +32,7 @@ class HealthReporter(Protocol):
 
 @dataclass(frozen=True)
 class HealthResult:
-    status: str  # healthy | died | fatal | timeout
+    status: str  # healthy | died | fatal | stalled | timeout
     elapsed: float
     stage: str  # the endpoint being polled when it ended
     last_line: str  # the last non-empty log line seen
@@ -62,8 +64,33 @@ def fatal_match(text: str) -> LogMatch | None:
     return None
 
 
+def progressed(data: str) -> bool:
+    """New log text says the start-up moved on: anything but the access-log lines of our own
+    health polls (uvicorn logs each `GET /health`, so a stuck server's log grows by them)."""
+    return any(line.strip() and "GET /health" not in line
+               for line in data.replace("\r", "\n").split("\n"))
+
+
+def health_now(base_url: str, *, timeout: float = 30.0,
+               client: httpx.Client | None = None) -> str:
+    """One look at /health_generate (a one-token generation through the scheduler): ok, error
+    (an HTTP error status or a refused connection) or timeout."""
+    c = client or httpx.Client(trust_env=False)
+    try:
+        r = c.get(base_url + ENDPOINTS[-1], timeout=httpx.Timeout(timeout, connect=5.0))
+        return "ok" if r.status_code == 200 else "error"
+    except httpx.TimeoutException:
+        return "timeout"
+    except httpx.HTTPError:
+        return "error"
+    finally:
+        if client is None:
+            c.close()
+
+
 def wait_healthy(base_url: str, peek: Callable[[int], Peek], *, timeout: float,
                  reporter: HealthReporter | None = None, offset: int = 0,
+                 stall: float = 0.0,
                  clock: Callable[[], float] = time.monotonic,
                  sleep: Callable[[float], None] = time.sleep,
                  client: httpx.Client | None = None) -> HealthResult:
@@ -75,6 +102,7 @@ def wait_healthy(base_url: str, peek: Callable[[int], Peek], *, timeout: float,
     polls = peeks = 0
     http_every, peek_every = 0.05, 0.1
     next_peek = t0
+    grew = t0  # when the log last grew
     listening: bool | None = None
     own = client is None
     c = client or httpx.Client(timeout=httpx.Timeout(10.0, connect=2.0), trust_env=False)
@@ -91,6 +119,8 @@ def wait_healthy(base_url: str, peek: Callable[[int], Peek], *, timeout: float,
                 peeks += 1
                 offset = p.offset
                 if p.data:
+                    if progressed(p.data):
+                        grew = clock()
                     log = (log + p.data)[-LOG_KEEP:]
                     line = last_line(log) or line
                     m = fatal_match(log)
@@ -98,6 +128,8 @@ def wait_healthy(base_url: str, peek: Callable[[int], Peek], *, timeout: float,
                         return result("fatal", m)
                 if not p.alive:
                     return result("died")
+                if stall > 0 and clock() - grew >= stall:
+                    return result("stalled")
                 listening = p.listening
                 peek_every = min(peek_every * 1.5, 2.0)
                 # until the port listens, the look at the host replaces the HTTP poll

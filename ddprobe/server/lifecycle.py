@@ -91,7 +91,7 @@ def start_server(r: Remote, host: Host, config: Config, *, restart: bool = False
     try:
         with r.tunnel(host.server.port, server_target(host)) as lport:
             h = wait_healthy(f"http://127.0.0.1:{lport}", mgr.peek, timeout=limit,
-                             reporter=reporter)
+                             reporter=reporter, stall=host.server.stall_timeout)
     except BaseException:
         with contextlib.suppress(Exception):
             mgr.stop()
@@ -102,7 +102,8 @@ def start_server(r: Remote, host: Host, config: Config, *, restart: bool = False
         return rep
     log = h.log + mgr.peek(h.offset).data
     v = classify_hang(log, limit) if h.status == "timeout" else \
-        classify_dead(log, package=host.package, during="start-up")
+        classify_hang(log, limit, stalled=host.server.stall_timeout) if h.status == "stalled" \
+        else classify_dead(log, package=host.package, during="start-up")
     rep.status, rep.signature, rep.error = v.outcome.value, v.signature, v.error
     rep.log_excerpt = excerpt(log, v.signature)
     mgr.stop()

@@ -15,16 +15,30 @@ from typing import Any, Final
 from ddprobe.errors import ConfigError
 from ddprobe.yamlio import line_of, load_yaml
 
-OUTCOMES: Final = ("crash", "refused", "garbage", "hang")
+# "error" is infrastructure (a port in use, a broken launch): never blamed on the server
+OUTCOMES: Final = ("crash", "refused", "garbage", "hang", "error")
 SEVERITIES: Final = ("fatal", "error", "warning")
 HANDLERS: Final = ("traceback",)
 _ENTRY_KEYS: Final = frozenset({"id", "kind", "outcome", "severity", "patterns", "handler",
-                                "suffix", "details", "hint"})
+                                "suffix", "details", "hint", "key", "requires"})
+# ` #` starts a YAML comment inside a plain (unquoted) scalar: a hint written as
+# `... (sglang PR #19177)` silently ends at "(sglang PR". Comments must be whole lines.
+_BLOCK_START: Final = re.compile(r":\s*[>|][-+]?\d*\s*$")
+_TRAILING_COMMENT: Final = re.compile(r"""^(?P<body>[^#'"]*?\S)\s+#""")
 
 
 @dataclass(frozen=True)
 class Suffix:
     """A regex looked for in the `within` lines after the key line; its `key` group is appended."""
+
+    pattern: re.Pattern[str]
+    within: int
+
+
+@dataclass(frozen=True)
+class Requires:
+    """A regex that must match one of the `within` lines after the key line, or the entry does
+    not match there (compute-sanitizer's `Address ... is misaligned` under an invalid read)."""
 
     pattern: re.Pattern[str]
     within: int
@@ -41,6 +55,10 @@ class Entry:
     suffix: Suffix | None = None
     details: tuple[tuple[str, re.Pattern[str]], ...] = ()
     hint: str = ""
+    # a fixed key (format fields: the pattern's named groups): spellings of one failure from
+    # different libraries (torch's `CUDA error:`, FlashInfer's `CUDA Error:`) give one key
+    key: str = ""
+    requires: Requires | None = None
 
 
 @dataclass(frozen=True)
@@ -73,6 +91,7 @@ def default_path() -> Path:
 def load_catalogue(path: str | None = None) -> Catalogue:
     """Parse and validate a catalogue file (the bundled one by default); cached per path."""
     p = path or str(default_path())
+    _check_comments(p)
     doc = load_yaml(p)
     if not isinstance(doc, dict):
         raise ConfigError("the catalogue must be a mapping with 'entries'", path=p, line=1)
@@ -143,10 +162,55 @@ def _entry(raw: Any, path: str, index: int) -> Entry:
             raise ConfigError("'suffix.within' must be a positive integer", path=path,
                               line=line_of(s, "within"), key="suffix.within")
         suffix = Suffix(rx, within)
+    requires = None
+    if raw.get("requires") is not None:
+        q = raw["requires"]
+        if not isinstance(q, dict) or "pattern" not in q:
+            raise ConfigError("'requires' must be a mapping with 'pattern' and 'within'",
+                              path=path, line=line_of(raw, "requires"), key="requires")
+        within = q.get("within", 3)
+        if not isinstance(within, int) or within < 1:
+            raise ConfigError("'requires.within' must be a positive integer", path=path,
+                              line=line_of(q, "within"), key="requires.within")
+        requires = Requires(_regex(q["pattern"], path, line_of(q, "pattern"),
+                                   "requires.pattern"), within)
+    hint = raw.get("hint")
+    if not isinstance(hint, str) or not hint.strip():
+        raise ConfigError(f"entry '{raw['id']}' needs a non-empty 'hint'", path=path,
+                          line=line_of(raw, "hint") if "hint" in raw else line, key="hint")
+    key = raw.get("key", "")
+    if not isinstance(key, str):
+        raise ConfigError("'key' must be a string", path=path, line=line_of(raw, "key"),
+                          key="key")
+    names = set().union(*(rx.groupindex for rx in patterns)) if patterns else set()
+    for field_name in re.findall(r"\{(\w*)\}", key):
+        if field_name not in names or not all(field_name in rx.groupindex for rx in patterns):
+            raise ConfigError(f"'key' uses {{{field_name}}}, which not every pattern captures",
+                              path=path, line=line_of(raw, "key"), key="key")
     return Entry(id=raw["id"], kind=raw["kind"], outcome=outcome, severity=severity,
                  patterns=patterns, handler=handler, suffix=suffix,
                  details=_details(raw.get("details") or {}, path, "details"),
-                 hint=str(raw.get("hint") or "").strip())
+                 hint=" ".join(hint.split()), key=key, requires=requires)
+
+
+def _check_comments(path: str) -> None:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError:
+        return  # load_yaml reports a missing or unreadable file
+    block_indent: int | None = None  # inside a `>-` / `|` block: `#` is text there
+    for n, line in enumerate(text.splitlines(), 1):
+        indent = len(line) - len(line.lstrip())
+        if block_indent is not None:
+            if not line.strip() or indent > block_indent:
+                continue
+            block_indent = None
+        if _BLOCK_START.search(line):
+            block_indent = indent
+        if not line.lstrip().startswith("#") and _TRAILING_COMMENT.match(line):
+            raise ConfigError("a ' #' after a value starts a YAML comment and cuts the value "
+                              "short: quote the value, or put the comment on its own line",
+                              path=path, line=n)
 
 
 def _phases(raw: Any, path: str) -> Phases:

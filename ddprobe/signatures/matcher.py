@@ -69,37 +69,76 @@ def match_all(text: str, *, catalogue: Catalogue | None = None) -> list[Signatur
     return out
 
 
-def best_match(text: str, *, catalogue: Catalogue | None = None) -> LogMatch | None:
-    matches = find_matches(text, catalogue=catalogue, first_only=True)
+def best_match(text: str, *, catalogue: Catalogue | None = None,
+               since: int = 0) -> LogMatch | None:
+    matches = find_matches(text, catalogue=catalogue, first_only=True, since=since)
     return matches[0] if matches else None
 
 
 def find_matches(text: str, *, catalogue: Catalogue | None = None,
-                 first_only: bool = False) -> list[LogMatch]:
-    """All catalogue entries found in `text`, in catalogue (priority) order."""
+                 first_only: bool = False, since: int = 0) -> list[LogMatch]:
+    """All catalogue entries found in `text`, in catalogue (priority) order; `since` (a
+    0-based line index) ignores the lines before it (phases still see the whole log)."""
     cat = catalogue or load_catalogue()
     clean = _ANSI.sub("", text)
     lines = [strip_prefix(line) for line in clean.splitlines()]
     out: list[LogMatch] = []
-    claimed: set[int] = set()  # a line explains one failure: the highest-priority entry's
+    # a line explains one failure: the highest-priority entry's; the source lines a traceback
+    # quotes (`raise RuntimeError(f"NCCL error: {error_str}")`) explain none
+    claimed: set[int] = source_lines(lines) | set(range(min(since, len(lines))))
     for entry in cat.entries:
-        found = _traceback_key(lines, claimed) if entry.handler == "traceback" else \
-            _pattern_key(entry, clean, lines, claimed)
-        if found is None:
-            continue
-        idx, key = found
+        extra: tuple[tuple[str, str], ...] = ()
+        if entry.handler == "traceback":
+            tb = _traceback_key(lines, claimed)
+            if tb is None:
+                continue
+            idx, key, frame, exc = tb
+            extra = (("exception", exc), ("frame", frame))
+        else:
+            found = _pattern_key(entry, clean, lines, claimed)
+            if found is None:
+                continue
+            idx, key = found
         claimed.add(idx)
         phase = _phase_at(cat, lines, idx)
         if phase == "capture" and entry.kind != "capture":
             # the same error at capture time and at serving time are different failures
             key = "[capture] " + key
-        details = _details(cat, entry, lines, idx, phase)
+        details = extra + _details(cat, entry, lines, idx, phase)
         out.append(LogMatch(signature=Signature(entry.kind, key, lines[idx].strip()[:500]),
                             entry=entry.id, outcome=entry.outcome, severity=entry.severity,
                             phase=phase, line_no=idx + 1, hint=entry.hint, details=details))
         if first_only:
             break
     return out
+
+
+def source_lines(lines: list[str]) -> set[int]:
+    """Indices of the code lines a Python traceback quotes under each `File ..., in f` frame
+    (and the `~~~^^^` markers 3.11+ puts under them): code, not messages."""
+    out: set[int] = set()
+    for i, line in enumerate(lines):
+        if not _FRAME.match(line):
+            continue
+        indent = len(line) - len(line.lstrip())
+        for j in range(i + 1, min(i + 3, len(lines))):
+            t = lines[j]
+            if _FRAME.match(t) or not t.strip() or len(t) - len(t.lstrip()) <= indent:
+                break
+            if not t.lstrip().startswith("assert "):  # a bare AssertionError's only message
+                out.add(j)
+    return out
+
+
+def serving_start(text: str, *, catalogue: Catalogue | None = None) -> int | None:
+    """The 0-based index of the first line that says the server is serving (the ready line,
+    the first batch or request), or None when the log never got there."""
+    cat = catalogue or load_catalogue()
+    serving = _phase_regexes(cat)[2]
+    for i, line in enumerate(_ANSI.sub("", text).splitlines()):
+        if serving.search(strip_prefix(line)):
+            return i
+    return None
 
 
 def classify_phase(text: str, *, line_no: int | None = None,
@@ -130,8 +169,17 @@ def _pattern_key(entry: Entry, clean: str, lines: list[str],
             m = rx.search(line)
             if m is None:
                 continue
-            raw = m.group("key") if "key" in rx.groupindex and m.group("key") else line
-            key = normalise(raw)
+            if entry.requires is not None and not any(
+                    entry.requires.pattern.search(nxt)
+                    for nxt in lines[idx + 1: idx + 1 + entry.requires.within]):
+                continue
+            if entry.key:
+                # the fields verbatim: the template picks stable ones (an Xid's number)
+                key = entry.key.format_map({k: " ".join((v or "").split())[:80]
+                                            for k, v in m.groupdict().items()})
+            else:
+                raw = m.group("key") if "key" in rx.groupindex and m.group("key") else line
+                key = normalise(raw)
             if entry.suffix is not None:
                 for nxt in lines[idx + 1: idx + 1 + entry.suffix.within]:
                     sm = entry.suffix.pattern.search(nxt)
@@ -173,8 +221,11 @@ def _literal_runs(seq: list[Any]) -> list[str]:
     return [r for r in runs if r]
 
 
-def _traceback_key(lines: list[str], claimed: set[int]) -> tuple[int, str] | None:
-    """Exception class + message + innermost frame of the first real traceback."""
+def _traceback_key(lines: list[str],
+                   claimed: set[int]) -> tuple[int, str, str, str] | None:
+    """Exception class + message + innermost frame of the first real traceback: (index of the
+    exception line, key, the innermost frame as `package/relative/path.py:function`, the
+    exception class)."""
     i, n = 0, len(lines)
     while i < n:
         if _TB_HEADER not in lines[i]:
@@ -197,9 +248,21 @@ def _traceback_key(lines: list[str], claimed: set[int]) -> tuple[int, str] | Non
                 msg = (em.group("msg") or "").strip()
                 head = normalise(f"{cls}: {msg}" if msg else cls)
                 where = f"{frame.group('file').rsplit('/', 1)[-1]}:{frame.group('func')}"
-                return j, f"{head} (in {where})"
+                return j, f"{head} (in {where})", \
+                    f"{package_path(frame.group('file'))}:{frame.group('func')}", cls
         i = j if j > i else i + 1
     return None
+
+
+_SITE: Final = re.compile(r"^.*/(?:site-packages|dist-packages)/|^.*/(?=(?:sglang|vllm|flashinfer"
+                         r"|sgl_kernel|torch|triton)/)")
+
+
+def package_path(path: str) -> str:
+    """A frame's file relative to its installation (`sglang/srt/arg_groups/x_hook.py`), the
+    same on every host; a file outside any package keeps its last two components."""
+    rel = _SITE.sub("", path.replace("\\", "/"))
+    return rel if rel != path else "/".join(path.replace("\\", "/").split("/")[-2:])
 
 
 @lru_cache(maxsize=8)
