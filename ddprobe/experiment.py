@@ -38,6 +38,7 @@ from ddprobe.server.hostops import HostOpError
 from ddprobe.server.lifecycle import prepared_launch, server_target
 from ddprobe.server.lock import HostLock
 from ddprobe.server.manager import Manager, get_manager
+from ddprobe.signatures.decode import decode_notes, summarise_decode
 
 __all__ = ["Baseline", "CellReporter", "ProbeOptions", "run_cell", "run_sanitize_cell"]
 
@@ -300,6 +301,13 @@ class _Cell:
         c.effective = c.effective.with_log(self.log) if c.effective is not None else \
             from_log(self.log)
         self.extra["notes"] += [n for n in v.notes if n not in self.extra["notes"]]
+        decode = summarise_decode(self.log) if self.log else None
+        if decode is not None:  # acceptance and throughput from the server's own log
+            self.extra["decode"] = decode.to_dict()
+            p = c.probes
+            http = None if p is None else p.accept_length if p.accept_length is not None \
+                else p.server_accept_length
+            self.extra["notes"] += decode_notes(decode, http_accept=http)
         if v.match is not None:
             self.extra["phase"] = v.match.phase
             if v.match.hint:

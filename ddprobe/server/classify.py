@@ -25,6 +25,7 @@ from typing import Any
 from ddprobe.hosttext import clean
 from ddprobe.probes.runner import ProbeReport
 from ddprobe.results import Outcome, Signature
+from ddprobe.signatures.decode import summarise_decode
 from ddprobe.signatures import (LogMatch, best_match, classify_phase, find_matches, normalise,
                                 serving_start, strip_prefix)
 
@@ -198,9 +199,16 @@ def classify_hang(log: str, timeout: float, *, stalled: float | None = None) -> 
     return Verdict(Outcome.HANG, sig, why, m, evidence_notes(log))
 
 
-def garbage_signature(report: ProbeReport) -> Signature:
+def garbage_signature(report: ProbeReport, log: str = "") -> Signature:
     s = report.summary
     acc = "n/a" if s.accept_length is None else f"{s.accept_length:.2f}"
+    if s.accept_length is None and log:
+        # HTTP said nothing about acceptance: the scheduler's decode lines are the evidence
+        d = summarise_decode(log)
+        if d is not None and d.collapsed_with_graphs:
+            acc = "1.00 (log, cuda graph)"
+        elif d is not None and d.accept_len_mean is not None:
+            acc = f"{d.accept_len_mean:.2f} (log)"
     key = f"accept_length={acc} coding {s.passed}/{s.total}"
     if s.divergence:
         key += " divergence"
@@ -255,7 +263,7 @@ def classify_served(report: ProbeReport, *, alive: bool, log: str, package: str,
     if g is not None and g.outcome == "garbage":
         return Verdict(Outcome.GARBAGE, gsig, None, g, notes)
     if s.passed < want or s.garbage_flags or s.divergence:
-        return Verdict(Outcome.GARBAGE, garbage_signature(report), None, None, notes)
+        return Verdict(Outcome.GARBAGE, garbage_signature(report, log), None, None, notes)
     if baseline is not None and baseline.tok_s and s.tok_s is not None \
             and s.tok_s < ratio * baseline.tok_s:
         line = (f"tok/s {s.tok_s:.1f} < {ratio:g} x baseline {baseline.tok_s:.1f}"

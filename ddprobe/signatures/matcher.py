@@ -101,6 +101,8 @@ def find_matches(text: str, *, catalogue: Catalogue | None = None,
             idx, key = found
         claimed.add(idx)
         phase = _phase_at(cat, lines, idx)
+        if phase == "startup":
+            phase = _phase_of_following_traceback(cat, lines, idx)
         if phase == "capture" and entry.kind != "capture":
             # the same error at capture time and at serving time are different failures
             key = "[capture] " + key
@@ -287,6 +289,19 @@ def _phase_at(cat: Catalogue, lines: list[str], idx: int) -> str:
         elif serving.search(line):
             return "serving"
     return "startup"
+
+
+def _phase_of_following_traceback(cat: Catalogue, lines: list[str], idx: int) -> str:
+    """`Scheduler hit an exception: Traceback ...`: the key line comes before the frames that
+    say where the server was; read them (to the end of that traceback)."""
+    if _TB_HEADER not in lines[idx] and not (idx + 1 < len(lines)
+                                             and _TB_HEADER in lines[idx + 1]):
+        return "startup"
+    end = idx + 1
+    while end < len(lines) and end - idx < 400 and (
+            lines[end].startswith((" ", "\t")) or _TB_HEADER in lines[end]):
+        end += 1
+    return _phase_at(cat, lines, end - 1) if end - 1 > idx else "startup"
 
 
 def _details(cat: Catalogue, entry: Entry, lines: list[str], idx: int,

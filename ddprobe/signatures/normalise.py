@@ -41,6 +41,8 @@ _PREFIXES: Final = (
     re.compile(r"^\((?:EngineCore|VllmWorker|Worker|APIServer|RayWorker)[^)]*\)\s?"),
     # python logging default format: "ERROR:sglang.srt.managers.scheduler:"
     re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):[\w.]+:\s?"),
+    # SGLang's 2026 file-and-line format, after its ISO stamp: "INFO 151972 [scheduler.py:287] "
+    re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d+ \[[\w.]+:\d+\]\s"),
     # uvicorn's level prefix after SGLang's stamp: "[2026-01-05 10:00:00] INFO:     "
     re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL):\s+"),
     # compute-sanitizer: "========= "
