@@ -21,13 +21,14 @@ app = typer.Typer(
 
 # Each module adds its commands with `register(app)`. One concept per module.
 _MODULES = ["hosts", "facts", "testbed", "sources", "patch", "server", "probe", "run", "bisect",
-            "report", "playbook", "smoke"]
+            "report", "playbook", "smoke", "classify"]
 # command -> module, so a command imports only what it needs (pandas, the AST analysis and the
 # bisect engine cost ~1 s of start-up together).
 _COMMANDS = {"hosts": "hosts", "facts": "facts", "testbed": "testbed", "grep": "sources",
              "grep-buffers": "sources", "flags": "sources", "patch": "patch", "server": "server",
              "probe": "probe", "run": "run", "bisect": "bisect", "sweep": "bisect",
-             "report": "report", "playbook": "playbook", "smoke": "smoke"}
+             "report": "report", "playbook": "playbook", "smoke": "smoke",
+             "classify": "classify"}
 _VALUE_OPTS = {"--inventory", "-i", "--ssh-config", "--connect-timeout"}
 _registered: set[str] = set()
 

@@ -136,10 +136,17 @@ def serving_failure(log: str) -> LogMatch | None:
     start = serving_start(log)
     if start is None:
         return None
+    lines = log.splitlines()
     for m in find_matches(log, since=start):
-        if m.outcome in ("crash", "hang", "error") and m.phase != "startup":
-            return m
+        if m.outcome not in ("crash", "hang", "error") or m.phase == "startup":
+            continue
+        if m.severity != "fatal" and any(_BATCH.search(ln) for ln in lines[m.line_no:]):
+            continue  # a request's traceback the scheduler survived: it kept running batches
+        return m
     return None
+
+
+_BATCH = re.compile(r"\b(?:Decode|Prefill) batch\b")
 
 
 def classify_dead(log: str, *, package: str, during: str) -> Verdict:

@@ -1,0 +1,84 @@
+"""`ddprobe classify FILE|-`: classify a server log without running a cell (a log pasted from
+a ticket): outcome, signature, phase, hint, and acceptance/throughput from its decode lines."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+from rich.text import Text
+
+from ddprobe.cli import common
+from ddprobe.errors import UsageError
+from ddprobe.exitcodes import ExitCode
+from ddprobe.hosttext import clean
+from ddprobe.server.logverdict import LogVerdict, classify_log
+
+MAX_BYTES = 64 << 20  # a log bigger than this is read from its tail
+# the outcome's exit code, as `ddprobe run` gives it (incomplete: the log cannot decide)
+EXIT = {"ok": ExitCode.OK, "crash": ExitCode.CRASH, "garbage": ExitCode.GARBAGE,
+        "hang": ExitCode.HANG, "refused": ExitCode.REFUSED, "error": ExitCode.SERVER,
+        "incomplete": ExitCode.INCONCLUSIVE}
+COLOR = {"ok": "green", "crash": "red", "garbage": "red", "hang": "red", "refused": "magenta",
+         "error": "yellow", "incomplete": "yellow"}
+
+
+def register(app: typer.Typer) -> None:
+    app.command("classify")(classify)
+
+
+def classify(
+    path: str = typer.Argument(..., metavar="FILE|-", help="The log file, or - for stdin."),
+    package: str = typer.Option("sglang", "--package",
+                                help="The server package (a launch failure names it)."),
+    as_json: bool = common.JsonOpt,
+) -> None:
+    """Classify a server log: outcome, failure signature, phase, hint, decode-line acceptance.
+
+    Examples:
+      ddprobe classify server.log
+      kubectl logs sglang-0 | ddprobe classify - --json
+    """
+    v = classify_log(_read(path), package=package)
+    if as_json:
+        common.emit_json(v.to_dict())
+    else:
+        _render(v)
+    raise typer.Exit(int(EXIT[v.outcome]))
+
+
+def _read(path: str) -> str:
+    if path == "-":
+        data = sys.stdin.buffer.read(MAX_BYTES + 1)[-MAX_BYTES:]
+    else:
+        p = Path(path).expanduser()
+        if not p.is_file():
+            raise UsageError(f"{path}: no such file (give a log file, or - for stdin)")
+        try:
+            with p.open("rb") as fh:
+                size = p.stat().st_size
+                if size > MAX_BYTES:
+                    fh.seek(size - MAX_BYTES)
+                data = fh.read(MAX_BYTES)
+        except OSError as e:
+            raise UsageError(f"{path}: cannot read it ({e.strerror})") from None
+    return data.decode("utf-8", errors="replace")
+
+
+def _render(v: LogVerdict) -> None:
+    out = common.out
+    out.print(Text.assemble(("outcome: ", "bold"), (v.outcome, COLOR.get(v.outcome, "")),
+                            f"  (phase: {v.phase})"))
+    if v.signature is not None:
+        out.print(Text.assemble(("signature: ", "bold"), clean(v.signature.id)))
+        where = f"line {v.line_no}: " if v.line_no else ""
+        out.print(Text.assemble(("key line: ", "bold"), where, clean(v.signature.line)[:300]))
+    if v.hint:
+        out.print(Text.assemble(("hint: ", "bold"), v.hint))
+    for k, val in v.details.items():
+        out.print(Text.assemble((f"{k}: ", "bold"), clean(val)[:200]))
+    d = v.decode
+    if d is not None:
+        out.print(Text.assemble(("decode lines: ", "bold"), d.describe()))
+    for n in v.notes:
+        out.print(Text.assemble(("note: ", "dim"), clean(n)))
