@@ -145,7 +145,7 @@ def register(app: typer.Typer) -> None:
 
     @papp.command("list")
     def list_cmd(as_json: bool = common.JsonOpt) -> None:
-        """The patches shipped in playbooks/patches."""
+        """The patches in ./playbooks/patches and the ones shipped with ddprobe."""
         ps = list_patches()
         if as_json:
             common.emit_json([{"id": p.id, "description": p.description, "package": p.package,

@@ -7,6 +7,7 @@ from typing import Any, List, Optional
 import typer
 from rich.text import Text
 
+from ddprobe.bundled_files import bundled_playbooks, resolve_playbook
 from ddprobe.cli import common
 from ddprobe.exitcodes import ExitCode
 from ddprobe.playbook import (Playbook, PlaybookResult, StepEvent, Template, builtin_registry,
@@ -97,7 +98,8 @@ def register(app: typer.Typer) -> None:
 
     @papp.command("run")
     def run_cmd(
-        file: Path = typer.Argument(..., help="The playbook (e.g. playbooks/smoke.yaml)."),
+        file: Path = typer.Argument(..., help="The playbook: a file, or a shipped one by name "
+                                    f"({', '.join(bundled_playbooks())})."),
         host: str = common.HostOpt,
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the steps with variables "
                                      "resolved; run nothing."),
@@ -114,7 +116,7 @@ def register(app: typer.Typer) -> None:
         A failing step stops the playbook and reverts every patch it applied.
         """
         h = common.one_host(host)
-        pb = load_playbook(file, h, overrides=parse_var_overrides(var or []),
+        pb = load_playbook(resolve_playbook(file), h, overrides=parse_var_overrides(var or []),
                            check_available=not dry_run)
         if dry_run:
             code = _plan(pb)

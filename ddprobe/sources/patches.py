@@ -17,27 +17,18 @@ from typing import Any
 from ddprobe.errors import PatchError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
+from ddprobe.bundled_files import patch_dirs
 from ddprobe.sources.hostprog import Install, run_helper
 from ddprobe.sources.patchtext import Patch, PatchTextError, parse_patch
 
 # Test hook (documented in docs/sources.md): seconds the host helper sleeps between files of an
 # apply, giving a test a window to kill ddprobe mid-apply.
 PAUSE_ENV = "DDPROBE_TEST_APPLY_PAUSE"
-_REPO_PATCHES = Path(__file__).resolve().parents[2] / "playbooks" / "patches"
-
-
-def patch_dirs() -> list[Path]:
-    """Where a patch name (without .patch) is looked up: ./playbooks/patches, the repo's."""
-    dirs = [Path.cwd() / "playbooks" / "patches", _REPO_PATCHES]
-    out: list[Path] = []
-    for d in dirs:
-        if d not in out:
-            out.append(d)
-    return out
 
 
 def load_patch(spec: str) -> Patch:
-    """A patch from a file path, or by name from playbooks/patches/ (`sglang-0.5.10-...`)."""
+    """A patch from a file path, or by name: ./playbooks/patches/, then the ones shipped in
+    the package (`ddtestbed-custom-mask`, `sglang-0.5.10-...`)."""
     p = Path(spec).expanduser()
     cands = [p] if p.suffix or "/" in spec else []
     cands += [d / f"{spec}.patch" for d in patch_dirs()] + [d / spec for d in patch_dirs()]
