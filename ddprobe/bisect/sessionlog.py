@@ -21,13 +21,13 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ddprobe.bisect.cells import BAD, GOOD, REFUSED, PlannedCell, describe, status_of
-from ddprobe.bisect.planner import BisectSpec, PlanOptions, Planner
+from ddprobe.bisect.planner import DEFAULT_SMALL_MAX_BS, BisectSpec, PlanOptions, Planner
 from ddprobe.bisect.static import Suspect
 from ddprobe.bisect.verdicts import build_verdicts
-from ddprobe.errors import ConfigError
+from ddprobe.errors import ConfigError, DdprobeError
 from ddprobe.results import CellResult, Config, Outcome, Signature, Verdict
 from ddprobe.store import RunRecord
 
@@ -61,7 +61,7 @@ def render_log(rec: RunRecord) -> str:
         out.append(f"# note: {n}")
     for cells in (groups or {"": []}).values():
         hosts = sorted({c.host for c in cells}) or list(rec.meta.get("hosts") or [])
-        suspects = _suspects_of(cells)
+        suspects = _suspects_of(cells, rec)
         start = ["ddprobe", "bisect", "start", "--host", ",".join(hosts),
                  "--budgets", ",".join(str(b) for b in opts.get("budgets") or
                                        rec.meta.get("budgets") or [])]
@@ -74,8 +74,8 @@ def render_log(rec: RunRecord) -> str:
         small = _small_max_bs(cells)
         if small is not None:
             start += ["--small-max-bs", str(small)]
-        if suspects:
-            start += ["--suspects", ",".join(suspects)]
+        for sus in suspects:
+            start += ["--suspect", sus]
         out.append(shlex.join(start))
         for c in cells:
             key = c.extra["plan"].get("key") or c.config.key
@@ -84,6 +84,9 @@ def render_log(rec: RunRecord) -> str:
             out.append(f"# {term}: [{key}] {describe(c)}" + (
                 f" (on {c.host})" if len(hosts) > 1 else ""))
             cmd = ["ddprobe", "bisect", term, key]
+            bufs = list(c.extra["plan"].get("buffers") or [])
+            if bufs and ",".join(bufs) not in key:  # the key abbreviates a long buffer list
+                cmd += ["--oversize", ",".join(bufs)]
             if st == BAD:
                 cmd += ["--mode", _mode_arg(c)]
             elif st == REFUSED:
@@ -112,14 +115,36 @@ def _mode_arg(c: CellResult) -> str:
     return f"{c.outcome.value} {sig.kind}: {sig.key}"
 
 
-def _suspects_of(cells: Sequence[CellResult]) -> list[str]:
-    """The full suspect list: the buffers of the first (largest) oversize cell."""
+def _suspects_of(cells: Sequence[CellResult], rec: RunRecord | None = None) -> list[str]:
+    """The full suspect list as `ATTR@FILE:LINE` (the buffers of the largest oversize cell,
+    located from the verdicts' static evidence), so a replay keeps file:line."""
     best: list[str] = []
     for c in cells:
         bufs = list(c.extra["plan"].get("buffers") or [])
         if len(bufs) > len(best):
             best = bufs
-    return best
+    where: dict[str, str] = {}
+    for v in (rec.verdicts if rec is not None else []):
+        for e in v.evidence:
+            for b in e.details.get("buffers") or []:
+                if isinstance(b, dict) and b.get("attr") and b.get("file"):
+                    where[b["attr"]] = f"{b['file']}:{b['line']}" if b.get("line") else b["file"]
+        if v.buffer and v.buffer.get("attr") and v.buffer.get("file"):
+            b = v.buffer
+            where[b["attr"]] = f"{b['file']}:{b['line']}" if b.get("line") else b["file"]
+    return [f"{a}@{where[a]}" if a in where else a for a in best]
+
+
+def format_suspect(s: Suspect) -> str:
+    return f"{s.attr}@{s.where}" if s.file and s.file != "?" else s.attr
+
+
+def parse_suspect(text: str) -> Suspect:
+    """`ATTR[@FILE[:LINE]]` (the session log's form) -> a Suspect."""
+    attr, _, loc = text.partition("@")
+    file, _, line = loc.rpartition(":") if ":" in loc else (loc, "", "")
+    return Suspect(attr=attr.strip(), file=file or "?", line=int(line) if line.isdigit()
+                   else None, shape="?", scope="", flags=(), tier=1)
 
 
 def _small_max_bs(cells: Sequence[CellResult]) -> int | None:
@@ -182,6 +207,91 @@ def _mode_result(cfg: Config, mode: str) -> CellResult:
                       timings={"restart": 0.0})
 
 
+START_OPTS = {"--host": str, "--budgets": str, "--max-bs": int, "--backend": str,
+              "--repeat": int, "--order": str, "--confirm-patch": str, "--small-max-bs": int,
+              "--suspects": str, "--suspect": list}
+MARK_OPTS = {"--graph": bool, "--no-graph": bool, "--max-bs": int, "--backend": str,
+             "--oversize": str, "--patch": str, "--mode": str, "--refused": str}
+VERBS = ("good", "bad", "skip")
+
+
+def parse_opts(args: Sequence[str], known: dict[str, type], path: str, line: int | None
+               ) -> tuple[dict[str, object], list[str]]:
+    """`--opt value` words (and bare `--flag`s, `--opt=value`) -> (options, positionals)."""
+    opts: dict[str, object] = {}
+    pos: list[str] = []
+    it = iter(args)
+    for w in it:
+        if not w.startswith("--"):
+            pos.append(w)
+            continue
+        name, eq, val = w.partition("=")
+        kind = known.get(name)
+        if kind is None:
+            raise ConfigError(f"unknown option {name} (known: {', '.join(known)})", path=path,
+                              line=line)
+        if kind is bool:
+            opts[name] = True
+            continue
+        if not eq:
+            val = next(it, None)  # type: ignore[assignment]
+            if val is None:
+                raise ConfigError(f"{name} needs a value", path=path, line=line)
+        if kind is int:
+            try:
+                opts[name] = int(val)
+            except ValueError:
+                raise ConfigError(f"{name}: expected an integer, got {val!r}", path=path,
+                                  line=line) from None
+        elif kind is list:
+            opts.setdefault(name, [])
+            opts[name].append(val)  # type: ignore[union-attr]
+        else:
+            opts[name] = val
+    return opts, pos
+
+
+def mark_cell(spec: BisectSpec, target: str, opt: dict[str, object], path: str,
+              line: int | None) -> tuple[PlannedCell, bool]:
+    """The planned cell a mark names: a cell key (`b16-graph-bs64+oversize[x]`) or a budget
+    with --graph/--no-graph, --max-bs, --backend, --oversize, --patch. -> (cell, sanitize)."""
+    if target.isdigit():
+        if opt.get("--graph") and opt.get("--no-graph"):
+            raise ConfigError("--graph and --no-graph exclude each other", path=path, line=line)
+        cfg = replace(spec.base, budget=int(target), graph=not opt.get("--no-graph"))
+        if "--max-bs" in opt:
+            cfg = replace(cfg, max_bs=int(opt["--max-bs"]))  # type: ignore[arg-type]
+        if "--backend" in opt:
+            cfg = replace(cfg, backend=str(opt["--backend"]) or None)
+        bufs: tuple[str, ...] = ()
+        patch = str(opt["--patch"]) if "--patch" in opt else None
+        san, rep = False, 1
+    else:
+        cfg, bufs, patch, san, rep = parse_key(target, line or 0, path)
+    if "--oversize" in opt:
+        bufs = tuple(x for x in str(opt["--oversize"]).split(",") if x)
+    if cfg.budget not in spec.budgets:
+        raise ConfigError(f"budget {cfg.budget} is not one of this bisect's budgets "
+                          f"({','.join(map(str, spec.budgets))})", path=path, line=line)
+    purpose = "sanitize" if san else "confirm" if patch else "oversize" if bufs else \
+        "frontier" if cfg.graph and cfg.max_bs == spec.base.max_bs else \
+        "eager" if not cfg.graph else "max_bs"
+    return PlannedCell(cfg, purpose, buffers=bufs, patch=patch, rep=rep), san
+
+
+def mark_result(verb: str, cell: PlannedCell, opt: dict[str, object]) -> CellResult:
+    cfg = cell.config
+    if verb == "good":
+        return CellResult(host="replay", config=cfg, outcome=Outcome.OK,
+                          timings={"restart": 0.0})
+    if verb == "bad":
+        return _mode_result(cfg, str(opt.get("--mode") or "crash"))
+    if "--refused" in opt:
+        return CellResult(host="replay", config=cfg, outcome=Outcome.REFUSED,
+                          error=str(opt["--refused"]))
+    return CellResult(host="replay", config=cfg, outcome=Outcome.ERROR, error="skipped")
+
+
 def parse_log(text: str, path: str = "<log>") -> list[Session]:
     sessions: list[Session] = []
     for n, raw in enumerate(text.splitlines(), 1):
@@ -200,46 +310,45 @@ def parse_log(text: str, path: str = "<log>") -> list[Session]:
             continue
         if not sessions:
             raise ConfigError("a mark before `ddprobe bisect start`", path=path, line=n)
-        if verb not in ("good", "bad", "skip") or not args:
+        if verb not in VERBS:
             raise ConfigError(f"unknown command {verb!r} (start, good, bad, skip)", path=path,
                               line=n)
-        cfg, bufs, patch, san, rep = parse_key(args[0], n, path)
-        opt = dict(zip(args[1::2], args[2::2]))
-        purpose = "sanitize" if san else "confirm" if patch else "oversize" if bufs else \
-            "frontier"
-        cell = PlannedCell(cfg, purpose, buffers=bufs, patch=patch, rep=rep)
-        if verb == "good":
-            res = CellResult(host="replay", config=cfg, outcome=Outcome.OK,
-                             timings={"restart": 0.0})
-        elif verb == "bad":
-            res = _mode_result(cfg, opt.get("--mode", "crash"))
-        elif "--refused" in opt:
-            res = CellResult(host="replay", config=cfg, outcome=Outcome.REFUSED,
-                             error=opt["--refused"])
-        else:
-            res = CellResult(host="replay", config=cfg, outcome=Outcome.ERROR, error="skipped")
-        sessions[-1].marks.append((cell, res))
+        opt, pos = parse_opts(args, MARK_OPTS, path, n)
+        if len(pos) != 1:
+            raise ConfigError(f"`{verb}` takes one cell (a budget or a cell key), got "
+                              f"{len(pos)}", path=path, line=n)
+        cell, _ = mark_cell(sessions[-1].spec, pos[0], opt, path, n)
+        sessions[-1].marks.append((cell, mark_result(verb, cell, opt)))
     if not sessions:
         raise ConfigError("no `ddprobe bisect start` line", path=path)
     return sessions
 
 
 def _start(args: list[str], path: str, line: int) -> Session:
-    opt = dict(zip(args[0::2], args[1::2]))
+    opt, pos = parse_opts(args, START_OPTS, path, line)
+    if pos:
+        raise ConfigError(f"`start` takes options only, got {pos[0]!r}", path=path, line=line)
     try:
-        budgets = tuple(int(b) for b in opt.get("--budgets", "").split(",") if b)
-        small = int(opt.get("--small-max-bs", "8"))
-        repeat = int(opt.get("--repeat", "1"))
-        max_bs = int(opt["--max-bs"]) if "--max-bs" in opt else None
+        budgets = tuple(sorted({int(b) for b in str(opt.get("--budgets", "")).split(",")
+                                if b.strip()}))
     except ValueError as e:
-        raise ConfigError(f"bad number in start line: {e}", path=path, line=line) from None
-    sus = tuple(Suspect(attr=a, file="?", line=None, shape="?", scope="", flags=(), tier=1)
-                for a in opt.get("--suspects", "").split(",") if a)
-    opts = PlanOptions(order=opt.get("--order", "auto"), repeat=repeat,
-                       confirm_patch=opt.get("--confirm-patch"))
-    base = Config(budget=budgets[0] if budgets else 1, max_bs=max_bs,
-                  backend=opt.get("--backend"))
-    return Session(opt.get("--host", "?"), BisectSpec(budgets, base, small, sus, opts))
+        raise ConfigError(f"--budgets: {e}", path=path, line=line) from None
+    if not budgets:
+        raise ConfigError("`start` needs --budgets (e.g. --budgets 8,16,32,64)", path=path,
+                          line=line)
+    names = [x for x in str(opt.get("--suspects", "")).split(",") if x]
+    names += list(opt.get("--suspect", []))  # type: ignore[arg-type]
+    sus = tuple(parse_suspect(a) for a in names)
+    opts = PlanOptions(order=str(opt.get("--order", "auto")), repeat=int(opt.get("--repeat", 1)),
+                       confirm_patch=opt.get("--confirm-patch"))  # type: ignore[arg-type]
+    base = Config(budget=budgets[0], max_bs=opt.get("--max-bs"),  # type: ignore[arg-type]
+                  backend=opt.get("--backend"))  # type: ignore[arg-type]
+    try:
+        spec = BisectSpec(budgets, base, int(opt.get("--small-max-bs", DEFAULT_SMALL_MAX_BS)),
+                          sus, opts)
+    except DdprobeError as e:
+        raise ConfigError(str(e), path=path, line=line) from None
+    return Session(str(opt.get("--host", "?")), spec)
 
 
 def replay(text: str, path: str = "<log>") -> list[tuple[Session, Planner, list[Verdict]]]:

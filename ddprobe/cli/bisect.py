@@ -324,11 +324,22 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(code)
 
     @bis.command("log")
-    def log_cmd(run_id: str = typer.Argument(..., help="Run id (or a prefix, or 'latest').")
-                ) -> None:
-        """Print a bisect run's session log (replayable, git bisect log format)."""
-        rec = load_run(find_run(run_id))
-        common.out.file.write(render_log(rec))
+    def log_cmd(run_id: Optional[str] = typer.Argument(
+            None, metavar="[RUN_ID]", help="Run id (or a prefix, or 'latest'); default: the "
+                                           "manual bisect in progress.")) -> None:
+        """Print a bisect's session log: one runnable `ddprobe bisect` command a line.
+
+        Example:
+
+            ddprobe bisect log latest > session.log; ddprobe bisect replay session.log
+        """
+        if run_id is None:
+            from ddprobe.bisect import manual
+            manual.load()  # no session in progress: one clear message
+            text = manual.session_path().read_text(encoding="utf-8")
+        else:
+            text = render_log(load_run(find_run(run_id)))
+        common.out.file.write(text)
         common.out.file.flush()
 
     @bis.command("replay")
@@ -354,6 +365,8 @@ def register(app: typer.Typer) -> None:
                                  f"[/{color}] ({v.decided_by}, {v.confidence}) "
                                  f"{escape(what(v))}", markup=True)
 
+    from ddprobe.cli import bisectman
+    bisectman.register(bis)
     app.add_typer(bis, name="bisect")
 
     @app.command("sweep")

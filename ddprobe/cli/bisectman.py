@@ -1,0 +1,214 @@
+"""The manual bisect commands: `ddprobe bisect start|good|bad|skip|next|visualize|reset`.
+
+Mounted on the `bisect` group by `ddprobe.cli.bisect.register`. The logic is in
+`ddprobe.bisect.manual`; this module parses, prints and picks the exit code.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.markup import escape
+
+from ddprobe.bisect import manual
+from ddprobe.bisect.verdicts import exit_code
+from ddprobe.cli import common
+from ddprobe.errors import ConfigError, UsageError
+
+PANEL = "Manual bisect (you restart the server, ddprobe plans)"
+
+
+def _print_next(st: manual.State, *, as_json: bool) -> int:
+    if as_json:
+        common.emit_json({
+            "done": st.next is None, "configs_left": st.left,
+            "next": None if st.next is None else {
+                **st.next.to_dict(), "run": manual.how_to_run(st.next)},
+            "verdicts": [v.to_dict() for v in st.verdicts]})
+        return exit_code(st.verdicts) if st.next is None else 0
+    if st.next is None:
+        common.out.print("[bold]the bisect is complete[/bold]; verdicts:")
+        for v in st.verdicts:
+            common.out.print(f"  b{',b'.join(map(str, v.budgets))}: {v.kind} "
+                             f"({v.decided_by}, {v.confidence})")
+            for e in v.evidence:
+                common.out.print(f"     - {e.kind}: {escape(e.summary)}")
+            common.out.print(f"     next: {escape(v.next_step)}")
+        common.out.print("`ddprobe bisect log` prints the session; `ddprobe bisect reset` ends it")
+        return exit_code(st.verdicts)
+    c = st.next
+    common.out.print(f"Bisecting: at most {st.left} configs left (worst case of the plan)")
+    common.out.print(f"[bold]next: {escape(c.key)}[/bold]  {escape(manual.PURPOSE_TEXT.get(c.purpose, c.purpose))}")
+    common.out.print(f"  run it: {escape(manual.how_to_run(c))}")
+    common.out.print("  then:   ddprobe bisect good | ddprobe bisect bad --mode 'crash' "
+                     "(or --log server.log) | ddprobe bisect skip")
+    return 0
+
+
+def _mark(verb: str, target: Optional[str], words: list[str], log: Optional[Path],
+          as_json: bool) -> None:
+    if log is not None:
+        if verb != "bad":
+            raise UsageError("--log goes with `bad` (it reads the failure mode from the log)")
+        if "--mode" in words:
+            raise UsageError("--mode and --log exclude each other")
+        words = [*words, "--mode", _mode_from_log(log)]
+    cell, st = manual.mark(verb, target, words)
+    if not as_json:
+        common.err.print(f"marked {escape(cell.key)} {verb}")
+    _print_next(st, as_json=as_json)  # a mark exits 0; `next` gives the verdicts' exit code
+
+
+def _mode_from_log(path: Path) -> str:
+    """The failure mode of a server log, from the signature catalogue (as cells classify)."""
+    from ddprobe.signatures.matcher import match_log
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")[-2_000_000:]
+    except OSError as e:
+        raise ConfigError(f"cannot read: {e.strerror}", path=str(path)) from None
+    sig = match_log(text)
+    if sig is None:
+        raise UsageError(f"{path}: no known failure signature in the log; give --mode TEXT "
+                         "(one text per failure mode)")
+    outcome = "hang" if sig.kind == "hang" else "crash"
+    return f"{outcome} {sig.kind}: {sig.key}"
+
+
+def _words(**opts: object) -> list[str]:
+    out: list[str] = []
+    for name, val in opts.items():
+        flag = "--" + name.replace("_", "-")
+        if val is None or val is False:
+            continue
+        if val is True:
+            out.append(flag)
+        elif isinstance(val, list):
+            for v in val:
+                out += [flag, str(v)]
+        else:
+            out += [flag, str(val)]
+    return out
+
+
+def register(bis: typer.Typer) -> None:
+    @bis.command("start", rich_help_panel=PANEL)
+    def start_cmd(
+        budgets: str = typer.Option(..., "--budgets", "-b", metavar="B,B,...",
+                                    help="Budgets to search, e.g. 8,16,32,64."),
+        host: Optional[str] = typer.Option(None, "--host", "-H", metavar="NAME",
+                                           help="The host, recorded in the log (never "
+                                                "contacted)."),
+        max_bs: Optional[int] = typer.Option(None, "--max-bs", min=1, metavar="N",
+                                             help="The server's --cuda-graph-max-bs."),
+        backend: Optional[str] = typer.Option(None, "--backend", metavar="NAME",
+                                              help="The server's --attention-backend."),
+        small_max_bs: Optional[int] = typer.Option(
+            None, "--small-max-bs", min=1, metavar="N",
+            help="Max bs of the max-bs experiment (default: a quarter of --max-bs, else 8)."),
+        suspect: list[str] = typer.Option(
+            [], "--suspect", metavar="ATTR@FILE:LINE",
+            help="A captured buffer the oversize experiment enlarges (repeat; from `ddprobe "
+                 "grep-buffers`). None: no oversize experiment."),
+        order: Optional[str] = typer.Option(None, "--order", metavar="auto|eager-first|graph-first",
+                                            help="Order of each failure mode's experiments."),
+        as_json: bool = common.JsonOpt,
+    ) -> None:
+        """Start a manual bisect: you restart the server by hand, ddprobe picks each cell.
+
+        Example:
+
+            ddprobe bisect start --budgets 8,16,32,64 --max-bs 64 \\
+                --suspect cuda_graph_custom_mask@srt/layers/attention/triton_backend.py:118
+        """
+        from ddprobe.bisect.planner import small_max_bs_for
+        st = manual.start(_words(host=host, budgets=budgets, max_bs=max_bs, backend=backend,
+                                 small_max_bs=small_max_bs or small_max_bs_for(max_bs),
+                                 order=order, suspect=suspect))
+        if not as_json:
+            common.err.print(f"manual bisect started ({manual.session_path()})")
+        raise typer.Exit(_print_next(st, as_json=as_json))
+
+    def _mark_cmd(verb: str, helptext: str, example: str) -> None:
+        def cmd(
+            target: Optional[str] = typer.Argument(
+                None, metavar="[BUDGET|CELL]",
+                help="The budget (or a cell key from `next`/`log`); default: the cell `next` "
+                     "names."),
+            graph: Optional[bool] = typer.Option(None, "--graph/--no-graph",
+                                                 help="With a BUDGET: CUDA graphs on (default) "
+                                                      "or off."),
+            max_bs: Optional[int] = typer.Option(None, "--max-bs", min=1, metavar="N",
+                                                 help="With a BUDGET: the max bs it ran with."),
+            oversize: Optional[str] = typer.Option(None, "--oversize", metavar="ATTR,...",
+                                                   help="With a BUDGET: the buffers enlarged."),
+            mode: Optional[str] = typer.Option(
+                None, "--mode", metavar="TEXT",
+                help="bad: the failure mode, e.g. 'crash cuda_illegal_address: ...' or "
+                     "'garbage' (the same text for the same failure).") if verb == "bad"
+            else typer.Option(None, hidden=True),
+            log: Optional[Path] = typer.Option(
+                None, "--log", metavar="FILE",
+                help="bad: read the failure mode from this server log (signature catalogue).")
+            if verb == "bad" else typer.Option(None, hidden=True),
+            refused: Optional[str] = typer.Option(
+                None, "--refused", metavar="WHY",
+                help="skip: the server refused the flags (config error), and why.")
+            if verb == "skip" else typer.Option(None, hidden=True),
+            as_json: bool = common.JsonOpt,
+        ) -> None:
+            words = _words(max_bs=max_bs, oversize=oversize, mode=mode, refused=refused)
+            if graph is not None:
+                words.append("--graph" if graph else "--no-graph")
+            _mark(verb, target, words, log, as_json)
+        cmd.__doc__ = f"{helptext}\n\nExample:\n\n    {example}\n"
+        bis.command(verb, rich_help_panel=PANEL)(cmd)
+
+    _mark_cmd("good", "Mark a cell good (it passed), then print the next cell.",
+              "ddprobe bisect good 8")
+    _mark_cmd("bad", "Mark a cell bad (it failed, in the mode --mode or --log names), then "
+                     "print the next cell.",
+              "ddprobe bisect bad 16 --log /var/log/sglang.log")
+    _mark_cmd("skip", "Mark a cell as not testable (infrastructure), then print the next cell.",
+              "ddprobe bisect skip 32 --no-graph")
+
+    @bis.command("next", rich_help_panel=PANEL)
+    def next_cmd(as_json: bool = common.JsonOpt) -> None:
+        """Print the next cell to run (or the verdicts when the bisect is complete).
+
+        Example:
+
+            ddprobe bisect next
+        """
+        raise typer.Exit(_print_next(manual.load(), as_json=as_json))
+
+    @bis.command("visualize", rich_help_panel=PANEL)
+    def visualize_cmd(as_json: bool = common.JsonOpt) -> None:
+        """Show the marks so far: each budget, each failure mode's experiments.
+
+        Example:
+
+            ddprobe bisect visualize
+        """
+        st = manual.load()
+        lines = manual.row_lines(st)
+        if as_json:
+            common.emit_json({"lines": lines, "configs_left": st.left,
+                              "next": st.next.key if st.next else None})
+            return
+        for line in lines:
+            common.out.print(escape(line), highlight=False)
+        common.out.print(f"at most {st.left} configs left"
+                         + (f"; next: {st.next.key}" if st.next else "; complete"))
+
+    @bis.command("reset", rich_help_panel=PANEL)
+    def reset_cmd() -> None:
+        """End the manual bisect (removes its session file).
+
+        Example:
+
+            ddprobe bisect reset
+        """
+        gone = manual.reset()
+        common.err.print(f"removed {gone}" if gone else "no manual bisect in progress")
+

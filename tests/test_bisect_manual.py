@@ -1,0 +1,179 @@
+"""Manual bisect (`start`/`good`/`bad`/`skip`/`next`/`visualize`/`reset`) and the session log
+as runnable commands.
+
+The seed test: the automatic bisect runs on the built-in testbed (real server restarts), then a
+person-shaped driver runs the manual mode: it asks `next`, looks the cell's outcome up in the
+automatic run (the outcome a person would have seen running that cell by hand), marks it
+(`bad --log <the cell's real server log>` for a crash, `--mode` for garbage) and repeats.
+Expected, written before running: the manual mode asks for exactly the cells the automatic
+mode ran, in the same order, and ends with the same verdicts (kind, budgets, decided by,
+named buffer with its file:line).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from pathlib import Path
+
+import pytest
+
+from ddprobe.cli import main
+from ddprobe.exitcodes import ExitCode
+from ddprobe.store import find_run, load_run
+
+
+@pytest.fixture
+def session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    f = tmp_path / "BISECT_SESSION"
+    monkeypatch.setenv("DDPROBE_BISECT_SESSION", str(f))
+    return f
+
+
+@pytest.fixture(scope="module")
+def seed_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    runs = tmp_path_factory.mktemp("manual-runs")
+    old = {k: os.environ.get(k) for k in ("DDPROBE_RUNS", "DDTESTBED_SCENARIO")}
+    os.environ["DDPROBE_RUNS"] = str(runs)
+    os.environ.pop("DDTESTBED_SCENARIO", None)
+    try:
+        import io
+        import contextlib
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            code = main(["bisect", "--host", "testbed", "--budgets", "8,16,32,64", "--json",
+                         "--tasks", "reverse_words,is_palindrome,fizzbuzz"])
+        doc = json.loads(buf.getvalue())
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    assert code == int(ExitCode.FAILED)
+    doc["record"] = load_run(find_run(doc["run_id"], runs))
+    return doc
+
+
+def _verdicts(vs: list[dict]) -> set[tuple]:
+    return {(tuple(v["budgets"]), v["kind"], v["decided_by"],
+             (v.get("buffer") or {}).get("attr"), (v.get("buffer") or {}).get("where"))
+            for v in vs}
+
+
+def _json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
+    code = main(list(args))
+    out = capsys.readouterr().out
+    return code, json.loads(out)
+
+
+def test_manual_mode_reaches_the_automatic_verdicts_on_the_seed(
+        seed_run: dict, session: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rec = seed_run["record"]
+    by_key = {c.extra["plan"]["key"]: c for c in rec.cells}
+    auto_order = [c.extra["plan"]["key"] for c in rec.cells]
+    v16 = next(v for v in seed_run["verdicts"] if v["budgets"] == [16])
+    suspect = f"{v16['buffer']['attr']}@{v16['buffer']['where']}"
+    small = next(c.config.max_bs for c in rec.cells if c.extra["plan"]["purpose"] == "max_bs")
+    # the server runs with its own max bs (64 on the testbed): the max-bs experiment uses 16
+    start = ["bisect", "start", "--budgets", "8,16,32,64", "--suspect", suspect,
+             "--small-max-bs", str(small), "--json"]
+    code, doc = _json(capsys, *start)
+    asked: list[str] = []
+    left = [doc["configs_left"]]
+    for _ in range(20):
+        if doc["done"]:
+            break
+        key = doc["next"]["key"]
+        asked.append(key)
+        assert key in by_key, f"manual mode asked for {key}, which the automatic run never ran"
+        c = by_key[key]
+        if c.outcome.value == "ok":
+            args = ["good"]
+        elif c.outcome.value == "crash":
+            log = rec.dir / "logs" / f"{c.host}-{key}.log"
+            assert log.is_file()
+            args = ["bad", "--log", str(log)]
+        else:
+            args = ["bad", "--mode", f"{c.outcome.value} {c.signature.kind}: {c.signature.key}"]
+        mcode, doc = _json(capsys, "bisect", *args, "--json")
+        assert mcode == 0
+        left.append(doc["configs_left"])
+    assert doc["done"] and asked == auto_order
+    code, _ = _json(capsys, "bisect", "next", "--json")
+    assert code == int(ExitCode.FAILED)
+    assert all(a >= b for a, b in zip(left, left[1:])) and left[-1] == 0
+    assert _verdicts(doc["verdicts"]) == _verdicts(seed_run["verdicts"])
+    # visualize shows every budget; reset ends the session
+    assert main(["bisect", "visualize"]) == 0
+    vis = capsys.readouterr().out
+    assert "b16    graph  bad" in vis and "-> buffer_sizing (oversize experiment" in vis
+    assert main(["bisect", "reset"]) == 0 and not session.exists()
+
+
+def test_the_log_of_an_automatic_run_is_runnable_commands(
+        seed_run: dict, session: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Run each line of `bisect log RUN_ID` as a ddprobe command: the manual session it builds
+    has the automatic run's verdicts, file:line included."""
+    assert main(["bisect", "log", str(seed_run["record"].dir)]) == 0
+    log = capsys.readouterr().out
+    cmds = [ln for ln in log.splitlines() if ln.strip() and not ln.startswith("#")]
+    assert cmds[0].startswith("ddprobe bisect start ") and "--suspect cuda_graph_custom_mask@" \
+        "srt/layers/attention/triton_backend.py:" in cmds[0]
+    for ln in cmds:
+        words = shlex.split(ln)
+        assert words[0] == "ddprobe"
+        assert main(words[1:] + ["--json"]) == 0, ln
+        capsys.readouterr()
+    code, doc = _json(capsys, "bisect", "next", "--json")
+    assert doc["done"] and code == int(ExitCode.FAILED)
+    assert _verdicts(doc["verdicts"]) == _verdicts(seed_run["verdicts"])
+    # and `bisect log` without a run id prints the session in progress, itself replayable
+    assert main(["bisect", "log"]) == 0
+    again = capsys.readouterr().out
+    f = session.parent / "again.log"
+    f.write_text(again)
+    code, rep = _json(capsys, "bisect", "replay", str(f), "--json")
+    got = {(tuple(v["budgets"]), v["kind"], (v.get("buffer") or {}).get("where"))
+           for v in rep["verdicts"]}
+    assert got == {(b, k, w) for b, k, _, _, w in _verdicts(seed_run["verdicts"])}
+
+
+@pytest.mark.parametrize("args,msg", [
+    (["bisect", "next"], "no manual bisect in progress"),
+    (["bisect", "good"], "no manual bisect in progress"),
+    (["bisect", "start", "--budgets", "8,x"], "--budgets"),
+    (["bisect", "start", "--budgets", "8", "--order", "sideways"], "unknown order"),
+])
+def test_manual_usage_errors_are_one_line(args: list[str], msg: str, session: Path,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code in (int(ExitCode.USAGE), int(ExitCode.CONFIG)) and msg in err
+    assert "Traceback" not in err and not session.exists()
+
+
+def test_marks_by_budget_and_flags_and_their_errors(session: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bisect", "start", "--budgets", "8,16"]) == 0
+    assert main(["bisect", "start", "--budgets", "8,16"]) == int(ExitCode.USAGE)
+    assert "already in progress" in capsys.readouterr().err
+    assert main(["bisect", "bad", "16", "--mode", "garbage"]) == 0
+    assert main(["bisect", "good", "8"]) == 0
+    assert main(["bisect", "bad", "12"]) == int(ExitCode.CONFIG)
+    assert "budget 12 is not one of this bisect's budgets (8,16)" in capsys.readouterr().err
+    assert main(["bisect", "good", "16", "--no-graph"]) == 0  # the eager control passes
+    text = session.read_text()
+    assert "ddprobe bisect good b16-eager" in text
+    assert "ddprobe bisect bad b16-graph --mode garbage" in text
+    capsys.readouterr()
+    code, doc = _json(capsys, "bisect", "next", "--json")
+    # no suspects given: graph-related, and with no buffer to enlarge the max-bs cell decides
+    assert not doc["done"] and doc["next"]["key"] == "b16-graph-bs8"
+    assert main(["bisect", "skip", "--refused", "unknown flag"]) == 0
+    assert "--refused 'unknown flag'" in session.read_text()
+    # the max-bs cell could not run: graph-related (eager passes), nothing more to tell
+    capsys.readouterr()
+    code, doc = _json(capsys, "bisect", "next", "--json")
+    assert doc["done"] and [v["kind"] for v in doc["verdicts"] if v["budgets"] == [16]] == [
+        "inconclusive"] and code == int(ExitCode.FAILED)  # a failure was seen
