@@ -53,6 +53,11 @@ for line in sys.stdin.buffer:
 '''
 
 
+# One reply (a command's stdout+stderr, base64 in JSON) larger than this is not read on: a
+# hostile or broken host cannot make ddprobe buffer gigabytes. Host helpers send KBs to MBs.
+MAX_REPLY_BYTES = 128 << 20
+
+
 class AgentDead(Exception):
     pass
 
@@ -83,6 +88,10 @@ class Agent:
                 if not chunk:
                     raise AgentDead(self._stderr())
                 self._buf += chunk
+                if len(self._buf) > MAX_REPLY_BYTES and b"\n" not in chunk:
+                    self.broken = True
+                    raise AgentDead(f"the host sent a reply larger than "
+                                    f"{MAX_REPLY_BYTES >> 20} MiB; not read further")
                 continue
             if self.chan.closed or self.chan.eof_received or self.chan.exit_status_ready():
                 raise AgentDead(self._stderr())

@@ -10,6 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ddprobe.hosttext import clean
 from ddprobe.errors import RemoteError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
@@ -157,7 +158,7 @@ def gather_facts(r: Remote, host: Host) -> Facts:
                           f"(exit {res.exit_code}): {last}")
     try:
         d = json.loads(res.stdout.strip().splitlines()[-1])
-    except (json.JSONDecodeError, IndexError):
-        raise RemoteError(f"{host.name}: facts program printed no JSON: "
-                          f"{res.stdout[-200:]!r}") from None
-    return Facts(host=host.name, **d)
+        return Facts(host=host.name, **d)
+    except (ValueError, IndexError, RecursionError, TypeError):
+        raise RemoteError(f"{host.name}: facts program printed no usable JSON: "
+                          f"{clean(res.stdout[-200:])!r}") from None

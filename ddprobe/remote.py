@@ -23,7 +23,7 @@ from typing import Generic, TypeVar
 import paramiko
 from fabric import Config, Connection
 
-from ddprobe.agent import AGENT_SRC, Agent, AgentDead, AgentTimeout
+from ddprobe.agent import AGENT_SRC, MAX_REPLY_BYTES, Agent, AgentDead, AgentTimeout
 from ddprobe.errors import (ConfigError, DdprobeError, HostKeyError, RemoteCommandError,
                             RemoteError, RemoteTimeout, UnreachableError)
 from ddprobe.inventory import Host, env_name_problem
@@ -467,6 +467,9 @@ class SshRemote(Remote):
                 while chan.recv_stderr_ready():
                     err += chan.recv_stderr(65536)
                     got = True
+                if len(out) + len(err) > MAX_REPLY_BYTES:
+                    raise RemoteError(f"{self.host.name}: {cmd[:80]} sent more than "
+                                      f"{MAX_REPLY_BYTES >> 20} MiB of output; not read further")
                 if chan.exit_status_ready() and not chan.recv_ready() \
                         and not chan.recv_stderr_ready():
                     break
@@ -503,9 +506,13 @@ class SshRemote(Remote):
     def read_bytes(self, path: str) -> bytes:
         try:
             with self._sftp_client().open(self.expand(path), "rb") as fh:
-                return fh.read()
+                data = fh.read(MAX_REPLY_BYTES + 1)
         except OSError as e:
             raise RemoteError(f"{self.host.name}: cannot read {path}: {e}") from None
+        if len(data) > MAX_REPLY_BYTES:
+            raise RemoteError(f"{self.host.name}: {path} is larger than "
+                              f"{MAX_REPLY_BYTES >> 20} MiB; not read")
+        return data
 
     def write_bytes(self, path: str, data: bytes, *, mode: int | None = None) -> None:
         p = self.expand(path)

@@ -8,17 +8,28 @@ Speaks every SGLang dialect ddprobe meets (0.4.x to 0.5.2x): acceptance length c
 """
 from __future__ import annotations
 
+import json
 import time
+import zlib
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import httpx
 
 from ddprobe.errors import ServerError
+from ddprobe.hosttext import clean
 
 SRC_SPEC_ACCEPT_LENGTH: Final = "spec_accept_length"
 SRC_VERIFY_CT: Final = "completion_tokens/spec_verify_ct"
 SRC_ACCEPTED_COUNT: Final = "spec_accept_token_num/spec_verify_ct"
+
+
+# An answer to one probe (max_tokens ~512) is kilobytes; a server that sends more is broken.
+# ddprobe reads at most this much of one answer and drops the connection (issue 14: an 8 MB
+# answer used to cost 745 MB of RSS, two 400 MB answers OOM-killed ddprobe).
+MAX_ANSWER_BYTES: Final = 4 << 20
+# json's C decoder recurses per nesting level: `[[[[...` of a few MB is a RecursionError
+MAX_JSON_DEPTH: Final = 200
 
 
 class ProbeHTTPError(ServerError):
@@ -27,6 +38,39 @@ class ProbeHTTPError(ServerError):
     def __init__(self, url: str, message: str, *, status: int | None = None) -> None:
         self.url, self.status = url, status
         super().__init__(f"{url}: {message}")
+
+
+class AnswerTooLarge(ProbeHTTPError):
+    """The server sent more than the cap for one answer: the answer is garbage (a runaway
+    generation, or a hostile server), not an infrastructure problem."""
+
+    def __init__(self, url: str, cap: int) -> None:
+        self.cap = cap
+        super().__init__(url, f"runaway answer: more than {_size(cap)} (read no further)")
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 20):.0f} MiB" if n >= 1 << 20 else f"{n >> 10} KiB"
+
+
+def json_depth_ok(data: bytes, limit: int = MAX_JSON_DEPTH) -> bool:
+    """True when brackets never nest deeper than `limit` (strings skipped; linear time)."""
+    depth = 0
+    i, n = 0, len(data)
+    while i < n:
+        c = data[i]
+        if c == 0x22:  # '"': skip the string, escapes included
+            i += 1
+            while i < n and data[i] != 0x22:
+                i += 2 if data[i] == 0x5C else 1
+        elif c in (0x5B, 0x7B):
+            depth += 1
+            if depth > limit:
+                return False
+        elif c in (0x5D, 0x7D):
+            depth -= 1
+        i += 1
+    return True
 
 
 @dataclass(frozen=True)
@@ -79,14 +123,17 @@ class ProbeClient:
     """One connection pool to one server. Use as `async with ProbeClient(url) as c:`."""
 
     def __init__(self, base_url: str, *, timeout: float = 300.0, model: str = "default",
-                 client: httpx.AsyncClient | None = None) -> None:
+                 client: httpx.AsyncClient | None = None,
+                 max_answer_bytes: int = MAX_ANSWER_BYTES) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
+        self.max_answer_bytes = max_answer_bytes
         self._own = client is None
         # no proxies from the environment: the server is on loopback or behind our tunnel
         self._client = client or httpx.AsyncClient(
             timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)), trust_env=False,
-            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64))
+            limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
+            headers={"Accept-Encoding": "identity"})
 
     async def __aenter__(self) -> ProbeClient:
         return self
@@ -167,7 +214,7 @@ class ProbeClient:
         t0 = time.perf_counter()
         for attempt in (1, 2):
             try:
-                r = await self._client.post(url, json=body)
+                status, raw = await self._request("POST", url, json=body)
                 break
             except httpx.TimeoutException:
                 raise ProbeHTTPError(url, "timed out") from None
@@ -180,25 +227,50 @@ class ProbeClient:
             except httpx.HTTPError as e:
                 raise ProbeHTTPError(url, f"request failed: {type(e).__name__}: {e}") from None
         latency = time.perf_counter() - t0
-        return self._json(url, r), latency
+        return self._json(url, status, raw), latency
 
     async def _get(self, path: str) -> Any:
         url = self.base_url + path
         try:
-            r = await self._client.get(url)
+            status, raw = await self._request("GET", url)
         except httpx.HTTPError as e:
             raise ProbeHTTPError(url, f"request failed: {type(e).__name__}: {e}") from None
-        return self._json(url, r)
+        return self._json(url, status, raw)
+
+    async def _request(self, method: str, url: str, **kw: Any) -> tuple[int, bytes]:
+        """Status and body, read as a stream up to `max_answer_bytes` (AnswerTooLarge beyond:
+        the connection is dropped, the rest never read, whatever Content-Length says)."""
+        cap = self.max_answer_bytes
+        async with self._client.stream(method, url, **kw) as r:
+            declared = r.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > cap and r.status_code < 400:
+                raise AnswerTooLarge(url, cap)
+            buf = bytearray()
+            async for chunk in r.aiter_raw():
+                buf += chunk
+                if len(buf) > cap:
+                    if r.status_code >= 400:
+                        break  # an error page: its start is enough for the message
+                    raise AnswerTooLarge(url, cap)
+            raw = bytes(buf[:cap])
+            if r.headers.get("content-encoding", "identity") not in ("identity", ""):
+                # we ask for no compression (Accept-Encoding below); a server that compresses
+                # anyway could send a small bomb: decode it under the same cap
+                raw = _decode_capped(url, r.headers["content-encoding"], raw, cap)
+            return r.status_code, raw
 
     @staticmethod
-    def _json(url: str, r: httpx.Response) -> Any:
-        if r.status_code >= 400:
-            snippet = " ".join(r.text.split())[:200]
-            raise ProbeHTTPError(url, f"HTTP {r.status_code}: {snippet}", status=r.status_code)
+    def _json(url: str, status: int, raw: bytes) -> Any:
+        if status >= 400:
+            snippet = " ".join(clean(raw[:4096].decode("utf-8", "replace")).split())[:200]
+            raise ProbeHTTPError(url, f"HTTP {status}: {snippet}", status=status)
+        if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and not json_depth_ok(raw):
+            raise ProbeHTTPError(url, f"answer is not usable JSON (nested deeper than "
+                                 f"{MAX_JSON_DEPTH} levels)", status=status)
         try:
-            return r.json()
-        except ValueError:
-            raise ProbeHTTPError(url, "answer is not JSON", status=r.status_code) from None
+            return json.loads(raw)
+        except (ValueError, RecursionError):
+            raise ProbeHTTPError(url, "answer is not JSON", status=status) from None
 
 
 def _num(v: Any) -> float | None:
@@ -217,3 +289,18 @@ def _int(v: Any) -> int | None:
 
 def _str(v: Any) -> str | None:
     return v if isinstance(v, str) else None
+
+
+def _decode_capped(url: str, encoding: str, raw: bytes, cap: int) -> bytes:
+    """gzip/deflate decoded with an output cap (a 4 MiB bomb expands to gigabytes)."""
+    enc = encoding.strip().lower()
+    if enc not in ("gzip", "deflate", "x-gzip"):
+        raise ProbeHTTPError(url, f"answer has an unsupported Content-Encoding {clean(enc)!r}")
+    d = zlib.decompressobj(wbits=47)  # gzip or zlib header, detected
+    try:
+        out = d.decompress(raw, cap + 1)
+    except zlib.error:
+        raise ProbeHTTPError(url, "answer is not valid compressed data") from None
+    if len(out) > cap:
+        raise AnswerTooLarge(url, cap)
+    return out

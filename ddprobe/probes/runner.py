@@ -13,13 +13,22 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from ddprobe.probes import garbage
-from ddprobe.probes.client import Completion, ProbeClient, ProbeHTTPError, server_accept_length
+from ddprobe.probes.client import (MAX_ANSWER_BYTES, AnswerTooLarge, Completion, ProbeClient,
+                                   ProbeHTTPError, server_accept_length)
 from ddprobe.probes.coding import CodingTask, check_answer, load_suite
 from ddprobe.probes.sandbox import SandboxLimits
 from ddprobe.results import ProbeSummary
+
+
+# All answers in flight together stay under this; one answer never gets less than the floor.
+MAX_INFLIGHT_BYTES: Final = 64 << 20
+MIN_ANSWER_BYTES: Final = 256 << 10
+# An answer longer than this (in characters) is garbage at any max_tokens ddprobe sends; only
+# its start is kept for the sandbox, the garbage statistics and the differential check.
+MAX_TEXT_CHARS: Final = 256 << 10
 
 
 @dataclass(frozen=True)
@@ -102,7 +111,9 @@ async def run_probes_async(base_url: str, *, suite: str = "coding", concurrency:
     todo = s.select(list(tasks) if tasks else None)
     sem = asyncio.Semaphore(max(1, concurrency))
     base = dict(baseline or {})
-    async with ProbeClient(base_url, timeout=timeout) as client:
+    # the bytes in flight are bounded in total, not per request: concurrency x cap
+    cap = max(MIN_ANSWER_BYTES, min(MAX_ANSWER_BYTES, MAX_INFLIGHT_BYTES // max(1, concurrency)))
+    async with ProbeClient(base_url, timeout=timeout, max_answer_bytes=cap) as client:
         async def one(task: CodingTask) -> TaskResult:
             async with sem:
                 res = await _probe_task(client, task, max_tokens=max_tokens,
@@ -135,6 +146,12 @@ async def _probe_task(client: ProbeClient, task: CodingTask, *, max_tokens: int,
         client.chat(task.prompt, max_tokens=max_tokens),
         client.generate(task.prompt, max_new_tokens=accept_tokens) if accept_tokens > 0
         else no_generate(), return_exceptions=True)
+    if isinstance(chat_r, AnswerTooLarge):
+        # the server's answer is garbage, not an infrastructure error (never retried)
+        return TaskResult(task.id, False, str(chat_r), garbage=(f"runaway answer (over "
+                                                                 f"{chat_r.cap >> 10} KiB)",))
+    if isinstance(gen_r, AnswerTooLarge):
+        gen_r = None
     errors = tuple(f"{name}: {r}" for name, r in (("chat", chat_r), ("generate", gen_r))
                    if isinstance(r, BaseException))
     for r in (chat_r, gen_r):
@@ -149,16 +166,20 @@ async def _probe_task(client: ProbeClient, task: CodingTask, *, max_tokens: int,
     chat = chat_r
     if acc is None and chat.accept_source:
         acc, src = chat.accept_length, chat.accept_source
+    text, runaway = chat.text, []
+    if len(text) > MAX_TEXT_CHARS:  # kept, checked and compared: its start only
+        runaway = [f"runaway answer ({len(text)} chars)"]
+        text = text[:MAX_TEXT_CHARS]
     t0 = time.perf_counter()
-    check = await check_answer(task, chat.text, limits=limits)
+    check = await check_answer(task, text, limits=limits)
     check_s = time.perf_counter() - t0
     return TaskResult(
-        task_id=task.id, passed=check.passed, reason=check.reason, text=chat.text,
+        task_id=task.id, passed=check.passed and not runaway, reason=check.reason, text=text,
         latency_s=chat.latency_s, completion_tokens=chat.completion_tokens, tok_s=chat.tok_s,
         accept_length=acc, accept_source=src, generate_tok_s=gen.tok_s if gen else None,
         generate_tokens=gen.completion_tokens if gen else None,
-        garbage=tuple(garbage.garbage_flags(chat.text)),
-        divergence=garbage.divergence(chat.text, baseline) if baseline is not None else None,
+        garbage=tuple(runaway + garbage.garbage_flags(text)),
+        divergence=garbage.divergence(text, baseline) if baseline is not None else None,
         errors=errors, check_s=round(check_s, 4))
 
 

@@ -58,7 +58,7 @@ def call(r: Remote, op: str, request: dict[str, Any], *, timeout: float = 60.0,
         if line.startswith("{") and '"ok"' in line:
             try:
                 doc = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
             break
     if doc is None:

@@ -248,5 +248,5 @@ def read_lock(r: Remote, host: Host) -> LockInfo | None:
         return None
     try:
         return LockInfo.from_dict(json.loads(res.stdout))
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError, AttributeError):
         return None

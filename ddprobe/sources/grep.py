@@ -84,9 +84,9 @@ def _parse_rg(out: str, root: str) -> list[GrepHit]:
     for line in out.splitlines():
         try:
             ev = json.loads(line)
-        except ValueError:
+        except (ValueError, RecursionError):
             continue
-        if ev.get("type") not in ("match", "context"):
+        if not isinstance(ev, dict) or ev.get("type") not in ("match", "context"):
             continue
         d = ev["data"]
         text = _rg_text(d["lines"]).rstrip("\n").rstrip("\r")

@@ -73,7 +73,7 @@ def run_helper(r: Remote, op: str, request: dict[str, Any], *, timeout: float = 
         if line.startswith("{") and '"ok"' in line:
             try:
                 last = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):
                 continue
             break
     if last is None:
