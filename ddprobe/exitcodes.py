@@ -21,4 +21,5 @@ class ExitCode(IntEnum):
     PATCH = 13  # a patch could not be applied / reverted
     INTERNAL = 70  # a bug in ddprobe
     BISECT_SKIP = 125  # git bisect run protocol: skip
+    BISECT_ABORT = 128  # git bisect run protocol: abort (ddprobe cannot run: usage, config)
     INTERRUPTED = 130

@@ -247,7 +247,7 @@ def _protocol_exit(e: DdprobeError, protocol: str | None) -> int:
     common.err.print(f"[red]error:[/red] {escape(str(e))}", markup=True)
     if isinstance(e, (RemoteError, LockedError, ServerError)):
         return int(ExitCode.BISECT_SKIP)
-    return 128
+    return int(ExitCode.BISECT_ABORT)
 
 
 def register(app: typer.Typer) -> None:
