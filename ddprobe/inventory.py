@@ -92,25 +92,18 @@ class Inventory:
     groups: dict[str, tuple[str, ...]]
     path: str | None = None
 
-    def select(self, spec: str) -> list[Host]:
-        """Hosts for a --host value: a host, a group, or a comma list of either."""
-        out: list[Host] = []
-        for word in [w.strip() for w in spec.split(",") if w.strip()]:
-            if word in self.hosts:
-                names: tuple[str, ...] = (word,)
-            elif word in self.groups:
-                names = self.groups[word]
-            else:
-                known = ", ".join(sorted(self.hosts) + sorted(self.groups))
-                where = self.path or "no inventory file (only the built-in host)"
-                raise ConfigError(f"unknown host or group '{word}' (known: {known}; "
-                                  f"inventory: {where})", key="--host")
-            for n in names:
-                h = self.hosts[n]
-                if h not in out:
-                    out.append(h)
-        if not out:
-            raise ConfigError("no host given", key="--host")
+    def select(self, spec: str, limit: str | None = None) -> list[Host]:
+        """Hosts for a --host value, in Ansible's pattern language (see `hostpattern`):
+        names, groups, `all`, globs, `~regex`, `!exclusion`, `&intersection`, joined by `,`
+        or `:`; `limit` (--limit) is a second pattern the result is intersected with."""
+        from ddprobe.hostpattern import select
+        out = select(spec, self, key="--host")
+        if limit:
+            allowed = {h.name for h in select(limit, self, key="--limit")}
+            out = [h for h in out if h.name in allowed]
+            if not out:
+                raise ConfigError(f"--limit {limit!r} leaves none of the hosts of {spec!r}",
+                                  key="--limit")
         return out
 
     def get(self, name: str) -> Host:
@@ -165,7 +158,7 @@ def env_name_problem(name: str) -> str | None:
 
 _HOST_KEYS = {"host", "user", "port", "identity_file", "python", "package", "env", "server",
               "labels", "transport"}
-_TOP_KEYS = {"defaults", "hosts", "groups"}
+_TOP_KEYS = {"defaults", "hosts", "groups", "ansible"}
 _SERVER_TYPES: dict[str, Any] = {f.name: f.type for f in fields(ServerSettings)}
 
 
@@ -320,20 +313,48 @@ def parse_inventory(data: Any, path: str) -> Inventory:
     dserver = ServerSettings()
     if "server" in defaults:
         dserver = ps.server(defaults["server"], defaults, dserver)
+    imported_groups: dict[str, tuple[str, ...]] = {}
+    if data.get("ansible") is not None:
+        from ddprobe.ansible_inv import load_ansible
+        ref = ps.scalar(data["ansible"], (str,), data, "ansible")
+        apath = Path(ref).expanduser()
+        if not apath.is_absolute():
+            apath = Path(path).parent / apath
+        if not apath.is_file():
+            raise ps.err(f"'ansible': no inventory file {str(apath)!r}", data, "ansible")
+        adata = load_ansible(apath)
+        aps = _Parser(str(apath))
+        for name, v in adata["hosts"].items():
+            hosts[name] = aps.host(name, v, adata["hosts"], defaults, dserver)
+        imported_groups = {g: tuple(m) for g, m in adata["groups"].items()}
     hmap = ps.mapping(data.get("hosts"), data, "hosts")
     for name, v in hmap.items():
         if not isinstance(name, str) or not name or "," in name:
             raise ps.err(f"bad host name {name!r}", hmap, name)
         hosts[name] = ps.host(name, v, hmap, defaults, dserver)
     gmap = ps.mapping(data.get("groups"), data, "groups")
+    raw: dict[str, tuple[str, ...]] = dict(imported_groups)
     for g, members in gmap.items():
         if g in hosts:
             raise ps.err(f"group '{g}' has the name of a host", gmap, g)
-        names = ps.str_list(members, gmap, f"groups.{g}")
-        for n in names:
-            if n not in hosts:
-                raise ps.err(f"group '{g}' names unknown host '{n}'", gmap, g)
-        groups[str(g)] = names
+        raw[str(g)] = ps.str_list(members, gmap, f"groups.{g}")
+
+    def expand(g: str, seen: tuple[str, ...]) -> tuple[str, ...]:
+        """A group's hosts; a member may be a group (groups of groups)."""
+        out: list[str] = []
+        for n in raw[g]:
+            if n in hosts:
+                names: tuple[str, ...] = (n,)
+            elif n in raw:
+                if n in seen or n == g:
+                    raise ps.err(f"group '{g}' contains itself through '{n}'", gmap, g)
+                names = expand(n, (*seen, g))
+            else:
+                raise ps.err(f"group '{g}' names unknown host or group '{n}'", gmap, g)
+            out += [x for x in names if x not in out]
+        return tuple(out)
+    for g in raw:
+        groups[g] = expand(g, ())
     return Inventory(hosts, groups, path)
 
 
@@ -341,4 +362,11 @@ def load_inventory(explicit: str | None = None) -> Inventory:
     path = find_inventory(explicit)
     if path is None:
         return Inventory({TESTBED: builtin_testbed()}, {}, None)
-    return parse_inventory(load_yaml(path), str(path))
+    from ddprobe.ansible_inv import is_ansible_yaml, load_ansible, sniff
+    kind = sniff(path, path.read_text(encoding="utf-8", errors="replace"))
+    if kind in ("ini", "json"):
+        return parse_inventory(load_ansible(path), str(path))
+    data = load_yaml(path)
+    if is_ansible_yaml(data):
+        return parse_inventory(load_ansible(path), str(path))
+    return parse_inventory(data, str(path))

@@ -66,7 +66,7 @@ def test_lookup_order(tmp_path, monkeypatch):
     ("hosts:\n  a:\n    port: 70000\n", 3, "1..65535"),
     ("hosts:\n  a:\n    server:\n      manager: k8s\n", 4, "server.manager"),
     ("hosts:\n  a:\n    server:\n      budgetflag: ddtree\n", 4, "unknown key 'server.budgetflag'"),
-    ("hosts:\n  a: {}\ngroups:\n  g: [a, b]\n", 4, "unknown host 'b'"),
+    ("hosts:\n  a: {}\ngroups:\n  g: [a, b]\n", 4, "unknown host or group 'b'"),
     ("hosts:\n  a:\n    env: [x]\n", 3, "'env' must be a mapping"),
     ("hosts:\n  a: {\n", 3, "YAML syntax error"),
     ("hostz: {}\n", 1, "unknown top-level key 'hostz'"),

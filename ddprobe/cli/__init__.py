@@ -29,7 +29,7 @@ _COMMANDS = {"hosts": "hosts", "facts": "facts", "testbed": "testbed", "grep": "
              "probe": "probe", "run": "run", "bisect": "bisect", "sweep": "bisect",
              "report": "report", "playbook": "playbook", "smoke": "smoke",
              "classify": "classify"}
-_VALUE_OPTS = {"--inventory", "-i", "--ssh-config", "--connect-timeout"}
+_VALUE_OPTS = {"--inventory", "-i", "--ssh-config", "--connect-timeout", "--limit", "-l"}
 _registered: set[str] = set()
 
 
@@ -50,6 +50,14 @@ def _global(
         False, "--accept-new-host-keys",
         help="Record unknown host keys in the known_hosts file in use (never changed keys)."),
     connect_timeout: float = typer.Option(15.0, "--connect-timeout", help="SSH connect timeout."),
+    limit: Optional[str] = typer.Option(
+        None, "--limit", "-l", metavar="PATTERN",
+        help="Restrict every --host to the hosts this pattern also matches (like "
+             "`ansible --limit`), e.g. --limit 'b300*:!b300-2'."),
+    verbose: int = typer.Option(
+        0, "--verbose", "-v", count=True,
+        help="-v: the commands run on hosts; -vv: every ddprobe debug log; -vvv: the SSH "
+             "protocol too (paramiko)."),
     debug: bool = typer.Option(False, "--debug", help="Show tracebacks and debug logs."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Show the version and exit."),
@@ -57,11 +65,35 @@ def _global(
     common.reset()
     common.OPTS = common.GlobalOptions(inventory=inventory, ssh_config=ssh_config,
                                        accept_new_host_keys=accept_new_host_keys, debug=debug,
-                                       connect_timeout=connect_timeout)
+                                       connect_timeout=connect_timeout, limit=limit,
+                                       verbose=verbose)
     common.apply_remote_options()
     if debug:
         logging.basicConfig(level=logging.DEBUG, stream=sys.stderr,
                             format="%(asctime)s %(name)s %(message)s")
+    _verbosity(0 if debug else verbose)
+
+
+_VERBOSE = logging.StreamHandler(sys.stderr)
+_VERBOSE.setFormatter(logging.Formatter("%(name)s: %(message)s"))
+_VERBOSE_LOGGERS = ("ddprobe.remote", "ddprobe", "httpx", "paramiko")
+
+
+def _verbosity(level: int) -> None:
+    """-v: the commands run on hosts (ddprobe.remote); -vv: every ddprobe debug log and
+    httpx; -vvv: paramiko's SSH protocol too. One stderr handler, reset on every call."""
+    _VERBOSE.stream = sys.stderr  # the current one (tests swap it); setStream would flush the old
+    for name in _VERBOSE_LOGGERS:
+        lg = logging.getLogger(name)
+        if _VERBOSE in lg.handlers:
+            lg.removeHandler(_VERBOSE)
+        lg.setLevel(logging.NOTSET)
+    names = () if level <= 0 else ("ddprobe.remote",) if level == 1 else \
+        ("ddprobe", "httpx") if level == 2 else ("ddprobe", "httpx", "paramiko")
+    for name in names:
+        lg = logging.getLogger(name)
+        lg.addHandler(_VERBOSE)
+        lg.setLevel(logging.DEBUG)
 
 
 def _register(names: list[str]) -> None:

@@ -46,6 +46,8 @@ class GlobalOptions:
     accept_new_host_keys: bool = False
     debug: bool = False
     connect_timeout: float = 15.0
+    limit: str | None = None  # --limit PATTERN, applied to every --host
+    verbose: int = 0  # -v count
 
 
 OPTS = GlobalOptions()
@@ -80,7 +82,7 @@ def error_line(e: object) -> Text:
 
 
 def hosts(spec: str) -> list[Host]:
-    return inventory().select(spec)
+    return inventory().select(spec, OPTS.limit)
 
 
 def one_host(spec: str) -> Host:
