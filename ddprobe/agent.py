@@ -20,7 +20,7 @@ import paramiko
 AGENT_SRC = r'''
 import base64, json, os, signal, subprocess, sys
 out = sys.stdout.buffer
-out.write(b'{"ready": 1}\n'); out.flush()
+out.write(json.dumps({"ready": 1, "nonce": sys.argv[1] if len(sys.argv) > 1 else ""}).encode() + b"\n"); out.flush()
 for line in sys.stdin.buffer:
     req = json.loads(line)
     env = None
@@ -58,6 +58,17 @@ for line in sys.stdin.buffer:
 MAX_REPLY_BYTES = 128 << 20
 
 
+NOISE_LIMIT = 1 << 20
+
+
+def _is_ready(line: bytes, nonce: str) -> bool:
+    try:
+        doc = json.loads(line)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and doc.get("ready") == 1 and doc.get("nonce", "") == nonce
+
+
 class AgentDead(Exception):
     pass
 
@@ -69,15 +80,26 @@ class AgentTimeout(Exception):
 class Agent:
     """Client side: one channel, one request at a time (a lock serialises callers)."""
 
-    def __init__(self, chan: paramiko.Channel) -> None:
+    def __init__(self, chan: paramiko.Channel, nonce: str = "") -> None:
         self.chan = chan
         self._buf = bytearray()
         self._lock = threading.Lock()
         self._n = 0
         self.broken = False
-        first = self._readline(deadline=time.monotonic() + 30)
-        if json.loads(first).get("ready") != 1:
-            raise AgentDead("agent did not start")
+        self.noise: list[str] = []  # what the login shell printed before the agent started
+        deadline = time.monotonic() + 30
+        # rc files (an `echo` in ~/.bashrc, conda, `module load`) print before the agent runs:
+        # skip every line up to the agent's own ready line, which carries this connection's
+        # nonce (issue 15: such noise was a JSONDecodeError on every command)
+        size = 0
+        while True:
+            line = self._readline(deadline=deadline)
+            if _is_ready(line, nonce):
+                break
+            size += len(line)
+            if size > NOISE_LIMIT:
+                raise AgentDead(f"no agent start within {NOISE_LIMIT} bytes of login-shell output")
+            self.noise.append(line.decode("utf-8", "replace")[:200])
 
     def _readline(self, deadline: float) -> bytes:
         while b"\n" not in self._buf:

@@ -4,9 +4,11 @@ Every command is an argv list joined with shlex quoting at this boundary and now
 """
 from __future__ import annotations
 
+import base64
 import contextlib
 import logging
 import os
+import secrets
 import select
 import shlex
 import socket
@@ -110,8 +112,20 @@ class Remote:
         """Run the host's interpreter (host.python) with the host's environment."""
         e = dict(self.host.env)
         e.update(env or {})
-        return self.run([self.host.python, *args], timeout=timeout, check=check, input=input,
-                        env=e, cwd=cwd)
+        res = self.run([self.host.python, *args], timeout=timeout, check=False, input=input,
+                       env=e, cwd=cwd)
+        if res.exit_code in (126, 127) and self.host.python in res.stderr and \
+                any(w in res.stderr for w in ("not found", "No such file", "ermission denied")):
+            # a configuration error (exit 3), not an unreachable host (issue 15)
+            where = self.host.source if ":" in self.host.source else None
+            path, _, line = (where or "").rpartition(":")
+            raise ConfigError(f"{self.host.name}: the host's interpreter {self.host.python!r} "
+                              f"(key 'python') cannot be run there "
+                              f"({res.stderr.strip()[-120:]}); set `python` to an interpreter "
+                              f"path on the host",
+                              key="python", path=path or None,
+                              line=int(line) if line.isdigit() else None)
+        return self._checked(res, check)
 
     def _checked(self, res: CmdResult, check: bool) -> CmdResult:
         if check and not res.ok:
@@ -166,6 +180,12 @@ class Remote:
 
 def _decode(b: bytes) -> str:
     return b.decode("utf-8", errors="replace")
+
+
+def _unframe(text: str, mark: str) -> str:
+    """The output after the frame line (what came before it is the login shell's)."""
+    head, sep, rest = text.partition(mark + "\n")
+    return rest if sep else text
 
 
 class LocalRemote(Remote):
@@ -258,6 +278,7 @@ class SshRemote(Remote):
         self._conn: Connection | None = None
         self._gateways: list[Connection] = []
         self._sftp: paramiko.SFTPClient | None = None
+        self._sftp_failed = False
         self._agent: Agent | None = None
         self._agent_failed = not self.opts.agent
 
@@ -373,7 +394,7 @@ class SshRemote(Remote):
 
     # -- commands --------------------------------------------------------------------------
     _LAUNCH = ('for p in "$2" python3 python; do if command -v "$p" >/dev/null 2>&1; then '
-               'exec "$p" -u -c "$1"; fi; done; echo "ddprobe: no python for the agent" >&2; '
+               'exec "$p" -u -c "$1" "$3"; fi; done; echo "ddprobe: no python for the agent" >&2; '
                'exit 127')
 
     def _get_agent(self) -> Agent | None:
@@ -383,9 +404,13 @@ class SshRemote(Remote):
         assert transport is not None
         try:
             chan = transport.open_session(timeout=self.opts.connect_timeout)
+            nonce = secrets.token_hex(8)
             chan.exec_command(build_command(["sh", "-c", self._LAUNCH, "sh", AGENT_SRC,
-                                             self.host.python]))
-            self._agent = Agent(chan)
+                                             self.host.python, nonce]))
+            self._agent = Agent(chan, nonce)
+            if self._agent.noise:
+                log.debug("%s: the login shell printed %d line(s) before the agent started "
+                          "(skipped)", self.host.name, len(self._agent.noise))
         except (AgentDead, AgentTimeout, paramiko.SSHException, OSError) as e:
             log.debug("%s: no agent (%s); one exec channel per command", self.host.name, e)
             self._agent_failed = True
@@ -431,7 +456,11 @@ class SshRemote(Remote):
     def _run_exec(self, words: tuple[str, ...], *, limit: float, check: bool,
                   input: str | bytes | None, env: Mapping[str, str] | None,
                   cwd: str | None) -> CmdResult:
-        cmd = build_command(words, env=env, cwd=cwd)
+        # a frame line on stdout and stderr: what the login shell's rc files print before it
+        # is not the command's output (issue 15)
+        mark = f"--ddprobe-{secrets.token_hex(8)}--"
+        cmd = build_command(["sh", "-c", 'printf "%s\\n" "$0"; printf "%s\\n" "$0" >&2; '
+                             'exec "$@"', mark, *words], env=env, cwd=cwd)
         conn = self._open()
         transport = conn.transport
         if transport is None or not transport.is_active():
@@ -490,22 +519,33 @@ class SshRemote(Remote):
             chan.close()
             if writer is not None:
                 writer.join(timeout=1)
-        res = CmdResult(words, code, _decode(bytes(out)), _decode(bytes(err)),
-                        time.monotonic() - t0)
+        res = CmdResult(words, code, _unframe(_decode(bytes(out)), mark),
+                        _unframe(_decode(bytes(err)), mark), time.monotonic() - t0)
         return self._checked(res, check)
 
     # -- files -----------------------------------------------------------------------------
-    def _sftp_client(self) -> paramiko.SFTPClient:
-        if self._sftp is None:
+    def _sftp_client(self) -> paramiko.SFTPClient | None:
+        """sftp, or None where it does not work: a login shell that prints breaks the
+        sftp-server subsystem ("Garbage packet received"); files then go through commands."""
+        if self._sftp is None and not self._sftp_failed:
             try:
                 self._sftp = self._open().client.open_sftp()
-            except paramiko.SSHException as e:
-                raise RemoteError(f"{self.host.name}: sftp unavailable: {e}") from None
+            except (paramiko.SSHException, paramiko.sftp.SFTPError, EOFError, OSError) as e:
+                log.debug("%s: sftp unavailable (%s); files go through commands",
+                          self.host.name, e)
+                self._sftp_failed = True
         return self._sftp
 
     def read_bytes(self, path: str) -> bytes:
+        sftp = self._sftp_client()
+        if sftp is None:
+            res = self.run(["base64", "--", self.expand(path)], timeout=300)
+            if not res.ok:
+                raise RemoteError(f"{self.host.name}: cannot read {path}: "
+                                  f"{res.stderr.strip()[-200:]}")
+            return base64.b64decode(res.stdout)
         try:
-            with self._sftp_client().open(self.expand(path), "rb") as fh:
+            with sftp.open(self.expand(path), "rb") as fh:
                 data = fh.read(MAX_REPLY_BYTES + 1)
         except OSError as e:
             raise RemoteError(f"{self.host.name}: cannot read {path}: {e}") from None
@@ -519,6 +559,16 @@ class SshRemote(Remote):
         d, _, name = p.rpartition("/")
         tmp = f"{d}/.{name}.ddprobe-tmp"
         sftp = self._sftp_client()
+        if sftp is None:
+            script = ('base64 -d > "$1" && { [ -z "$3" ] || chmod "$3" "$1"; } && '
+                      'mv -f -- "$1" "$2" || { rm -f -- "$1"; exit 1; }')
+            res = self.run(["sh", "-c", script, "sh", tmp, p,
+                            "" if mode is None else f"{mode:o}"],
+                           input=base64.b64encode(data), timeout=300)
+            if not res.ok:
+                raise RemoteError(f"{self.host.name}: cannot write {path}: "
+                                  f"{res.stderr.strip()[-200:]}")
+            return
         try:
             with sftp.open(tmp, "wb") as fh:
                 fh.write(data)

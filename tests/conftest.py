@@ -126,13 +126,13 @@ AllowTcpForwarding yes
 PermitRootLogin yes
 MaxSessions 64
 MaxStartups 64:30:128
-Subsystem sftp internal-sftp
+Subsystem sftp {sftp}
 LogLevel VERBOSE
-"""
+{extra}"""
 
 
-def start_sshd(d: Path, alias: str, client_key: Path | None = None) -> tuple[SshServer,
-                                                                           subprocess.Popen[bytes]]:
+def start_sshd(d: Path, alias: str, client_key: Path | None = None, *, extra: str = "",
+               sftp: str = "internal-sftp") -> tuple[SshServer, subprocess.Popen[bytes]]:
     sshd = ensure_sshd()
     d.mkdir(parents=True, exist_ok=True)
     d.chmod(0o700)
@@ -148,7 +148,7 @@ def start_sshd(d: Path, alias: str, client_key: Path | None = None) -> tuple[Ssh
     for attempt in range(5):  # sshd cannot bind port 0: retry on the free-port race
         port = _free_port()
         cfg = d / "sshd_config"
-        cfg.write_text(SSHD_CONFIG.format(port=port, d=d))
+        cfg.write_text(SSHD_CONFIG.format(port=port, d=d, sftp=sftp, extra=extra))
         subprocess.run([sshd, "-t", "-f", str(cfg)], check=True)
         fh = open(log, "ab")
         proc = subprocess.Popen([sshd, "-D", "-e", "-f", str(cfg)], stderr=fh,
@@ -202,6 +202,55 @@ def sshd2(tmp_path_factory: pytest.TempPathFactory, sshd: SshServer) -> Iterator
         yield server
     finally:
         _stop(proc)
+
+
+NOISY_RC = """\
+# what GPU images' rc files print: conda init, environment modules, a greeting
+echo "conda: (base) environment activated"
+echo 'Lmod: loaded modules cuda/12.4 nccl/2.21' >&2
+printf 'Welcome to the GPU node\\n'
+echo '{"ready": 1}'
+"""
+
+
+@pytest.fixture(scope="session")
+def sshd_factory(tmp_path_factory: pytest.TempPathFactory, sshd: SshServer
+                 ) -> Iterator[Callable[..., SshServer]]:
+    """More sshd servers with their own sshd_config lines (same client key as `sshd`), made
+    on first use and stopped at the end of the session."""
+    made: dict[str, tuple[SshServer, subprocess.Popen[bytes]]] = {}
+
+    def make(name: str, *, extra: str = "", sftp: str = "internal-sftp",
+             setup: Callable[[Path], str] | None = None) -> SshServer:
+        if name not in made:
+            d = tmp_path_factory.mktemp(f"sshd-{name}")
+            more = setup(d) if setup is not None else ""
+            made[name] = start_sshd(d, f"gpu-{name}", client_key=sshd.key, sftp=sftp,
+                                    extra=extra + more)
+        return made[name][0]
+    try:
+        yield make
+    finally:
+        for _, proc in made.values():
+            _stop(proc)
+
+
+def _sftp_server() -> str:
+    return next((p for p in ("/usr/lib/openssh/sftp-server", "/usr/libexec/openssh/sftp-server",
+                             "/usr/libexec/sftp-server") if os.path.exists(p)), "internal-sftp")
+
+
+@pytest.fixture(scope="session")
+def sshd_noisy(sshd_factory: Callable[..., SshServer]) -> SshServer:
+    """A host whose login shell prints on stdout and stderr before every command and before
+    the sftp-server subsystem, as an rc file that echoes does on a real host. (sshd runs
+    ForceCommand through root's login shell; it sources the rc file, then runs the command
+    the client sent, as the login shell would.)"""
+    def setup(d: Path) -> str:
+        rc = d / "noisy_rc"
+        rc.write_text(NOISY_RC)
+        return f'ForceCommand . {rc}; exec /bin/sh -c "$SSH_ORIGINAL_COMMAND"\n'
+    return sshd_factory("noisy", sftp=_sftp_server(), setup=setup)
 
 
 def _wheel(version: str) -> Path:

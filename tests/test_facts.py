@@ -50,7 +50,8 @@ def test_facts_bad_interpreter_is_clear(tmp_path, sshd, capsys):
     code = main(["--inventory", str(inv), "--ssh-config", str(sshd.ssh_config), "facts",
                  "--host", "gpu-a"])
     err = capsys.readouterr().err
-    assert code == 4 and "/nonexistent/python" in err and "Traceback" not in err
+    assert code == 3 and "/nonexistent/python" in err and "Traceback" not in err
+    assert "key 'python'" in err  # a configuration error, not an unreachable host
 
 
 def test_hosts_check_parallel_with_a_dead_host(tmp_path, sshd, sshd2, capsys):

@@ -1,7 +1,6 @@
 """`ddprobe hosts [--check]`: the inventory, and each host's reachability in parallel."""
 from __future__ import annotations
 
-import dataclasses
 import time
 from typing import Optional
 
@@ -11,17 +10,25 @@ from rich.text import Text
 
 from ddprobe import remote
 from ddprobe.cli import common
+from ddprobe.errors import ConfigError, RemoteCommandError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.inventory import Host
 
 
-def _check(h: Host) -> tuple[float, float]:
-    """Connect and authenticate (host key checked), then time one round trip."""
+def _check(h: Host) -> tuple[float, float, str]:
+    """Connect and authenticate (host key checked), time one protocol round trip, then run a
+    command with the host's interpreter the way every other command does: a host where
+    commands fail is not ok, whatever its ping says (issue 15)."""
     t0 = time.monotonic()
-    opts = dataclasses.replace(remote.default_options(), agent=False)
-    with remote.connect(h, opts) as r:
+    with remote.connect(h) as r:
         rtt = min(r.ping() for _ in range(3))
-    return rtt, time.monotonic() - t0
+        connect_s = time.monotonic() - t0
+        res = r.python(["-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],
+                       timeout=60)
+        if not res.ok:
+            raise RemoteCommandError(h.name, res.argv, res.exit_code, res.stdout, res.stderr)
+        version = res.stdout.strip().splitlines()[-1] if res.stdout.strip() else "?"
+    return rtt, connect_s, version
 
 
 def register(app: typer.Typer) -> None:
@@ -39,7 +46,7 @@ def register(app: typer.Typer) -> None:
                  "python": h.python, "package": h.package, "labels": h.labels_dict,
                  "groups": [g for g, m in inv.groups.items() if h.name in m],
                  "source": h.source} for h in hs]
-        failed = False
+        failed = config = False
         if check:
             with common.err.status(f"checking {len(hs)} host(s)..."):
                 res = remote.fan_out(hs, _check, max_workers=16, deadline=deadline)
@@ -47,8 +54,10 @@ def register(app: typer.Typer) -> None:
                 row["status"] = o.status
                 row["rtt_ms"] = round(o.value[0] * 1000, 2) if o.value is not None else None
                 row["connect_ms"] = round(o.value[1] * 1000, 1) if o.value is not None else None
+                row["python_version"] = o.value[2] if o.value is not None else None
                 row["error"] = o.error
                 failed |= o.status != "ok"
+                config |= isinstance(o.exc, ConfigError)
         if as_json:
             common.emit_json({"inventory": inv.path, "hosts": rows,
                               "groups": {g: list(m) for g, m in inv.groups.items()}})
@@ -67,5 +76,7 @@ def register(app: typer.Typer) -> None:
                               row["error"] or ""]
                 t.add_row(*cells)
             common.out.print(t)
+        if config:
+            raise typer.Exit(int(ExitCode.CONFIG))
         if failed:
             raise typer.Exit(int(ExitCode.UNREACHABLE))
