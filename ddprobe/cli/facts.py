@@ -41,7 +41,15 @@ def _render(f: Facts) -> Table:
     s = f.server
     t.add_row("server", f"port {s.get('port')}: " + (
         f"listening, /health -> {s.get('health')}" if s.get("listening") else "not listening"))
+    backend, why = _sandbox()
+    t.add_row("probe sandbox", f"{backend} on this machine" + (f" ({why})" if why else ""))
     return t
+
+
+def _sandbox() -> tuple[str, str | None]:
+    """The sandbox the probes' untrusted code would run in: local, not on the host."""
+    from ddprobe.probes.sandbox import local_backend
+    return local_backend()
 
 
 def register(app: typer.Typer) -> None:
@@ -51,8 +59,11 @@ def register(app: typer.Typer) -> None:
         hs = common.hosts(host)
         res = remote.fan_out(hs, _facts, max_workers=16, deadline=90)
         if as_json:
-            docs = [o.value.to_dict() if o.value else {"host": o.host.name, "status": o.status,
-                                                        "error": o.error} for o in res]
+            backend, why = _sandbox()
+            docs = [{**o.value.to_dict(), "probe_sandbox": {"backend": backend, "where": "local",
+                                                            "note": why}}
+                    if o.value else {"host": o.host.name, "status": o.status, "error": o.error}
+                    for o in res]
             common.emit_json(docs[0] if len(docs) == 1 else docs)
         else:
             for o in res:

@@ -77,6 +77,9 @@ def _render(report: ProbeReport) -> None:
         common.out.print(Text.assemble(("divergence:", "yellow"), f" {s.divergence}"))
     for n in s.notes:
         common.out.print(f"note: {n}")
+    if report.sandbox:
+        common.out.print(f"sandbox: {report.sandbox} (answers' code ran on this machine; "
+                         "docs/security.md)")
 
 
 def _f(v: float | None, digits: int) -> str:

@@ -132,6 +132,9 @@ def _setup_fs(cfg: dict, sbx_uid: int | None, notes: list[str], iso: list[str]) 
                 pass
     if hidden:
         iso.append("empty " + ", ".join(hidden))
+    homes = _hide_homes(cfg["python"])
+    if homes:
+        iso.append("no home directories (empty %s)" % ", ".join(homes))
     os.makedirs(work, exist_ok=True)  # its parent may be one of the emptied directories
     data = "size=%d,mode=0700" % cfg["tmpfs_bytes"]
     if sbx_uid is not None:
@@ -147,6 +150,46 @@ def _setup_fs(cfg: dict, sbx_uid: int | None, notes: list[str], iso: list[str]) 
         notes.append("file system NOT read-only: remounting / failed")
     else:
         iso.append("read-only file system outside the work dir")
+
+
+def _home_dirs() -> list[str]:
+    out = []
+    for d in ("/home", "/root", os.path.expanduser("~" + _user_name())):
+        d = os.path.realpath(d) if d else d
+        if d and d != "/" and os.path.isdir(d) and d not in out:
+            out.append(d)
+    return out
+
+
+def _user_name() -> str:
+    try:
+        import pwd
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return ""
+
+
+def _hide_homes(python: str) -> list[str]:
+    """Cover every home directory with an empty tmpfs; when the interpreter lives under one
+    (pyenv in ~/.pyenv, a venv in ~/venvs), bind its prefix back, read-only, and nothing else."""
+    real = os.path.realpath(python)
+    prefix = os.path.dirname(os.path.dirname(real))
+    hidden = []
+    for home in _home_dirs():
+        keep = prefix if prefix.startswith(home.rstrip("/") + "/") else None
+        fd = os.open(keep, os.O_RDONLY | getattr(os, "O_PATH", 0)) if keep else None
+        try:
+            _mount("tmpfs", home, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0755")
+            hidden.append(home)
+            if keep and fd is not None:
+                os.makedirs(keep, exist_ok=True)
+                _mount("/proc/self/fd/%d" % fd, keep, None, MS_BIND | MS_REC, None)
+        except OSError:
+            pass
+        finally:
+            if fd is not None:
+                os.close(fd)
+    return hidden
 
 
 def _write_files(cfg: dict, sbx_uid: int | None) -> None:
@@ -184,6 +227,13 @@ def _worker(cfg: dict, sbx_uid: int | None) -> None:
 
 def _init(cfg: dict, sbx_uid: int | None, status_fd: int, lifeline: int) -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if cfg.get("own_proc"):
+        # pid 1 of the new pid namespace: a fresh /proc shows this namespace's processes only
+        # (no other process's command line, environment or open files)
+        try:
+            _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
+        except OSError:
+            pass
     # getppid() is 0 across a pid namespace, so ask the lifeline pipe instead: EOF on it
     # means the launcher died before PR_SET_PDEATHSIG was armed.
     if select.select([lifeline], [], [], 0)[0]:
@@ -231,6 +281,11 @@ def main() -> None:
             notes.append("file system NOT isolated: %s" % e)
     else:
         notes.append("no mount namespace: the code can write wherever this user can")
+    if got & CLONE_NEWNS and got & CLONE_NEWPID:
+        cfg["own_proc"] = True
+        iso.append("own /proc (no other processes)")
+    else:
+        notes.append("/proc shows every process of the machine (command lines included)")
     if sbx_uid is not None:
         iso.append("unprivileged uid %d" % sbx_uid)
     elif root:

@@ -48,6 +48,7 @@ class TaskResult:
     divergence: str | None = None  # vs the baseline's text for this task
     errors: tuple[str, ...] = ()  # request errors (chat/generate)
     check_s: float | None = None  # ddprobe's own time: code extraction + sandboxed tests
+    sandbox: str = ""  # the sandbox backend that ran the tests ("bubblewrap", "namespaces")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -74,8 +75,14 @@ class ProbeReport:
     def to_dict(self) -> dict[str, Any]:
         return {"suite": self.suite, "base_url": self.base_url, "wall_s": self.wall_s,
                 "concurrency": self.concurrency, "summary": self.summary.to_dict(),
-                "label": self.summary.label, "ok": self.ok,
+                "label": self.summary.label, "ok": self.ok, "sandbox": self.sandbox,
                 "results": [r.to_dict() for r in self.results]}
+
+    @property
+    def sandbox(self) -> str:
+        """Which sandbox ran the answers' tests (the backends seen, most used first)."""
+        seen = Counter(r.sandbox for r in self.results if r.sandbox)
+        return ", ".join(k for k, _ in seen.most_common())
 
 
 def baseline_from_report(report: ProbeReport) -> dict[str, str]:
@@ -180,7 +187,13 @@ async def _probe_task(client: ProbeClient, task: CodingTask, *, max_tokens: int,
         generate_tokens=gen.completion_tokens if gen else None,
         garbage=tuple(runaway + garbage.garbage_flags(text)),
         divergence=garbage.divergence(text, baseline) if baseline is not None else None,
-        errors=errors, check_s=round(check_s, 4))
+        errors=errors, check_s=round(check_s, 4),
+        sandbox=_backend_of(check.run.result) if check.run is not None else "")
+
+
+def _backend_of(res: Any) -> str:
+    iso = tuple(getattr(res, "isolation", ()) or ())
+    return "bubblewrap" if iso[:1] == ("bubblewrap",) else "namespaces" if iso else ""
 
 
 def summarise(results: list[TaskResult], *, wall_s: float, server_info: dict[str, Any] | None,
