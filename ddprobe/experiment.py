@@ -162,6 +162,9 @@ class _Cell:
             self.extra["launch"] = list(launch.argv)
             self.extra["notes"] += list(launch.notes)
             self.extra["flags_checked"] = launch.checked
+            if launch.preflight is not None:
+                self.extra["preflight"] = launch.preflight.status
+            self.cell.effective = launch.effective  # until the server says what it runs
         rep.stage("stop", "stopping the previous server")
         with self.timed("stop"):
             stop = mgr.stop()

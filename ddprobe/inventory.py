@@ -27,7 +27,11 @@ class ServerSettings:
     bind: str = "127.0.0.1"  # the address the server listens on (as seen from the host)
     model_path: str = ""
     algorithm: str = "EAGLE"  # --speculative-algorithm
-    budget_flag: str = "draft_tokens"  # draft_tokens (--speculative-num-draft-tokens N+1) | ddtree
+    # how a budget N becomes flags (README "What a budget means"): draft_tokens
+    # (--speculative-num-draft-tokens N+1) | ddtree (--speculative-ddtree-budget N) | steps
+    # (--speculative-num-steps N --speculative-num-draft-tokens N+1: chains, topk 1)
+    budget_flag: str = "draft_tokens"
+    budget_args: tuple[str, ...] = ()  # overrides budget_flag: words with {budget}/{draft_tokens}
     draft_model_path: str = ""
     steps: int | None = None  # --speculative-num-steps
     topk: int | None = None  # --speculative-eagle-topk
@@ -160,6 +164,26 @@ _HOST_KEYS = {"host", "user", "port", "identity_file", "python", "package", "env
               "labels", "transport"}
 _TOP_KEYS = {"defaults", "hosts", "groups", "ansible"}
 _SERVER_TYPES: dict[str, Any] = {f.name: f.type for f in fields(ServerSettings)}
+BUDGET_FLAGS = ("draft_tokens", "ddtree", "steps")
+BUDGET_PLACEHOLDERS = ("{budget}", "{draft_tokens}")
+
+
+def budget_args_problem(words: tuple[str, ...]) -> str:
+    """Why a `server.budget_args` template is unusable ("" when it is fine)."""
+    import re
+    used = False
+    for w in words:
+        for ph in re.findall(r"\{[^{}]*\}", w):
+            if ph not in BUDGET_PLACEHOLDERS:
+                return (f"has an unknown placeholder {ph} in {w!r} (known: "
+                        f"{', '.join(BUDGET_PLACEHOLDERS)})")
+            used = True
+    if not used:
+        return ("never uses the budget: put {budget} or {draft_tokens} (= budget + 1) in a "
+                "word, e.g. [--speculative-num-steps, '{budget}']")
+    if not words[0].startswith("--"):
+        return f"must start with a flag, got {words[0]!r}"
+    return ""
 
 
 def _type_name(v: Any) -> str:
@@ -221,7 +245,7 @@ class _Parser:
                 raise self.err(f"unknown key 'server.{k}' (known: "
                                f"{', '.join(sorted(_SERVER_TYPES))})", m, k)
             t = _SERVER_TYPES[k]
-            if k in ("args", "launch"):
+            if k in ("args", "launch", "budget_args"):
                 kw[k] = self.str_list(val, m, f"server.{k}")
             elif k == "env":
                 kw[k] = self.str_map(val, m, "server.env")
@@ -236,8 +260,13 @@ class _Parser:
         if "manager" in kw and kw["manager"] not in ("command", "systemd", "docker"):
             raise self.err(f"'server.manager' must be command, systemd or docker, got "
                            f"'{kw['manager']}'", m, "manager")
-        if "budget_flag" in kw and kw["budget_flag"] not in ("draft_tokens", "ddtree"):
-            raise self.err("'server.budget_flag' must be draft_tokens or ddtree", m, "budget_flag")
+        if "budget_flag" in kw and kw["budget_flag"] not in BUDGET_FLAGS:
+            raise self.err(f"'server.budget_flag' must be {', '.join(BUDGET_FLAGS[:-1])} or "
+                           f"{BUDGET_FLAGS[-1]}, got '{kw['budget_flag']}'", m, "budget_flag")
+        if kw.get("budget_args"):
+            problem = budget_args_problem(kw["budget_args"])
+            if problem:
+                raise self.err(f"'server.budget_args' {problem}", m, "budget_args")
         return replace(base, **kw)
 
     def host(self, name: str, v: Any, parent: Any, defaults: dict[str, Any],

@@ -7,6 +7,7 @@ Journal events (each a JSON object with a "type"):
   {"type": "cell", **CellResult.to_dict()}
   {"type": "verdict", **Verdict.to_dict()}
   {"type": "note", "text": str}
+  {"type": "preflight", "group", "host", "ran", "refused", "results"}  (bisect: server/preflight)
   {"type": "end", "finished_at", "restarts_used", "restarts_full_sweep", "exit_code"}
 """
 from __future__ import annotations

@@ -24,6 +24,7 @@ from ddprobe.bisect.hostgroups import HostGroup
 from ddprobe.bisect.latent import LatentOptions
 from ddprobe.bisect.planner import BisectSpec, PlanOptions, Planner, small_max_bs_for
 from ddprobe.bisect.plantext import plan_lines
+from ddprobe.bisect.preflight import PlanPreflight, plan_preflight
 from ddprobe.bisect.session import StaticEvidence, open_hosts, static_evidence
 from ddprobe.bisect.verdicts import build_verdicts, exit_code, run_status
 from ddprobe.errors import UsageError
@@ -48,6 +49,7 @@ class BisectRequest:
     tasks: tuple[str, ...] = ()  # probe only these coding tasks (default: the whole suite)
     keep_server: bool = False  # leave the last cell's server running
     latent_check: bool = True  # memcheck passing graph budgets when a buffer is suspect
+    context_len: int | None = None  # sizes buffers for grep-buffers (else the server's/model's)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -204,9 +206,17 @@ def run_bisect(hosts: Sequence[Host], req: BisectRequest, *, root: Path | None =
         planners: dict[str, Planner] = {}
         for g in opened.groups:
             s0 = opened.sessions[g.hosts[0].name]
-            eff_bs = req.max_bs or g.hosts[0].server.max_bs
+            pf = plan_preflight(s0.r, s0.host, budgets=req.budgets, base=req.base())
+            for line in pf.lines():
+                journal.note(f"{g.name}: {line}")
+                emit(Event("plan", g.name, line))
+            journal.append({"type": "preflight", "group": g.key, **pf.to_dict()})
+            eff_bs = req.max_bs or _served_max_bs(pf) or g.hosts[0].server.max_bs
             st = static_evidence(s0, budgets=req.budgets, max_bs=eff_bs, backend=req.backend,
-                                 factor=req.oversize_factor)
+                                 factor=req.oversize_factor,
+                                 context_len=req.context_len or _context_len(pf),
+                                 topk=_same(pf, "topk") or s0.host.server.topk,
+                                 num_steps=_same(pf, "num_steps") or s0.host.server.steps)
             statics[g.key] = st
             if st.report is not None:
                 executor.reports[g.key] = st.report
@@ -291,6 +301,22 @@ def write_reports_if_available(run_dir: Path, notes: list[str]) -> None:
         write_reports(load_run(run_dir))
     except Exception as e:  # noqa: BLE001 - a report failure must not lose the run's verdicts
         notes.append(f"reports not written: {type(e).__name__}: {e}")
+
+
+def _served_max_bs(pf: PlanPreflight) -> int | None:
+    """The max bs the host's SGLang says it will capture (the same at every budget)."""
+    values = {e.max_captured_bs for e in pf.effective.values()} - {None}
+    return values.pop() if len(values) == 1 else None
+
+
+def _context_len(pf: PlanPreflight) -> int | None:
+    return _same(pf, "context_length")
+
+
+def _same(pf: PlanPreflight, name: str) -> int | None:
+    """A value the server runs with at every budget of the plan, or None."""
+    values = {getattr(e, name) for e in pf.effective.values()} - {None}
+    return values.pop() if len(values) == 1 else None
 
 
 def _why(c: PlannedCell) -> str:

@@ -16,6 +16,7 @@ from ddprobe.bisect.hostgroups import HostGroup, group_hosts
 from ddprobe.bisect.static import Suspect, find_suspects
 from ddprobe.errors import DdprobeError, RemoteError
 from ddprobe.inventory import Host
+from ddprobe.remote import Remote
 from ddprobe.sources.buffers import BufferReport, SizingParams
 from ddprobe.sources.fetch import grep_buffers
 from ddprobe.sources.oversize import make_oversize_patch
@@ -99,15 +100,29 @@ class StaticEvidence:
 
 
 def static_evidence(s: HostSession, *, budgets: Sequence[int], max_bs: int | None,
-                    backend: str | None, factor: int = 4) -> StaticEvidence:
-    """grep-buffers at the run's budgets and max bs; the suspects an oversize patch can enlarge."""
-    params = SizingParams(max_bs=max_bs, budgets=tuple(budgets))
+                    backend: str | None, factor: int = 4,
+                    context_len: int | None = None, topk: int | None = None,
+                    num_steps: int | None = None) -> StaticEvidence:
+    """grep-buffers at the run's budgets, max bs and context length; the suspects an oversize
+    patch can enlarge."""
+    return host_static_evidence(s.r, s.host, budgets=budgets, max_bs=max_bs, backend=backend,
+                                factor=factor, context_len=context_len, topk=topk,
+                                num_steps=num_steps)
+
+
+def host_static_evidence(r: Remote, host: Host, *, budgets: Sequence[int], max_bs: int | None,
+                         backend: str | None, factor: int = 4, context_len: int | None = None,
+                         topk: int | None = None, num_steps: int | None = None
+                         ) -> StaticEvidence:
+    """`static_evidence` on a plain connection (no session: `bisect --plan`)."""
+    params = SizingParams(max_bs=max_bs, budgets=tuple(budgets), context_len=context_len,
+                          topk=topk, num_steps=num_steps)
     try:
-        rep = grep_buffers(s.r, s.host, backend=backend or "all", params=params)
+        rep = grep_buffers(r, host, backend=backend or "all", params=params)
     except RemoteError:
         raise
     except DdprobeError as e:
-        return StaticEvidence(None, (), (f"grep-buffers failed on {s.host.name}: {e}",))
+        return StaticEvidence(None, (), (f"grep-buffers failed on {host.name}: {e}",))
     notes: list[str] = []
     ok: list[Suspect] = []
     for sus in find_suspects(rep):

@@ -287,7 +287,12 @@ def register(app: typer.Typer) -> None:
         sanitize: bool = typer.Option(False, "--sanitize",
                                       help="A compute-sanitizer cell per crash mode, when "
                                            "the host has it."),
-        plan: bool = typer.Option(False, "--plan", help="Print the plan and exit."),
+        plan: bool = typer.Option(False, "--plan", help="Print the plan, the preflight of "
+                                  "every budget and the static suspects, and exit (no "
+                                  "restart)."),
+        context_len: Optional[int] = typer.Option(
+            None, "--context-len", min=1, help="Context length for sizing buffers (default: "
+                                               "what the host's SGLang resolves)."),
         resume: Optional[str] = typer.Option(None, "--resume",
                                              help="Continue an interrupted run (RUN_ID)."),
         exit_protocol: Optional[str] = typer.Option(
@@ -314,6 +319,7 @@ def register(app: typer.Typer) -> None:
                            repeat=repeat, graph_first=graph_first, eager_first=eager_first,
                            confirm_patch=confirm_patch, sanitize=sanitize,
                            latent_check=not no_latent_check, plan=plan,
+                           context_len=context_len,
                            resume=resume, exit_protocol=exit_protocol, tasks=tasks,
                            parallel=not no_parallel, keep_server=keep_server,
                            break_lock=break_lock, as_json=as_json, argv=ctx.args)
@@ -429,7 +435,7 @@ def register(app: typer.Typer) -> None:
 def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backend: str | None,
             repeat: int, graph_first: bool, eager_first: bool, confirm_patch: str | None,
             sanitize: bool, latent_check: bool, plan: bool, resume: str | None,
-            exit_protocol: str | None,
+            exit_protocol: str | None, context_len: int | None,
             tasks: str | None, parallel: bool, keep_server: bool, break_lock: bool,
             as_json: bool, argv: list[str]) -> int:
     if graph_first and eager_first:
@@ -450,7 +456,7 @@ def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backen
                             order=order, repeat=repeat, sanitize=sanitize,
                             confirm_patch=confirm_patch, parallel=parallel,
                             tasks=_tasks(tasks, DEFAULT_BISECT_TASKS), keep_server=keep_server,
-                            latent_check=latent_check)
+                            latent_check=latent_check, context_len=context_len)
         hosts = common.hosts(host)
     if plan:
         eff = req.max_bs or hosts[0].server.max_bs
@@ -462,14 +468,18 @@ def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backen
                         if req.latent_check else None)
         k = len(hosts) if req.parallel else 1
         lines = plan_lines(spec, k=k)
+        from ddprobe.bisect.preflight import preview
+        looks = preview(hosts, budgets=req.budgets, base=req.base(), backend=req.backend,
+                        context_len=req.context_len, factor=req.oversize_factor)
         if as_json:
             common.emit_json({"plan": lines, "request": req.to_dict(),
-                              "hosts": [h.name for h in hosts]})
+                              "hosts": [h.name for h in hosts],
+                              "preview": [p.to_dict() for p in looks]})
         else:
             if k > 1:
                 lines.append(f"  (assuming the {k} hosts are identical; hosts that differ run "
                              "the plan side by side)")
-            for line in lines:
+            for line in lines + [ln for p in looks for ln in p.lines()]:
                 common.out.print(line)
         return 0
     with EventRenderer(common.err, quiet=False) as ren:

@@ -1,8 +1,10 @@
 """Launch flags: a Config + the host's ServerSettings -> the server's argv, checked before use.
 
-How a budget maps to flags is per host (`server.budget_flag`):
+How a budget maps to flags is per host (`server.budget_flag`, README "What a budget means"):
   draft_tokens -> --speculative-num-draft-tokens N+1 (EAGLE-style trees, with steps/topk)
   ddtree       -> --speculative-ddtree-budget N      (SGLang PR #29907)
+  steps        -> --speculative-num-steps N --speculative-num-draft-tokens N+1 (chains, topk 1)
+or a host's own template (`server.budget_args`, words with {budget} and {draft_tokens}).
 Spelling drift (`--cuda-graph-max-bs` became `--cuda-graph-max-bs-decode`) is resolved against
 the flags the host's installed version defines, read from its `srt/server_args.py`.
 """
@@ -10,9 +12,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
+from ddprobe.effective import EffectiveConfig
 from ddprobe.errors import ConfigError, DdprobeError, RemoteError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
@@ -35,6 +38,8 @@ class Launch:
     config: Config
     checked: bool = False  # the flags were checked against the installed version
     notes: tuple[str, ...] = ()
+    effective: EffectiveConfig | None = None  # the preflight's answer (what will run)
+    preflight: Any = None  # server.preflight.PreflightResult, when one was asked
 
     @property
     def env_dict(self) -> dict[str, str]:
@@ -54,14 +59,11 @@ def server_args(host: Host, config: Config, flags: FlagSet | None = None) -> lis
         out += ["--speculative-algorithm", s.algorithm]
     if s.draft_model_path:
         out += ["--speculative-draft-model-path", s.draft_model_path]
-    if s.steps is not None:
+    if s.steps is not None and "--speculative-num-steps" not in _budget_words(host, config):
         out += ["--speculative-num-steps", str(s.steps)]
     if s.topk is not None:
         out += ["--speculative-eagle-topk", str(s.topk)]
-    if s.budget_flag == "ddtree":
-        out += ["--speculative-ddtree-budget", str(config.budget)]
-    else:
-        out += ["--speculative-num-draft-tokens", str(config.budget + 1)]
+    out += _budget_words(host, config)
     if not config.graph:
         out += graph_off_flags(flags)
     if config.max_bs is not None:
@@ -70,6 +72,28 @@ def server_args(host: Host, config: Config, flags: FlagSet | None = None) -> lis
         out += ["--attention-backend", config.backend]
     out += list(s.args) + list(config.extra_args)
     return out
+
+
+def _budget_words(host: Host, config: Config) -> list[str]:
+    s = host.server
+    if s.budget_args:
+        return [w.replace("{budget}", str(config.budget))
+                .replace("{draft_tokens}", str(config.budget + 1)) for w in s.budget_args]
+    if s.budget_flag == "ddtree":
+        return ["--speculative-ddtree-budget", str(config.budget)]
+    if s.budget_flag == "steps":
+        return ["--speculative-num-steps", str(config.budget),
+                "--speculative-num-draft-tokens", str(config.budget + 1)]
+    return ["--speculative-num-draft-tokens", str(config.budget + 1)]
+
+
+def budget_fields(host: Host) -> tuple[str, ...]:
+    """The effective-config fields that carry the budget on this host (what the preflight
+    compares): the fields of the flags the budget mapping fills in."""
+    from ddprobe.server.preflight import FLAG_FIELDS
+    words = _budget_words(host, Config(budget=7))
+    return tuple(dict.fromkeys(FLAG_FIELDS[w] for i, w in enumerate(words[:-1])
+                               if w in FLAG_FIELDS and words[i + 1] in ("7", "8")))
 
 
 def graph_off_flags(flags: FlagSet | None) -> list[str]:
@@ -131,7 +155,7 @@ def check_launch(launch: Launch, flags: FlagSet | None) -> Launch:
     if flags is None:
         return launch
     flags.check(list(launch.server_args))
-    return Launch(launch.argv, launch.server_args, launch.env, launch.config, True, launch.notes)
+    return replace(launch, checked=True)
 
 
 # ----- the host's flags ---------------------------------------------------------------------------

@@ -18,6 +18,7 @@ from ddprobe.server.classify import classify_dead, classify_hang, excerpt, refus
 from ddprobe.server.health import HealthReporter, wait_healthy
 from ddprobe.server.launch import Launch, build_launch, check_launch, host_flags
 from ddprobe.server.manager import Manager, StartInfo, StopInfo, get_manager
+from ddprobe.server.preflight import preflight_launch
 from ddprobe.server.prepare import prepare_host
 
 _WILDCARD = ("", "0.0.0.0", "::", "[::]")
@@ -29,8 +30,11 @@ def server_target(host: Host) -> str:
     return "127.0.0.1" if b in _WILDCARD else b.strip("[]")
 
 
-def prepared_launch(r: Remote, host: Host, config: Config, mgr: Manager) -> Launch:
-    """Prepare the host, build the launch for `config`, check it against the installed flags."""
+def prepared_launch(r: Remote, host: Host, config: Config, mgr: Manager, *,
+                    preflight: bool = True) -> Launch:
+    """Prepare the host, build the launch for `config`, check it against the installed flags,
+    then (`preflight`) through the host's own SGLang argument handling: RefusedError when the
+    server would refuse it or run it under another label (`server.preflight`)."""
     notes = []
     note = prepare_host(r, host)
     if note:
@@ -39,7 +43,8 @@ def prepared_launch(r: Remote, host: Host, config: Config, mgr: Manager) -> Laun
     if why:
         notes.append(why)
     launch = build_launch(host, config, flags, template=mgr.template(), notes=notes)
-    return check_launch(launch, flags)
+    launch = check_launch(launch, flags)
+    return preflight_launch(r, host, launch) if preflight else launch
 
 
 @dataclass

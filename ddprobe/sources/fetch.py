@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
+from ddprobe.sources.argrules import ArgRules, find_rules
 from ddprobe.sources.buffers import BufferReport, SizingParams, analyse_buffers, wanted_files
 from ddprobe.sources.flags import SERVER_ARGS, FlagSet
 from ddprobe.sources.flagsrc import parse_flags
@@ -49,6 +50,13 @@ def read_flags(r: Remote, host: Host | None = None) -> FlagSet:
     src = read_sources(r, host, [SERVER_ARGS], follow="prefixes",
                        follow_prefixes=["srt.arg_groups"], follow_depth=3)
     return parse_flags(src.texts, package=src.install.package, version=src.install.version)
+
+
+def read_arg_rules(r: Remote, host: Host | None = None) -> ArgRules:
+    """SGLang's post-parse rules for speculative flags in the host's install (`argrules`)."""
+    src = read_sources(r, host, [SERVER_ARGS], follow="prefixes",
+                       follow_prefixes=["srt.arg_groups"], follow_depth=3)
+    return find_rules(src.texts)
 
 
 _flags_cache: dict[tuple[str, str, str, tuple[tuple[str, str], ...]], FlagSet] = {}

@@ -7,19 +7,15 @@ import sys
 from typing import List, Optional
 
 from .cuda import resolve_device
-from .scenario import ScenarioError, load_scenario
 from .srt.entrypoints.engine import start_engine
 from .srt.entrypoints.http_server import serve
 from .srt.server_args import (
-    DEFAULT_SCENARIO,
     DEVICE_ENV,
-    SCENARIO_ENV,
     STARTUP_SCALE_ENV,
     TIME_SCALE_ENV,
     build_parser,
     env_float,
     prepare_server_args,
-    resolve_server_args,
 )
 from .srt.utils import SimClock, configure_logger, install_sigquit_handler
 
@@ -28,13 +24,11 @@ logger = logging.getLogger(__name__)
 
 def main(argv: Optional[List[str]] = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    server_args = prepare_server_args(argv)
-    name = server_args.testbed_scenario or os.environ.get(SCENARIO_ENV) or DEFAULT_SCENARIO
+    server_args = prepare_server_args(argv)  # resolved against the scenario, like SGLang's
+    scenario = server_args.scenario_obj
     try:
         server_args.testbed_device = resolve_device(server_args.testbed_device,
                                                     os.environ.get(DEVICE_ENV))
-        scenario = load_scenario(name)
-        resolve_server_args(server_args, scenario)
         scale = server_args.testbed_time_scale
         if scale is None:
             scale = env_float(TIME_SCALE_ENV)
@@ -45,7 +39,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             startup = env_float(STARTUP_SCALE_ENV)
         if startup is None:
             startup = scale
-    except (ScenarioError, ValueError) as e:
+    except ValueError as e:
         build_parser().error(str(e))
     server_args.testbed_scenario = scenario.source
     server_args.testbed_time_scale, server_args.testbed_startup_scale = scale, startup

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import os
 from typing import TYPE_CHECKING, List, Optional
 
@@ -22,6 +23,9 @@ TIME_SCALE_ENV = "DDTESTBED_TIME_SCALE"
 STARTUP_SCALE_ENV = "DDTESTBED_STARTUP_SCALE"
 SCENARIO_ENV = "DDTESTBED_SCENARIO"
 DEVICE_ENV = "DDTESTBED_DEVICE"
+EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE")
+
+logger = logging.getLogger(__name__)
 
 
 @dataclasses.dataclass
@@ -72,6 +76,49 @@ class ServerArgs:
     testbed_device: Optional[str] = None  # cpu | cuda; None: $DDTESTBED_DEVICE, else auto
     testbed_time_scale: Optional[float] = None
     testbed_startup_scale: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        # SGLang rewrites and asserts here, after parsing and before anything starts
+        # (0.4.6.post5 .. 0.5.11 ServerArgs.__post_init__; 0.5.2x arg_groups/*_hook.py).
+        self._handle_attention_backend()
+        self._handle_speculative_decoding()
+
+    def _handle_attention_backend(self) -> None:
+        if self.attention_backend == "torch_native":
+            logger.warning("Cuda graph is disabled because of using torch native attention "
+                           "backend")
+            self.disable_cuda_graph = True
+
+    def _handle_speculative_decoding(self) -> None:
+        if self.speculative_algorithm == "NEXTN":
+            # NEXTN shares the same implementation of EAGLE
+            self.speculative_algorithm = "EAGLE"
+        if self.speculative_algorithm not in EAGLE_FAMILY:
+            return
+        if self.max_running_requests is None:
+            self.max_running_requests = 48
+        # Auto choose parameters
+        if self.speculative_num_steps is None:
+            assert (
+                self.speculative_eagle_topk is None
+                and self.speculative_num_draft_tokens is None
+            )
+            (
+                self.speculative_num_steps,
+                self.speculative_eagle_topk,
+                self.speculative_num_draft_tokens,
+            ) = auto_choose_speculative_params(self)
+        if self.speculative_eagle_topk is None:
+            self.speculative_eagle_topk = 1 if self.speculative_algorithm == "STANDALONE" else 4
+        if (
+            self.speculative_eagle_topk == 1
+            and self.speculative_num_draft_tokens != self.speculative_num_steps + 1
+        ):
+            logger.warning(
+                "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+                "speculative_eagle_topk == 1"
+            )
+            self.speculative_num_draft_tokens = self.speculative_num_steps + 1
 
     @staticmethod
     def add_cli_args(parser: argparse.ArgumentParser) -> None:
@@ -286,15 +333,31 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def auto_choose_speculative_params(args: ServerArgs) -> tuple:
+    """(steps, topk, draft tokens) when steps are not given, as SGLang 0.5.x chooses them."""
+    if args.speculative_algorithm == "STANDALONE":
+        return (3, 1, 4)
+    return (5, 4, 8)
+
+
 def prepare_server_args(argv: List[str]) -> ServerArgs:
-    """Parse argv like SGLang: unknown flags print usage and exit 2."""
+    """Parse argv like SGLang's `prepare_server_args`: unknown flags print usage and exit 2,
+    post-init rewrites apply (topk 1: draft tokens = steps + 1; NEXTN -> EAGLE; torch_native:
+    no CUDA graphs) and assert (steps unset with draft tokens given), and the defaults the
+    server derives from its GPU and model (here: the scenario's) are filled in, so what comes
+    back is what the server will run with. The scenario rides along as `args.scenario_obj`."""
+    from ..scenario import ScenarioError, load_scenario
     parser = build_parser()
     raw_args = parser.parse_args(argv)
     args = ServerArgs.from_cli_args(raw_args)
     try:
         check_server_args(args)
-    except ValueError as e:
+        name = args.testbed_scenario or os.environ.get(SCENARIO_ENV) or DEFAULT_SCENARIO
+        scenario = load_scenario(name)
+        resolve_server_args(args, scenario)
+    except (ScenarioError, ValueError) as e:
         parser.error(str(e))
+    args.scenario_obj = scenario  # type: ignore[attr-defined]  (not a field: not in asdict)
     return args
 
 
@@ -358,8 +421,6 @@ def resolve_server_args(args: ServerArgs, scenario: Scenario) -> None:
                                   else scenario.server.cuda_graph_max_bs)
     if args.speculative_algorithm is None:
         return
-    if args.speculative_algorithm == "NEXTN":
-        args.speculative_algorithm = "EAGLE"  # SGLang treats NEXTN as an alias of EAGLE
     if args.speculative_num_draft_tokens is None:
         budget = args.speculative_ddtree_budget or scenario.draft.budget
         args.speculative_num_draft_tokens = budget + 1
