@@ -6,8 +6,8 @@ Expected answers, written before running:
   tree budget 8), graphs on, max bs 64 and the captured list [1, 2, 4, 8, 12, 16, ..., 64]
   from the log; attention backend triton; source server_info.
 - seed b16 eager: cuda_graph False, no captured list.
-- seed b64 (cuBLAS failure during capture, server never healthy): source log, the captured
-  list from the `Capture cuda graph bs` line, no speculative fields.
+- seed b64 (cuBLAS failure during capture, server never healthy): the preflight's answer
+  (draft 65) refined by the `Capture cuda graph bs` line.
 """
 from __future__ import annotations
 
@@ -145,5 +145,7 @@ def test_cells_record_what_the_testbed_server_runs(make_host: Callable[..., Host
     assert eager.effective.cuda_graph is False and eager.effective.cuda_graph_bs is None
     assert eager.effective.draft_tokens == 17
     assert dead.outcome is Outcome.CRASH and dead.effective is not None
-    assert dead.effective.source == "log" and dead.effective.cuda_graph_max_bs == 64
-    assert dead.effective.draft_tokens is None
+    # never answered /server_info: the preflight's answer, refined by the capture line
+    assert dead.effective.source == "preflight" and dead.effective.cuda_graph_max_bs == 64
+    assert "cuda_graph_bs" in dead.effective.fields_from_log
+    assert dead.effective.draft_tokens == 65

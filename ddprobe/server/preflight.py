@@ -195,6 +195,10 @@ def _install_failure(host: Host, doc: dict[str, Any], version: str | None) -> Pr
     msg = f"{_s(err.get('type')) or 'error'}: {_s(err.get('message'), 300) or '?'}"
     where = _s(err.get("where"), 300) or ""
     module = _s(doc.get("module")) or f"{host.package}.srt.server_args"
+    if missing.split(".")[0] == host.package:
+        return _not_run(f"preflight not run: {host.python} on {host.name} cannot import "
+                        f"{host.package} at all (keys 'python', 'package', env PYTHONPATH)",
+                        version=version)
     if doc.get("stage") == "import" and err.get("kind") == "import" and \
             missing.split(".")[0] not in GPU_ONLY_MODULES:
         return PreflightResult(
