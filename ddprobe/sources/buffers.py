@@ -182,6 +182,7 @@ def analyse_buffers(texts: Mapping[str, str], *, package: str = "", version: str
             calls.setdefault(k, []).extend(v)
     for s in scans.values():
         s.cache["calls"] = calls  # every module's Resolver sees every call site
+        s.cache["scans"] = scans  # and the caller's module, to resolve what it passes
     rows: list[BufferRow] = []
     for pat in patterns:
         if "*" not in pat and pat not in texts:
@@ -219,7 +220,7 @@ def _missing_buffers(path: str, scan: ModuleScan, rows: Sequence[BufferRow]) -> 
         near = sorted({a for a in present if set(re.split(r"[_.\[\]\"']+", a)) & words}
                       | set(difflib.get_close_matches(want, sorted(present), n=2, cutoff=0.6)))
         hint = f"; nearest here: {', '.join(near[:4])}" if near else ""
-        nones = [n for n in scan.none_sites if n.attr == want]
+        nones = [n for n in scan.none_sites if n.attr == want and not n.is_local]
         if nones:
             hint += "; only set to None at " + ", ".join(f"line {n.line}" for n in nones)
         out.append(BufferRow(status="missing-buffer", attr=want, file=path,
@@ -252,7 +253,8 @@ def _row(scan: ModuleScan, resolver: Resolver, a: Alloc, phase: str,
     cls = a.cls if home is scan else _class_of(home, attr)
     shape_node = _shape_node(a)
     res = resolver.resolve(shape_node, a.cls, a.func, a.line) if shape_node is not None else None
-    nones = [n for n in home.none_sites if n.attr == attr and n.cls == cls]
+    nones = [n for n in home.none_sites if n.attr == attr and n.cls == cls
+             and n.same_storage(tgt, a.func)]
     # uses are looked up on the attribute itself (`self.x` of `self.x.buffer`)
     use_tgt = "self." + re.split(r"[.\[]", attr)[0] if tgt.startswith("self.") else tgt
     fake = Alloc(use_tgt, home.file, a.line, a.end_line, cls, a.func, a.allocator, a.shape,
@@ -393,7 +395,7 @@ def _helper_rows(scan: ModuleScan, scans: Mapping[str, ModuleScan],
                            via=f"{callee}() at {scan.file}:{asg.line}",
                            target=f"self.{attr}{sub}", home=scan)
                 nones = tuple(f"{n.file}:{n.line} {n.scope}" for n in scan.none_sites
-                              if n.attr == attr and n.cls == cls)
+                              if n.attr == attr and n.cls == cls and not n.is_local)
                 flags = row.flags if not nones or FLAG_NONE in row.flags else (
                     *row.flags, FLAG_NONE)
                 rows.append(replace(row, attr=f"{attr}{sub}", none_sites=nones, flags=flags))

@@ -40,6 +40,19 @@ class _Site:
     def scope(self) -> str:
         return ".".join(p for p in (self.cls, self.func) if p) or "<module>"
 
+    @property
+    def is_local(self) -> bool:
+        """A bare name (`x = ...` in a function): never the attribute `self.x`."""
+        return self.target.isidentifier()
+
+    def same_storage(self, target: str, func: str | None) -> bool:
+        """Whether this site writes what `target` (as stored, in `func`) names: an attribute
+        matches an attribute of that name; a local only the same local in the same function."""
+        local = target.isidentifier()
+        if local != self.is_local:
+            return False
+        return not local or func == self.func
+
 
 @dataclass(frozen=True)
 class Alloc(_Site):
@@ -88,6 +101,12 @@ class CallSite:
     nargs: int  # positional arguments
     keywords: tuple[str, ...]
     scope: str
+    # what the caller passes (for sizes resolved from the caller, not a parameter's name)
+    args: tuple[ast.expr, ...] = field(default=(), compare=False, repr=False)
+    kwargs: tuple[tuple[str, ast.expr], ...] = field(default=(), compare=False, repr=False)
+    cls: str | None = None
+    func: str | None = None
+    receiver: str = ""  # `self.model_runner.attn_backend` of `....init_cuda_graph_state(...)`
 
 
 @dataclass
@@ -390,7 +409,12 @@ def _visit_stmt_node(scan: ModuleScan, node: ast.AST, cls: str | None, func: Fun
             scan.calls.setdefault(callee, []).append(CallSite(
                 scan.file, node.lineno, len(node.args),
                 tuple(k.arg for k in node.keywords if k.arg),
-                ".".join(p for p in (cls, func.name) if p)))
+                ".".join(p for p in (cls, func.name) if p),
+                args=tuple(node.args), kwargs=tuple((k.arg, k.value) for k in node.keywords
+                                                    if k.arg),
+                cls=cls, func=func.name,
+                receiver=ast.unparse(node.func.value) if isinstance(node.func, ast.Attribute)
+                else ""))
         alloc = allocator_name(node, mods, fns)
         if alloc is not None:
             owner = owner_of(node, parents)

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ddprobe.sources.bufeval import _FUNCS
-from ddprobe.sources.bufscan import Assignment, CallSite, FuncInfo, ModuleScan
+from ddprobe.sources.bufscan import Assignment, CallSite, FuncInfo, ModuleScan  # noqa: F401
 
 # canonical sizing variables (what --max-bs/--budgets/--context-len/--var set)
 MAX_BS = "max_bs"
@@ -131,6 +131,9 @@ class Resolver:
                             seen | {f"{name}@{a.line}"})
             return self._keep(name, out, sub, notes)
         if info is not None and name in info.params:
+            passed = self._from_callers(info, name, depth, notes, seen)
+            if passed is not None:
+                return passed
             return self._vocab(name, name, notes, param=True, cls=cls, func=func)
         if name in STRONG or name in WEAK:
             return self._vocab(name, name, notes, cls=cls, func=func)
@@ -182,6 +185,74 @@ class Resolver:
             notes.append(f"{text} is not the server's setting: kept as {sym.id}")
             return sym
         return _symbol(last)
+
+    def _from_callers(self, info: FuncInfo, param: str, depth: int, notes: list[str],
+                      seen: frozenset[str]) -> ast.expr | None:
+        """A parameter's size from what its callers pass (`init_cuda_graph_state(
+        self.max_num_token)` into a parameter named `max_bs` is max_bs * draft_tokens), not
+        from its name. Callers on a draft backend (`draft_attn_backend`, `attn_backends[i]`)
+        size the draft's own instance: the target's callers decide the verify buffers."""
+        method = info.name.split(".")[-1]
+        params = [p for p in info.params if p not in ("self", "cls")]
+        if param not in params or f"param:{method}.{param}" in seen:
+            return None
+        idx = params.index(param)
+        scans = self.scan.cache.get("scans") or {}
+        found: list[tuple[CallSite, ast.expr]] = []
+        fn = info.node.args
+        has_var = fn.vararg is not None or fn.kwarg is not None
+        for site in self.calls.get(method, []):
+            if site.cls == info.cls and site.func == method:
+                continue  # recursion / a wrapper calling itself
+            if not _may_call(site, info.cls, params, has_var):
+                continue  # another class's method of the same name
+            arg = dict(site.kwargs).get(param)
+            if arg is None and idx < len(site.args) and not isinstance(site.args[idx],
+                                                                      ast.Starred):
+                arg = site.args[idx]
+            if arg is not None:
+                found.append((site, arg))
+        if not found:
+            return None
+        # which instance: a draft backend class is called through the draft receivers, any
+        # other backend's verify buffers are sized by the target's callers
+        want_draft = _draft_class(info.cls)
+        mine = [(s, a) for s, a in found if _draft_receiver(s.receiver) == want_draft]
+        use = mine or found
+        others = [(s, a) for s, a in found if (s, a) not in use]
+        outs: list[tuple[CallSite, ast.expr]] = []
+        for site, arg in use:
+            home = scans.get(site.file) if isinstance(scans, Mapping) else None
+            if not isinstance(home, ModuleScan):
+                continue
+            sub: list[str] = []
+            res = Resolver(home, self.functions, self.calls)
+            expr = res._sub(arg, site.cls, site.func, site.line, depth + 1, sub,
+                            seen | {f"param:{method}.{param}"})
+            outs.append((site, expr))
+        if not outs:
+            return None
+        texts = {ast.unparse(e) for _, e in outs}
+        names = {n.id for _, e in outs for n in ast.walk(e) if isinstance(n, ast.Name)}
+        if not names & set(CANONICAL) or names - set(CANONICAL) - set(_FUNCS):
+            # the callers say nothing about sizing, or pass what only runs can tell
+            # (`max(self.capture_num_tokens) if ... else ...`): keep the name's meaning
+            if names & set(CANONICAL):
+                notes.append(f"{param} (parameter of {method}): callers pass "
+                             f"{sorted(texts)[0][:80]}, not resolvable here; sized by the "
+                             f"parameter's name")
+            return None
+        where = ", ".join(f"{s.file}:{s.line} ({ast.unparse(a)})" for s, a in use[:3])
+        if others:
+            where += (f"; not the {'target' if want_draft else 'draft'}'s callers at "
+                      + ", ".join(f"{s.file}:{s.line}" for s, _ in others[:3]))
+        if len(texts) == 1:
+            notes.append(f"{param} (parameter of {method}) <- {where} -> {texts.pop()}")
+            return outs[0][1]
+        notes.append(f"{param} (parameter of {method}) <- {where}: callers differ; sized as "
+                     f"the largest")
+        return ast.Call(func=ast.Name(id="max", ctx=ast.Load()), args=[e for _, e in outs],
+                        keywords=[])
 
     def _call_sites_note(self, info: FuncInfo, param: str) -> str:
         """Whether callers pass a parameter that the function replaces when it is missing."""
@@ -247,6 +318,28 @@ class Resolver:
             why = " (parameter)" if param else ""
             notes.append(f"{text}{why} -> {target}")
         return _parsed(target)
+
+
+def _may_call(site: CallSite, cls: str | None, params: Sequence[str], has_var: bool) -> bool:
+    """Whether a call site can be a call of `cls`'s method with these parameters: a class
+    named as the receiver must be that class, and the arguments must fit the signature."""
+    recv = site.receiver.split(".")[-1]
+    if recv[:1].isupper() and recv.isidentifier() and recv != cls:
+        return False
+    if has_var:
+        return True
+    return site.nargs <= len(params) and all(k in params for k in site.keywords)
+
+
+def _draft_class(cls: str | None) -> bool:
+    """`TritonMultiStepDraftBackend`, `FlashInferMultiStepDraftBackend`: draft backends."""
+    low = (cls or "").lower()
+    return "draft" in low or "multistep" in low
+
+
+def _draft_receiver(receiver: str) -> bool:
+    """`self.model_runner.draft_attn_backend`, `self.attn_backends[i]`: a draft backend."""
+    return "draft" in receiver or "attn_backends[" in receiver
 
 
 class _Bind(ast.NodeTransformer):
