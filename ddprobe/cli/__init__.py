@@ -15,8 +15,8 @@ from ddprobe.errors import DdprobeError
 from ddprobe.exitcodes import ExitCode
 
 app = typer.Typer(
-    name="ddprobe", add_completion=False, no_args_is_help=True,
-    pretty_exceptions_enable=False, rich_markup_mode=None,
+    name="ddprobe", add_completion=True, no_args_is_help=True,
+    pretty_exceptions_enable=False, rich_markup_mode="rich",
     help="Diagnose speculative-decoding deployments on GPU hosts: restart, probe, bisect.")
 
 # Each module adds its commands with `register(app)`. One concept per module.
@@ -139,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         mod = _COMMANDS.get(cmd or "")
         _register([mod] if mod and "--help" not in args[:1] else _MODULES)
-        rv = app(args=args, prog_name="ddprobe", standalone_mode=False)
+        from ddprobe.cli import helpdoc
+        cmd = helpdoc.decorate(typer.main.get_command(app))
+        rv = cmd.main(args=args, prog_name="ddprobe", standalone_mode=False)
         return int(rv or 0)
     except DdprobeError as e:
         if debug:

@@ -331,7 +331,7 @@ def register(app: typer.Typer) -> None:
 
     @bis.command("log")
     def log_cmd(run_id: Optional[str] = typer.Argument(
-            None, metavar="[RUN_ID]", help="Run id (or a prefix, or 'latest'); default: the "
+            None, metavar="RUN_ID", help="Run id (or a prefix, or 'latest'); default: the "
                                            "manual bisect in progress.")) -> None:
         """Print a bisect's session log: one runnable `ddprobe bisect` command a line.
 

@@ -132,7 +132,7 @@ def register(bis: typer.Typer) -> None:
     def _mark_cmd(verb: str, helptext: str, example: str) -> None:
         def cmd(
             target: Optional[str] = typer.Argument(
-                None, metavar="[BUDGET|CELL]",
+                None, metavar="BUDGET|CELL",
                 help="The budget (or a cell key from `next`/`log`); default: the cell `next` "
                      "names."),
             graph: Optional[bool] = typer.Option(None, "--graph/--no-graph",

@@ -165,9 +165,11 @@ def register(app: typer.Typer) -> None:
             None, "--health-timeout", help="Seconds to wait for health (default: "
                                            "server.health_timeout)."),
         suite: str = typer.Option("coding", "--suite", help="Probe suite (name or .json)."),
-        concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, max=256),
+        concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, max=256,
+                                         help="Probe requests in flight at once."),
         tasks: Optional[str] = typer.Option(None, "--tasks", help="Comma list of task ids."),
-        max_tokens: int = typer.Option(512, "--max-tokens", min=1),
+        max_tokens: int = typer.Option(512, "--max-tokens", min=1,
+                                        help="Max new tokens per coding answer."),
         probe_timeout: float = typer.Option(300.0, "--probe-timeout",
                                             help="Per-request timeout (s)."),
         baseline: Optional[str] = typer.Option(

@@ -74,15 +74,20 @@ def register(app: typer.Typer) -> None:
             budget: Optional[int] = typer.Option(None, "--budget", "-b", min=1,
                                                  help="Draft-tree budget (default: "
                                                       "server.budget)."),
-            graph: bool = typer.Option(True, "--graph/--no-graph"),
-            max_bs: Optional[int] = typer.Option(None, "--max-bs", min=1),
-            backend: Optional[str] = typer.Option(None, "--backend"),
+            graph: bool = typer.Option(True, "--graph/--no-graph",
+                                              help="CUDA graphs on (default) or off."),
+            max_bs: Optional[int] = typer.Option(None, "--max-bs", min=1,
+                                                 help="--cuda-graph-max-bs."),
+            backend: Optional[str] = typer.Option(None, "--backend",
+                                                  help="--attention-backend."),
             extra: Optional[list[str]] = ExtraOpt,
             env: Optional[list[str]] = EnvOpt,
             wait: bool = typer.Option(True, "--wait/--no-wait",
                                       help="Wait until /health_generate answers."),
-            health_timeout: Optional[float] = typer.Option(None, "--health-timeout"),
-            break_lock: bool = typer.Option(False, "--break-lock"),
+            health_timeout: Optional[float] = typer.Option(
+                None, "--health-timeout", help="Seconds to wait for /health_generate."),
+            break_lock: bool = typer.Option(False, "--break-lock",
+                                            help="Take over a stale host lock."),
             as_json: bool = common.JsonOpt,
         ) -> None:
             _start(restart, host, budget, graph, max_bs, backend, extra, env, wait,
@@ -100,7 +105,8 @@ def register(app: typer.Typer) -> None:
     def stop_cmd(host: str = common.HostOpt,
                  grace: Optional[float] = typer.Option(None, "--grace",
                                                        help="TERM grace (s) before KILL."),
-                 break_lock: bool = typer.Option(False, "--break-lock"),
+                 break_lock: bool = typer.Option(False, "--break-lock",
+                                            help="Take over a stale host lock."),
                  as_json: bool = common.JsonOpt) -> None:
         """Stop the server: TERM its process group, KILL after the grace; verify it is gone."""
         h = common.one_host(host)

@@ -188,7 +188,8 @@ def register(app: typer.Typer) -> None:
                                            "package, e.g. srt/layers/attention."),
         context: int = typer.Option(0, "-C", "--context", help="Lines of context."),
         fixed: bool = typer.Option(False, "--fixed-strings", "-F", help="PATTERN is text."),
-        ignore_case: bool = typer.Option(False, "--ignore-case", "-i"),
+        ignore_case: bool = typer.Option(False, "--ignore-case", "-i",
+                                         help="Match case-insensitively."),
         glob: list[str] = typer.Option([], "--glob", "-g", help="Only files matching (e.g. "
                                        "'*.py'); repeatable."),
         tool: str = typer.Option("auto", "--tool", help="auto (ripgrep where the host has it, "
