@@ -1,7 +1,7 @@
-"""`ddprobe patch apply|revert|status|diff|list`: reversible edits of a host's install."""
+"""`ddprobe patch apply|revert|status|diff|list|recover`: reversible edits of a host's install."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.table import Table
@@ -12,8 +12,20 @@ from ddprobe.cli import common
 from ddprobe.errors import PatchError, UsageError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.sources.patches import (apply_patch, list_patches, load_patch, patch_diff,
-                                     patch_status, revert_patch)
+                                     patch_status, recover_patches, revert_patch)
 from ddprobe.sources.patchtext import Patch
+
+
+def _print_backups(backups: tuple[dict[str, Any], ...]) -> None:
+    t = Table(show_header=True, box=None, pad_edge=False)
+    for c in ("patch", "file", "now", "backup"):
+        t.add_column(c, overflow="fold")
+    for b in backups:
+        t.add_row(Text(b["patch"]), Text(b["path"]), Text(b["state"]), Text(b["backup"]))
+    common.out.print(t)
+    if backups:
+        common.out.print(Text("`ddprobe patch recover --host H --apply` restores the files "
+                              "that differ from their oldest backup", style="yellow"))
 
 
 def _print_diff(diff: str) -> None:
@@ -101,7 +113,10 @@ def register(app: typer.Typer) -> None:
         else:
             common.out.print(Text(f"{h.name}: {st.install.package} {st.install.version} at "
                                   f"{st.install.path}"))
-            if not st.entries:
+            if st.ledger_error:
+                common.out.print(Text(f"ledger: {st.ledger_error}", style="bold red"))
+                _print_backups(st.backups)
+            elif not st.entries:
                 common.out.print(Text("no patches applied", style="dim"))
             for e in st.entries:
                 color = "green" if e.verdict == "applied" else "red"
@@ -119,9 +134,32 @@ def register(app: typer.Typer) -> None:
                 common.out.print(t)
                 if e.advice:
                     common.out.print(Text(f"  {e.advice}", style="yellow"))
-        if any(e.verdict in ("incomplete", "drifted", "interrupted-complete")
-               for e in st.entries):
+        if st.ledger_error or any(e.verdict in ("incomplete", "drifted",
+                                                "interrupted-complete") for e in st.entries):
             raise typer.Exit(int(ExitCode.PATCH))
+
+    @papp.command("recover")
+    def recover_cmd(host: str = common.HostOpt,
+                    apply: bool = typer.Option(False, "--apply", help="Restore (default: show "
+                                               "what would be restored)."),
+                    as_json: bool = common.JsonOpt) -> None:
+        """A damaged or hand-edited ledger: restore every file from its oldest backup (the
+        original before the first patch) and start a new ledger; the old one is kept."""
+        h = common.one_host(host)
+        with remote.connect(h) as r:
+            res = recover_patches(r, host=h, apply=apply)
+        if as_json:
+            common.emit_json(res)
+            return
+        if res["status"] == "dry-run":
+            common.out.print(Text(f"{h.name}: would restore {len(res['restore'])} file(s) "
+                                  "(run again with --apply):"))
+            _print_backups(tuple(res["restore"]))
+        else:
+            common.out.print(Text(f"{h.name}: restored {len(res['restored'])} file(s); the "
+                                  f"damaged ledger is kept as {res['damaged_ledger']}"))
+        for b in res.get("refused") or ():
+            common.err.print(Text(f"refused {b['backup']}: {b['state']}", style="yellow"))
 
     @papp.command("diff")
     def diff_cmd(

@@ -225,6 +225,24 @@ def _fsync_dir(d: str) -> None:
         os.close(fd)
 
 
+def inside(root: str, rel: str, what: str = "path") -> str:
+    """`root/rel` as the real path ddprobe may read or write, or HelperError("path").
+
+    `rel` comes from a patch or a (hand-editable) ledger: no absolute path, no `..`, no NUL;
+    and the real path (every symlink resolved, on this host) must stay inside the real root.
+    A symlink whose target is inside the root resolves to that target: writes go through it
+    and the link itself is kept."""
+    if not isinstance(rel, str) or not rel or "\0" in rel or os.path.isabs(rel) or \
+            ".." in rel.replace("\\", "/").split("/"):
+        raise HelperError("path", "%s %r is not a relative path inside %s" % (what, rel, root))
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(os.path.join(root, rel))
+    if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
+        raise HelperError("path", "%s %r resolves to %s, outside %s (a symlink or `..` leaving "
+                          "it): refused, nothing written" % (what, rel, real, real_root))
+    return real
+
+
 def atomic_write(path: str, data: bytes, mode: int | None = None) -> None:
     """Temp file beside the target, fsync, keep the mode, rename, fsync the directory."""
     d = os.path.dirname(path) or "."

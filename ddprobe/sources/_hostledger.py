@@ -8,10 +8,12 @@ import fcntl
 import glob
 import json
 import os
+import re
+import time
 
 if "HelperError" not in globals():  # standalone (tests); on a host the parts are concatenated
     from ddprobe.sources._hostio import (LEDGER_VERSION, HelperError, Json,  # noqa: F401
-                                         _sha_bytes, atomic_write, locate)
+                                         _sha_bytes, atomic_write, heartbeat, inside, locate)
     from ddprobe.sources.patchtext import unified_diff  # noqa: F401
 
 
@@ -38,11 +40,24 @@ class Ledger:
                 data = json.load(fh)
         except FileNotFoundError:
             data = {}
-        except (OSError, ValueError) as e:
-            raise HelperError("ledger", "cannot read the ledger %s: %s" % (self.path, e))
+        except (OSError, ValueError, RecursionError) as e:
+            raise HelperError("ledger", "cannot read the ledger %s: %s; `ddprobe patch status` "
+                              "shows what the backups allow, `ddprobe patch recover` restores "
+                              "from them" % (self.path, e))
+        problem = _ledger_problem(data)
+        if problem:
+            raise HelperError("ledger", "the ledger %s is damaged (%s); `ddprobe patch status` "
+                              "shows what the backups allow, `ddprobe patch recover` restores "
+                              "from them" % (self.path, problem))
         data.setdefault("version", LEDGER_VERSION)
         data.setdefault("entries", [])
         data.setdefault("history", [])
+        for e in self.entries_for(data):  # every path it names, checked before any use
+            for f in e["files"]:
+                inside(self.pkg_dir, f["path"], "ledger path")
+                inside(os.path.join(self.dir, "backups"),
+                       os.path.relpath(f["backup"], os.path.join(self.dir, "backups"))
+                       if os.path.isabs(f["backup"]) else f["backup"], "ledger backup")
         return data
 
     def save(self, data: Json) -> None:
@@ -54,6 +69,27 @@ class Ledger:
 
     def backup_path(self, pid: str, rel: str) -> str:
         return os.path.join(self.dir, "backups", pid, rel)
+
+
+def _ledger_problem(data: object) -> str | None:
+    """What is wrong with a ledger's structure (a hand edit, a torn write), or None."""
+    if not isinstance(data, dict):
+        return "not a JSON object"
+    for key in ("entries", "history"):
+        if key in data and not isinstance(data[key], list):
+            return "%r is not a list" % key
+    for i, e in enumerate(data.get("entries", [])):
+        if not isinstance(e, dict) or not isinstance(e.get("id"), str):
+            return "entries[%d] has no id" % i
+        if not isinstance(e.get("files"), list):
+            return "entries[%d].files is not a list" % i
+        for j, f in enumerate(e["files"]):
+            if not isinstance(f, dict):
+                return "entries[%d].files[%d] is not an object" % (i, j)
+            for k in ("path", "sha_before", "sha_after", "backup"):
+                if not isinstance(f.get(k), str):
+                    return "entries[%d].files[%d].%s is not a string" % (i, j, k)
+    return None
 
 
 def _now() -> str:
@@ -75,7 +111,7 @@ def _remove_pycache(path: str) -> list[str]:
 
 
 def _file_bytes(pkg_dir: str, rel: str) -> tuple[bytes | None, int | None]:
-    path = os.path.join(pkg_dir, rel)
+    path = inside(pkg_dir, rel)
     try:
         with open(path, "rb") as fh:
             return fh.read(), os.stat(path).st_mode & 0o7777
@@ -105,7 +141,15 @@ def _open_ledger(req: Json) -> tuple[Json, str, Ledger, Json]:
 
 
 def op_status(req: Json) -> Json:
-    info, pkg_dir, ledger, data = _open_ledger(req)
+    try:
+        info, pkg_dir, ledger, data = _open_ledger(req)
+    except HelperError as e:
+        if e.kind not in ("ledger", "path"):
+            raise
+        info = locate(req["package"])
+        ledger = Ledger(info["path"], info["package"])
+        return {"entries": [], "history": [], "ledger": ledger.path, "ledger_exists": True,
+                "ledger_error": str(e), "backups": _backups(ledger), "install": info}
     out = []
     for e in ledger.entries_for(data):
         files = []
@@ -127,6 +171,67 @@ def op_status(req: Json) -> Json:
                     "version": e.get("version"), "files": files, "in_progress": alive})
     return {"entries": out, "history": data.get("history", [])[-20:], "ledger": ledger.path,
             "ledger_exists": os.path.exists(ledger.path), "install": info}
+
+
+def _backups(ledger: Ledger) -> list[Json]:
+    """Every backup file under the ledger's backups/ (what `patch recover` can restore), with
+    the state of the file it is the original of."""
+    root = os.path.join(ledger.dir, "backups")
+    out = []
+    for d, _, names in os.walk(root):
+        for n in sorted(names):
+            if ".drift-" in n:
+                continue
+            bp = os.path.join(d, n)
+            pid, _, rel = os.path.relpath(bp, root).partition(os.sep)
+            rel = re.sub(r"\.\d{9,}$", "", rel)  # a second backup of one file: name.<time>
+            try:
+                cur, _ = _file_bytes(ledger.pkg_dir, rel)
+                with open(bp, "rb") as fh:
+                    same = cur == fh.read()
+                state = "missing" if cur is None else "same as backup" if same else "differs"
+            except (HelperError, OSError) as e:
+                state = "refused: %s" % e
+            out.append({"patch": pid, "path": rel, "backup": bp, "state": state,
+                        "mtime": os.path.getmtime(bp)})
+    return out
+
+
+def op_recover(req: Json) -> Json:
+    """The way out of a damaged ledger: restore every file that has a backup to its oldest
+    backup (the original before the first patch), move the damaged ledger aside, start a new
+    one. Dry run unless req["apply"]."""
+    info = locate(req["package"])
+    ledger = Ledger(info["path"], info["package"])
+    ledger.lock()
+    backups = _backups(ledger)
+    oldest: dict[str, Json] = {}
+    for b in sorted(backups, key=lambda b: b["mtime"]):
+        oldest.setdefault(b["path"], b)
+    plan = [b for b in oldest.values() if b["state"] in ("differs", "missing")]
+    refused = [b for b in backups if b["state"].startswith("refused")]
+    if not req.get("apply"):
+        return {"status": "dry-run", "restore": plan, "refused": refused,
+                "unchanged": [b for b in oldest.values() if b["state"] == "same as backup"],
+                "ledger": ledger.path, "install": info}
+    restored = []
+    for b in plan:
+        path = inside(ledger.pkg_dir, b["path"])
+        with open(b["backup"], "rb") as fh:
+            original = fh.read()
+        heartbeat(b["path"])
+        atomic_write(path, original)
+        _remove_pycache(path)
+        restored.append(b["path"])
+    moved = None
+    if os.path.exists(ledger.path):
+        moved = "%s.damaged-%d" % (ledger.path, int(time.time()))
+        os.replace(ledger.path, moved)
+    ledger.save({"version": LEDGER_VERSION, "entries": [], "history": [
+        {"id": "(recovered)", "state": "recovered", "reverted_at": _now(),
+         "reverted_by": req.get("who", "?"), "files": [{"path": p} for p in restored]}]})
+    return {"status": "recovered", "restored": restored, "refused": refused,
+            "damaged_ledger": moved, "ledger": ledger.path, "install": info}
 
 
 def op_diff(req: Json) -> Json:

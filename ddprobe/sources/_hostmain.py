@@ -21,14 +21,15 @@ from typing import Any
 if "emit" not in globals():  # standalone (tests); on a host the parts are concatenated
     from ddprobe.sources._hostio import (HelperError, emit, locate, op_grep,  # noqa: F401
                                          op_read)
-    from ddprobe.sources._hostledger import op_diff, op_status  # noqa: F401
+    from ddprobe.sources._hostledger import op_diff, op_recover, op_status  # noqa: F401
     from ddprobe.sources._hostpatch import op_apply, op_revert  # noqa: F401
     from ddprobe.sources.patchtext import PatchTextError  # noqa: F401
 
 # The function behind each op. hostprog sends only the parts an op needs (a read does not
 # carry the patch engine), so look the function up when the op runs.
 OP_FUNCS = {"locate": "op_locate", "read": "op_read", "grep": "op_grep", "status": "op_status",
-            "diff": "op_diff", "apply": "op_apply", "revert": "op_revert"}
+            "diff": "op_diff", "apply": "op_apply", "revert": "op_revert",
+            "recover": "op_recover"}
 
 
 def op_locate(req: dict[str, Any]) -> dict[str, Any]:

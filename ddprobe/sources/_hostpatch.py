@@ -8,7 +8,8 @@ import time
 
 if "Ledger" not in globals():  # standalone (tests); on a host the parts are concatenated
     from ddprobe.sources._hostio import (HelperError, Json, Write, _sha_bytes,  # noqa: F401
-                                         atomic_write, heartbeat, locate, _detach_from_caller)
+                                         atomic_write, heartbeat, inside, locate,
+                                         _detach_from_caller)
     from ddprobe.sources._hostledger import (Ledger, _file_bytes, _now,  # noqa: F401
                                              _remove_pycache, _state_of)
     from ddprobe.sources.patchtext import (Patch, PatchTextError, apply_file,  # noqa: F401
@@ -128,15 +129,15 @@ def _write_files(req: Json, pkg_dir: str, writes: list[Write], ledger: Ledger, d
             if k and pause:
                 time.sleep(pause)  # test hook: a window to kill the caller between files
             heartbeat(rel)
-            path = os.path.join(pkg_dir, rel)
+            path = inside(pkg_dir, rel)  # through a link inside the install: the link stays
             atomic_write(path, content, mode)
             _remove_pycache(path)
             done.append(rel)
     except (OSError, HelperError) as e:
         for rel, content, mode in rollback:
             if rel in done:
-                atomic_write(os.path.join(pkg_dir, rel), content, mode)
-                _remove_pycache(os.path.join(pkg_dir, rel))
+                atomic_write(inside(pkg_dir, rel), content, mode)
+                _remove_pycache(inside(pkg_dir, rel))
         data["entries"] = [x for x in data["entries"] if x is not entry]
         ledger.save(data)
         raise HelperError("io", "writing %s failed (%s); the files already written were "
@@ -260,7 +261,7 @@ def _revert_entry(req: Json, pkg_dir: str, ledger: Ledger, data: Json, entry: Js
     for f, cur, state, original, mode in plan:
         if state == "original":
             continue
-        path = os.path.join(pkg_dir, f["path"])
+        path = inside(pkg_dir, f["path"])
         if state == "drifted" and cur is not None:
             atomic_write("%s.drift-%d" % (ledger.backup_path(entry["id"], f["path"]),
                                           int(time.time())), cur)
@@ -320,8 +321,8 @@ def _revert_unrecorded(req: Json, info: Json) -> Json:
                 % patch.id, "install": info}
     for rel, content, mode in writes:
         heartbeat(rel)
-        atomic_write(os.path.join(pkg_dir, rel), content, mode)
-        _remove_pycache(os.path.join(pkg_dir, rel))
+        atomic_write(inside(pkg_dir, rel), content, mode)
+        _remove_pycache(inside(pkg_dir, rel))
     return {"status": "reverted", "reverted": [{"id": patch.id, "restored": [w[0] for w in
                                                                               writes]}],
             "message": "not in the ledger: reversed the diff", "install": info}

@@ -201,13 +201,17 @@ class PatchStatus:
     ledger: str
     entries: tuple[PatchEntry, ...]
     history: tuple[dict[str, Any], ...] = field(default=(), repr=False)
+    # a damaged or unreadable ledger: why, and every backup found (what `recover` can do)
+    ledger_error: str | None = None
+    backups: tuple[dict[str, Any], ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {"host": self.host, "install": self.install.to_dict(), "ledger": self.ledger,
                 "patches": [{**{k: v for k, v in e.__dict__.items() if k != "files"},
                              "verdict": e.verdict, "advice": e.advice,
                              "files": [f.__dict__ for f in e.files]} for e in self.entries],
-                "history": list(self.history)}
+                "history": list(self.history), "ledger_error": self.ledger_error,
+                "backups": list(self.backups)}
 
 
 def patch_status(r: Remote, *, host: Host | None = None) -> PatchStatus:
@@ -220,7 +224,17 @@ def patch_status(r: Remote, *, host: Host | None = None) -> PatchStatus:
                                f["backup"], bool(f["backup_ok"])) for f in e["files"]),
         in_progress=bool(e.get("in_progress"))) for e in res["entries"])
     return PatchStatus(h.name, Install.from_dict(res["install"]), res["ledger"], entries,
-                       tuple(res.get("history") or ()))
+                       tuple(res.get("history") or ()), ledger_error=res.get("ledger_error"),
+                       backups=tuple(res.get("backups") or ()))
+
+
+def recover_patches(r: Remote, *, host: Host | None = None, apply: bool = False
+                    ) -> dict[str, Any]:
+    """The way out of a damaged ledger: restore each backed-up file to its oldest backup and
+    start a new ledger (the damaged one is kept beside it). A dry run unless `apply`."""
+    h = host if host is not None else r.host
+    return run_helper(r, "recover", {"package": h.package, "apply": apply, "who": _who()},
+                      timeout=300)
 
 
 def patch_diff(r: Remote, patch_id: str | None = None, *, host: Host | None = None
