@@ -53,10 +53,16 @@ def load_yaml(path: Path | str, text: str | None = None) -> Any:
             raise ConfigError("file not found", path=p) from None
         except OSError as e:
             raise ConfigError(f"cannot read: {e.strerror}", path=p) from None
+    if len(text) > MAX_YAML_CHARS:
+        raise ConfigError(f"file larger than {MAX_YAML_CHARS >> 20} MiB", path=p)
     loader = _Loader(text)
     loader._path = p  # type: ignore[attr-defined]
     try:
-        return loader.get_single_data()
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_size(node, p)
+        return loader.construct_document(node)
     except yaml.MarkedYAMLError as e:
         mark = e.problem_mark or e.context_mark
         line = mark.line + 1 if mark else None
@@ -64,8 +70,50 @@ def load_yaml(path: Path | str, text: str | None = None) -> Any:
                           line=line) from None
     except yaml.YAMLError as e:
         raise ConfigError(f"YAML error: {e}", path=p) from None
+    except RecursionError:
+        raise ConfigError(f"YAML nested deeper than {MAX_DEPTH} levels", path=p,
+                          line=getattr(loader, "line", -1) + 1 or None) from None
     finally:
         loader.dispose()
+
+
+MAX_YAML_CHARS = 4 << 20
+MAX_NODES = 100_000  # after aliases are expanded: a "billion laughs" document is refused
+MAX_DEPTH = 100
+
+
+def _check_size(root: yaml.Node, path: str) -> None:
+    """Refuse a document whose aliases expand it past MAX_NODES, or nested past MAX_DEPTH
+    (both before anything is built from it), naming the line."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, int, bool]] = [(root, 1, False)]
+    while stack:
+        node, depth, done = stack.pop()
+        if depth > MAX_DEPTH:
+            raise ConfigError(f"YAML nested deeper than {MAX_DEPTH} levels", path=path,
+                              line=node.start_mark.line + 1)
+        kids = _children(node)
+        if done:
+            sizes[id(node)] = 1 + sum(sizes[id(k)] for k in kids)
+            if sizes[id(node)] > MAX_NODES:
+                raise ConfigError(f"YAML expands to more than {MAX_NODES} values (aliases "
+                                  "that repeat each other?)", path=path,
+                                  line=node.start_mark.line + 1)
+            continue
+        if id(node) in sizes:
+            continue
+        stack.append((node, depth, True))
+        for k in kids:
+            if id(k) not in sizes:
+                stack.append((k, depth + 1, False))
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return list(node.value)
+    if isinstance(node, yaml.MappingNode):
+        return [x for pair in node.value for x in pair]
+    return []
 
 
 def line_of(obj: Any, key: Any = None) -> int | None:

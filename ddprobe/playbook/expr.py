@@ -117,10 +117,22 @@ def _tokens(src: str) -> list[tuple[str, str, int]]:
     return out
 
 
+MAX_EXPR_CHARS = 10_000
+MAX_DEPTH = 100  # parentheses, brackets, `not`s and method calls nested in one another
+
+
 class _Parser:
     def __init__(self, src: str) -> None:
+        if len(src) > MAX_EXPR_CHARS:
+            raise ExprError(f"expression longer than {MAX_EXPR_CHARS} characters")
         self.toks = _tokens(src)
         self.i = 0
+        self.depth = 0
+
+    def _deeper(self, col: int) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise ExprError(f"nested deeper than {MAX_DEPTH} levels", col)
 
     def peek(self, value: str | None = None, kind: str | None = None) -> bool:
         k, v, _ = self.toks[self.i]
@@ -158,8 +170,11 @@ class _Parser:
 
     def not_(self) -> Node:
         if self.peek("not", "name"):
-            self.take()
-            return Not(self.not_())
+            _, _, col = self.take()
+            self._deeper(col)
+            node = Not(self.not_())
+            self.depth -= 1
+            return node
         return self.cmp()
 
     def cmp(self) -> Node:
@@ -187,17 +202,21 @@ class _Parser:
             return Lit(re.sub(r"\\(.)", r"\1", v[1:-1]))
         if v == "(":
             self.take()
+            self._deeper(col)
             node = self.or_()
             self.take(")")
+            self.depth -= 1
             return node
         if v == "[":
             self.take()
+            self._deeper(col)
             items: list[Node] = []
             while not self.peek("]"):
                 items.append(self.or_())
                 if not self.peek("]"):
                     self.take(",")
             self.take("]")
+            self.depth -= 1
             return ListLit(tuple(items))
         if k == "name":
             if v in ("true", "false"):
@@ -223,8 +242,10 @@ class _Parser:
                         raise ExprError(f"unknown method {name!r} (methods: "
                                         f"{', '.join(METHODS)})", ncol)
                     self.take()
+                    self._deeper(ncol)
                     arg = None if self.peek(")") else self.or_()
                     self.take(")")
+                    self.depth -= 1
                     steps.append(Step("call", name, arg=arg))
                 else:
                     steps.append(Step("field", name))

@@ -32,6 +32,7 @@ from ddprobe.playbook.actions import ActionRegistry, ActionSpec, coerce
 from ddprobe.yamlio import LineDict, load_yaml
 
 TOP_KEYS = ("name", "description", "vars", "steps")
+MAX_VALUE_CHARS = 1 << 20
 STEP_KEYS = ("name", "action", "with", "when", "assert", "register", "ignore_errors")
 RESERVED = {"host", "result", "it", "vars", "and", "or", "not", "in", "true", "false", "null",
             "none"}
@@ -182,7 +183,11 @@ class _Loader:
                                          for x in parts), kind, line)
         if whole and isinstance(parts[0], _Value):
             return parts[0].value  # a whole "${x}" keeps its type
-        return "".join(_text(x) for x in parts)
+        out = "".join(_text(x) for x in parts)
+        if len(out) > MAX_VALUE_CHARS:  # `b: ${a}${a}`, `c: ${b}${b}`, ... doubles each line
+            raise self.err(f"a value grows past {MAX_VALUE_CHARS} characters after "
+                           "substitution (variables that repeat each other?)", line)
+        return out
 
     def condition(self, text: Any, line: int, known: set[str], what: str) -> expr.Node:
         if isinstance(text, bool):
