@@ -40,7 +40,7 @@ def test_facts_cli_json(tmp_path, sshd, sglang_venv, capsys):
                  "--host", "gpu-a", "--json"])
     out = capsys.readouterr().out
     assert code == 0
-    doc = json.loads(out)
+    (doc,) = json.loads(out)["hosts"]  # one host: the shape of several
     assert doc["host"] == "gpu-a" and doc["sglang"]["version"] == "0.5.2"
     assert set(doc) >= {"os", "gpus", "cuda", "python", "packages", "server"}
 

@@ -109,7 +109,8 @@ def test_grep_hits_context_and_hostile_pattern(capsys, inventory: Path, ssh_conf
                        r"cuda_graph_custom_mask|def init_cuda_graph_state", "--host",
                        _name("0.5.10"), "--path", "srt/layers/attention", "-C", "1", "--json")
     assert rc == 0, err
-    doc = json.loads(out)
+    (only,) = json.loads(out)["hosts"]  # one host: the shape of several
+    doc = only["result"]
     hits = [(h["file"], h["line"], h["kind"]) for h in doc["hits"]]
     assert (TRITON, 182, "match") in hits and (TRITON, 181, "context") in hits
     assert (TRITON, 479, "match") in hits

@@ -51,6 +51,15 @@ class EventRenderer(common.LiveStatus):
         self.console, self.quiet = console, quiet
         self.live = console.is_terminal and not quiet
         self._lock = threading.Lock()
+        self.done = 0  # cells finished (all groups)
+        self.left: dict[str, int] = {}  # group -> configs left (worst case)
+        self.cell_s: list[float] = []  # wall time of each finished cell (restart + probes)
+
+    def _counts(self) -> None:
+        left = sum(self.left.values())
+        mean = sum(self.cell_s) / len(self.cell_s) if self.cell_s else None
+        self._set_counts(self.done, self.done + left if self.left else None,
+                         None if mean is None else mean * left)
 
     def _line(self, text: str) -> None:
         if not self.quiet:
@@ -79,9 +88,18 @@ class EventRenderer(common.LiveStatus):
             out = res.outcome.value if res is not None else "?"
             color = {"ok": "green", "error": "yellow", "refused": "magenta"}.get(out, "red")
             secs = f" ({res.extra.get('wall_s', 0):.0f} s)" if res is not None else ""
+            self.done += 1
+            if res is not None and res.extra.get("wall_s"):
+                self.cell_s.append(float(res.extra["wall_s"]))
+            if e.group in self.left:
+                self.left[e.group] = max(0, self.left[e.group] - 1)
+            self._counts()
             self._line(f"{grp}[{color}]{escape(e.text)}: {escape(describe(res))}[/{color}]"
                        f"{secs}")
         elif e.kind == "progress":
+            if "configs_left" in e.data:
+                self.left[e.group] = int(e.data["configs_left"])
+                self._counts()
             self._line(f"{grp}[bold]Bisecting:[/bold] {escape(e.text)}")
         elif e.kind in ("plan", "static", "run", "round"):
             self._line(f"{grp}[dim]{escape(e.text)}[/dim]")

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.markup import escape
 
 from ddprobe.bisect import manual
 from ddprobe.bisect.verdicts import exit_code
@@ -28,19 +27,19 @@ def _print_next(st: manual.State, *, as_json: bool) -> int:
             "verdicts": [v.to_dict() for v in st.verdicts]})
         return exit_code(st.verdicts) if st.next is None else 0
     if st.next is None:
-        common.out.print("[bold]the bisect is complete[/bold]; verdicts:")
+        common.out.print("the bisect is complete; verdicts:")
         for v in st.verdicts:
             common.out.print(f"  b{',b'.join(map(str, v.budgets))}: {v.kind} "
                              f"({v.decided_by}, {v.confidence})")
             for e in v.evidence:
-                common.out.print(f"     - {e.kind}: {escape(e.summary)}")
-            common.out.print(f"     next: {escape(v.next_step)}")
+                common.out.print(f"     - {e.kind}: {e.summary}")
+            common.out.print(f"     next: {v.next_step}")
         common.out.print("`ddprobe bisect log` prints the session; `ddprobe bisect reset` ends it")
         return exit_code(st.verdicts)
     c = st.next
     common.out.print(f"Bisecting: at most {st.left} configs left (worst case of the plan)")
-    common.out.print(f"[bold]next: {escape(c.key)}[/bold]  {escape(manual.PURPOSE_TEXT.get(c.purpose, c.purpose))}")
-    common.out.print(f"  run it: {escape(manual.how_to_run(c))}")
+    common.out.print(f"next: {c.key}  {manual.PURPOSE_TEXT.get(c.purpose, c.purpose)}")
+    common.out.print(f"  run it: {manual.how_to_run(c)}")
     common.out.print("  then:   ddprobe bisect good | ddprobe bisect bad --mode 'crash' "
                      "(or --log server.log) | ddprobe bisect skip")
     return 0
@@ -56,7 +55,7 @@ def _mark(verb: str, target: Optional[str], words: list[str], log: Optional[Path
         words = [*words, "--mode", _mode_from_log(log)]
     cell, st = manual.mark(verb, target, words)
     if not as_json:
-        common.err.print(f"marked {escape(cell.key)} {verb}")
+        common.err.print(f"marked {cell.key} {verb}")
     _print_next(st, as_json=as_json)  # a mark exits 0; `next` gives the verdicts' exit code
 
 
@@ -197,7 +196,7 @@ def register(bis: typer.Typer) -> None:
                               "next": st.next.key if st.next else None})
             return
         for line in lines:
-            common.out.print(escape(line), highlight=False)
+            common.out.print(line, highlight=False)
         common.out.print(f"at most {st.left} configs left"
                          + (f"; next: {st.next.key}" if st.next else "; complete"))
 

@@ -14,7 +14,8 @@ from typing import Any
 import typer
 from rich.console import Console
 from rich.text import Text
-from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, Progress, SpinnerColumn, TaskID, TextColumn,
+                           TimeElapsedColumn)
 
 from ddprobe import remote
 from ddprobe.errors import ConfigError
@@ -29,10 +30,18 @@ def _color() -> bool | None:
     return None
 
 
+PIPE_WIDTH = 400
+
+
 def make_console(stderr: bool) -> Console:
     """The console: markup off and host text cleaned at render time (ddprobe/safeconsole.py)."""
     nc = bool(os.environ.get("NO_COLOR"))
-    return SafeConsole(stderr=stderr, no_color=nc, highlight=False, soft_wrap=True)
+    c = SafeConsole(stderr=stderr, no_color=nc, highlight=False, soft_wrap=True)
+    if not stderr and not c.is_terminal and not os.environ.get("COLUMNS"):
+        # stdout to a pipe or file: rich would cut tables at 80 columns
+        c = SafeConsole(stderr=stderr, no_color=nc, highlight=False, soft_wrap=True,
+                        width=PIPE_WIDTH)
+    return c
 
 
 out = make_console(stderr=False)
@@ -110,6 +119,12 @@ HostOpt = typer.Option(..., "--host", "-H", help="Host, group, or comma list (se
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
 
 
+def _duration(s: float) -> str:
+    s = max(0, int(round(s)))
+    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else \
+        f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
+
+
 def live_progress(console: Console) -> tuple[Progress, TaskID]:
     """A started, transient spinner line on stderr. redirect_stdout=False: rich would otherwise
     move JSON written to stdout during the progress onto its console (REMOTE_AND_CI.md 5.1)."""
@@ -136,6 +151,15 @@ class LiveStatus:
     def __exit__(self, *exc: object) -> None:
         if self._progress is not None:
             self._progress.stop()
+
+    def _set_counts(self, done: int, total: int | None, eta_s: float | None = None) -> None:
+        """The overall bar: cells done of the planned total, and the time the rest may take."""
+        if self._progress is None:
+            return
+        counts = f"{done}/{total} cells" if total else f"{done} cells"
+        if eta_s is not None and total and total > done:
+            counts += f", ~{_duration(eta_s)} left at most"
+        self._progress.update(self._task, completed=done, total=total or None, counts=counts)
 
     def _set_status(self, text: str) -> bool:
         """Show text on the status line; False when there is none (not a terminal)."""

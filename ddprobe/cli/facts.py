@@ -64,7 +64,7 @@ def register(app: typer.Typer) -> None:
                                                             "note": why}}
                     if o.value else {"host": o.host.name, "status": o.status, "error": o.error}
                     for o in res]
-            common.emit_json(docs[0] if len(docs) == 1 else docs)
+            common.emit_json({"hosts": docs})  # one shape for one host and for many
         else:
             for o in res:
                 if o.value:

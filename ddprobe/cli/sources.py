@@ -16,7 +16,7 @@ from ddprobe.safeconsole import SafeConsole
 from ddprobe.sources.buffers import FLAG_FIXED, FLAG_NONE, FLAG_SHORT, BufferReport, SizingParams
 from ddprobe.sources.fetch import grep_buffers, read_flags
 from ddprobe.sources.flags import FlagSet
-from ddprobe.sources.grep import GrepResult, compare, grep, grep_hosts
+from ddprobe.sources.grep import GrepResult, HostGrep, compare, grep, grep_hosts
 
 
 def _ints(text: str, what: str) -> tuple[int, ...]:
@@ -179,6 +179,15 @@ def render_flags(fs: FlagSet) -> None:
     _wide(t)
 
 
+def _grep_json(outs: list[HostGrep]) -> None:
+    """`grep --json`: one shape for one host and for many."""
+    common.emit_json({"hosts": [{"host": o.host, "status": o.status, "error": o.error,
+                                 "result": o.result.to_dict() if o.result else None}
+                                for o in outs],
+                      "compare": [{"file": c.file, "text": c.text, "lines": c.lines,
+                                   "differs": c.differs} for c in compare(outs)]})
+
+
 def register(app: typer.Typer) -> None:
     @app.command("grep")
     def grep_cmd(
@@ -205,8 +214,8 @@ def register(app: typer.Typer) -> None:
         if len(hs) == 1:
             with remote.connect(hs[0]) as r:
                 res = grep(r, pattern, host=hs[0], **kw)  # type: ignore[arg-type]
-            if as_json:
-                common.emit_json(res.to_dict())
+            if as_json:  # the shape of several hosts, with one: scripts read one shape
+                _grep_json([HostGrep(hs[0].name, "ok", res, None)])
             else:
                 render_grep(res)
                 common.err.print(f"{hs[0].name}: {len(res.matches)} match(es) in "
@@ -219,11 +228,7 @@ def register(app: typer.Typer) -> None:
         outs = grep_hosts(hs, pattern, **kw)
         rows = compare(outs)
         if as_json:
-            common.emit_json({"hosts": [{"host": o.host, "status": o.status, "error": o.error,
-                                         "result": o.result.to_dict() if o.result else None}
-                                        for o in outs],
-                              "compare": [{"file": c.file, "text": c.text, "lines": c.lines,
-                                           "differs": c.differs} for c in rows]})
+            _grep_json(outs)
         else:
             ok = [o for o in outs if o.result is not None]
             t = Table(title=f"grep {pattern!r} on {len(hs)} hosts")
