@@ -41,7 +41,9 @@ def test_help_page_has_an_example_and_no_type_labels(path: str,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*path.split(), "--help"]) == 0
     page = capsys.readouterr().out
-    assert "Example" in page and "ddprobe " in page.split("Example", 1)[1], page
+    assert "Example" in page and "ddprobe " in page.split("Example", 1)[1], \
+        f"`ddprobe {path}` has no example: add one to its docstring or to EXAMPLES in " \
+        f"ddprobe/cli/helpdoc.py\n{page}"
     assert not LABEL.search(page), LABEL.search(page)
     cmd = dict((" ".join(p), c) for p, c in walk(_tree()))[path]
     for p in cmd.params:

@@ -36,6 +36,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
                     "--dry-run",),
     "patch revert": ("ddprobe patch revert --all --host b300",),
     "patch status": ("ddprobe patch status --host b300",),
+    "patch recover": ("ddprobe patch recover --host b300 --apply",),
     "patch diff": ("ddprobe patch diff sglang-0.5.10-triton-custom-mask --host b300",),
     "patch list": ("ddprobe patch list --json",),
     "server": ("ddprobe server status --host b300",),
