@@ -27,7 +27,8 @@ from ddprobe.errors import RefusedError, RemoteCommandError, RemoteError
 from ddprobe.inventory import Host
 from ddprobe.probes.client import ProbeHTTPError
 from ddprobe.probes.coding import load_suite
-from ddprobe.probes.runner import ProbeReport, TaskResult, baseline_from_report, run_probes
+from ddprobe.probes.runner import (ProbeReport, TaskResult, baseline_from_report,
+                                   ids_from_report, run_probes)
 from ddprobe.remote import Remote
 from ddprobe.results import CellResult, Config, Outcome
 from ddprobe.server.classify import (Baseline, Verdict, classify_dead, classify_hang,
@@ -270,6 +271,7 @@ class _Cell:
             self.extra["probe_check_s"] = round(sum(t.check_s or 0.0 for t in report.results), 4)
             if self.keep_answers:
                 self.extra["answers"] = baseline_from_report(report)
+                self.extra["answer_ids"] = ids_from_report(report)
             if alive and (fatal_match(self.log) is not None or
                           serving_failure(self.log) is not None):
                 alive = self._settle()  # read the rest of the failure while it exits

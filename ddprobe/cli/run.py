@@ -185,6 +185,10 @@ def register(app: typer.Typer) -> None:
         stop_after: bool = typer.Option(False, "--stop-after",
                                         help="Stop the server after the cell (default: leave "
                                              "a working server running)."),
+        differential: bool = typer.Option(
+            False, "--differential",
+            help="Run the budget without and then with CUDA graphs and compare the greedy "
+                 "outputs token by token: a divergence makes the graph cell garbage."),
         as_json: bool = common.JsonOpt,
     ) -> None:
         """One cell: restart the server with a config, wait for health, probe, classify."""
@@ -195,6 +199,14 @@ def register(app: typer.Typer) -> None:
         ids = tuple(t.strip() for t in tasks.split(",") if t.strip()) if tasks else None
         opts = ProbeOptions(suite=suite, concurrency=concurrency, tasks=ids,
                             max_tokens=max_tokens, timeout=probe_timeout)
+        if differential:
+            if base is not None:
+                raise UsageError("--differential compares graph with eager: it takes no "
+                                 "--baseline")
+            _differential(h, cfg, opts, log_dir=log_dir, break_lock=break_lock,
+                          health_timeout=health_timeout, stop_after=stop_after,
+                          as_json=as_json)
+            return
         with remote.connect(h) as r, LiveReporter(common.err) as rep:
             cell = run_cell(r, h, cfg, probe=opts, baseline=base, log_dir=log_dir,
                             reporter=rep, break_lock=break_lock, health_timeout=health_timeout,
@@ -208,3 +220,31 @@ def register(app: typer.Typer) -> None:
             code = ExitCode.UNREACHABLE
         if code != ExitCode.OK:
             raise typer.Exit(int(code))
+
+
+def _differential(h: Host, cfg: Config, opts: ProbeOptions, *, log_dir: Path | None,
+                  break_lock: bool, health_timeout: float | None, stop_after: bool,
+                  as_json: bool) -> None:
+    from ddprobe.differential_run import run_differential
+    from ddprobe.probes.differential import DIVERGED, NOT_DECISIVE
+    with remote.connect(h) as r, LiveReporter(common.err) as rep:
+        pair = run_differential(r, h, cfg, probe=opts, log_dir=log_dir, reporter=rep,
+                                break_lock=break_lock, health_timeout=health_timeout,
+                                stop_after=stop_after)
+    d = pair.diff
+    if as_json:
+        common.emit_json(pair.to_dict())
+    else:
+        render_cell(pair.eager, common.out)
+        render_cell(pair.graph, common.out)
+        col = {DIVERGED: "red", NOT_DECISIVE: "yellow"}.get(d.status, "green")
+        common.out.print(f"[{col}]differential[/{col}]: ", end="")
+        common.out.print(d.summary, markup=False, highlight=False)
+        for x in d.diverged[:8]:
+            common.out.print(f"  - {x.line()}", markup=False, highlight=False)
+        if d.determinism:
+            common.out.print(f"  determinism: {d.determinism}", markup=False, highlight=False)
+    worst = pair.graph if pair.graph.outcome is not Outcome.OK else pair.eager
+    code = EXIT[worst.outcome]
+    if code != ExitCode.OK:
+        raise typer.Exit(int(code))

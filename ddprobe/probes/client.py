@@ -86,6 +86,7 @@ class Completion:
     accept_source: str = ""  # which field it came from (SRC_*), "" when absent
     spec_verify_ct: int | None = None
     meta: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    output_ids: tuple[int, ...] | None = None  # /generate's token ids, when the server sent them
 
     @property
     def tok_s(self) -> float | None:
@@ -162,7 +163,8 @@ class ProbeClient:
                           completion_tokens=_int(meta.get("completion_tokens")),
                           prompt_tokens=_int(meta.get("prompt_tokens")),
                           finish_reason=fr.get("type") if isinstance(fr, dict) else _str(fr),
-                          accept_length=acc, accept_source=src, spec_verify_ct=ct, meta=meta)
+                          accept_length=acc, accept_source=src, spec_verify_ct=ct, meta=meta,
+                          output_ids=_ids(data.get("output_ids"), max_new_tokens))
 
     async def chat(self, prompt: str, *, max_tokens: int = 512,
                    system: str | None = None) -> Completion:
@@ -304,3 +306,11 @@ def _decode_capped(url: str, encoding: str, raw: bytes, cap: int) -> bytes:
     if len(out) > cap:
         raise AnswerTooLarge(url, cap)
     return out
+
+
+def _ids(v: Any, cap: int) -> tuple[int, ...] | None:
+    """Token ids from an answer (untrusted): a list of ints, at most `cap` of them kept."""
+    if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool)
+                                          for x in v[:cap]):
+        return None
+    return tuple(v[:cap])

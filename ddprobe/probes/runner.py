@@ -49,11 +49,13 @@ class TaskResult:
     errors: tuple[str, ...] = ()  # request errors (chat/generate)
     check_s: float | None = None  # ddprobe's own time: code extraction + sandboxed tests
     sandbox: str = ""  # the sandbox backend that ran the tests ("bubblewrap", "namespaces")
+    generate_ids: tuple[int, ...] | None = None  # the /generate answer's token ids, if sent
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["garbage"] = list(self.garbage)
         d["errors"] = list(self.errors)
+        d["generate_ids"] = list(self.generate_ids) if self.generate_ids is not None else None
         return d
 
 
@@ -88,6 +90,12 @@ class ProbeReport:
 def baseline_from_report(report: ProbeReport) -> dict[str, str]:
     """Task id -> greedy answer text, for a later cell's differential check."""
     return {r.task_id: r.text for r in report.results if not r.errors}
+
+
+def ids_from_report(report: ProbeReport) -> dict[str, list[int]]:
+    """Task id -> the /generate answer's token ids (where the server sent them)."""
+    return {r.task_id: list(r.generate_ids) for r in report.results
+            if not r.errors and r.generate_ids is not None}
 
 
 def run_probes(base_url: str, *, suite: str = "coding", concurrency: int = 8,
@@ -185,6 +193,7 @@ async def _probe_task(client: ProbeClient, task: CodingTask, *, max_tokens: int,
         latency_s=chat.latency_s, completion_tokens=chat.completion_tokens, tok_s=chat.tok_s,
         accept_length=acc, accept_source=src, generate_tok_s=gen.tok_s if gen else None,
         generate_tokens=gen.completion_tokens if gen else None,
+        generate_ids=gen.output_ids if gen else None,
         garbage=tuple(runaway + garbage.garbage_flags(text)),
         divergence=garbage.divergence(text, baseline) if baseline is not None else None,
         errors=errors, check_s=round(check_s, 4),

@@ -42,7 +42,7 @@ def _mix01(key: tuple[int | tuple[int, ...], ...]) -> float:
     return (z ^ (z >> 31)) / 2.0 ** 64
 
 
-_DRAFT, _ALT, _SAMPLE, _SAMPLE_ALT = 1, 2, 3, 4
+_DRAFT, _ALT, _SAMPLE, _SAMPLE_ALT, _TIE = 1, 2, 3, 4, 5
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,10 @@ class TargetModel:
     def __init__(self, tokenizer: Tokenizer, tasks: Sequence[Task]) -> None:
         self.tok = tokenizer
         self.tasks = [(t.prompt, tuple(tokenizer.encode(t.answer)) + (IM_END_ID,)) for t in tasks]
+        # near ties: a one-space token inside a code line (not indentation, not in a string)
+        # is as likely as two spaces to a real model, and either reads the same to Python
+        self._sp, self._sp2 = tokenizer.token_id(" "), tokenizer.token_id("  ")
+        self._ties = {answer: self._near_ties(answer) for _, answer in self.tasks}
         self.replies = [tuple(tokenizer.encode(r)) + (IM_END_ID,) for r in GENERIC_REPLIES]
         corpus = tokenizer.encode(GENERIC_CORPUS)
         self._start = corpus[0]
@@ -106,9 +110,48 @@ class TargetModel:
             return Context(len(prefix), None, 0, tail)
         start = self._token_index(prefix, anchor)
         generated = prefix[start:] if start is not None else None
-        if generated is None or expected[:len(generated)] != generated:
+        if generated is None or not self._follows(expected, generated):
             return Context(len(prefix), None, 0, tail)
         return Context(len(prefix), expected, len(generated), tail)
+
+    def _near_ties(self, answer: tuple[int, ...]) -> frozenset[int]:
+        out, line = set(), ""
+        for i, t in enumerate(answer):
+            piece = self.tok.piece(t)
+            if t == self._sp and line.strip() and line.count('"') % 2 == 0 \
+                    and line.count("'") % 2 == 0 and i + 1 < len(answer) \
+                    and self.tok.piece(answer[i + 1]) not in ("\n", " "):
+                out.add(i)
+            line = "" if piece == "\n" else line + piece
+        return frozenset(out)
+
+    def _follows(self, expected: tuple[int, ...], generated: tuple[int, ...]) -> bool:
+        """Is `generated` the start of `expected`, up to near-tie choices (two spaces for one
+        inside a code line): a model continues its answer after such a choice."""
+        n = len(generated)
+        if n > len(expected):
+            return False
+        if expected[:n] == generated:
+            return True
+        return self._tied(expected, 0, generated)
+
+    def _tied(self, expected: tuple[int, ...], start: int, got: Sequence[int]) -> bool:
+        """`got` equals expected[start:] up to near-tie choices."""
+        ties = self._ties.get(expected, frozenset())
+        if not ties or start + len(got) > len(expected):
+            return False
+        return all(g == e or (i in ties and g == self._sp2)
+                   for i, g, e in zip(range(start, start + len(got)), got, expected[start:]))
+
+    def near_tie(self, ctx: Context, extra: Sequence[int]) -> int | None:
+        """The runner-up token where the greedy one is a near tie (else None)."""
+        exp = ctx.expected
+        if exp is None:
+            return None
+        i = ctx.pos + len(extra)
+        if i in self._ties.get(exp, frozenset()) and self.next_token(ctx, extra) == self._sp:
+            return self._sp2
+        return None
 
     def _token_index(self, prefix: tuple[int, ...], char_pos: int) -> int | None:
         """Index of the token that starts at `char_pos`; None if it falls inside a token."""
@@ -127,7 +170,8 @@ class TargetModel:
         exp = ctx.expected
         if exp is not None:
             p, n = ctx.pos, len(extra)
-            if p + n < len(exp) and (n == 0 or exp[p:p + n] == tuple(extra)):
+            if p + n < len(exp) and (n == 0 or exp[p:p + n] == tuple(extra)
+                                     or self._tied(exp, p, extra)):
                 return exp[p + n]
         return self._continue((ctx.tail + tuple(extra))[-4:])
 
@@ -140,10 +184,18 @@ class TargetModel:
                     return nxt
         return self._start
 
-    def sample(self, ctx: Context, extra: Sequence[int], temperature: float, seed: int) -> int:
+    def sample(self, ctx: Context, extra: Sequence[int], temperature: float, seed: int,
+               flip_ties: int = 0) -> int:
         """Sampled next token: the greedy one, or with a temperature-dependent probability an
-        alternative. Keyed on (seed, absolute position), so verification stays lossless."""
+        alternative. Keyed on (seed, absolute position), so verification stays lossless.
+        `flip_ties` N > 0: logits perturbed (a stale scale): at one near tie in N (by
+        position) the runner-up wins, even greedily."""
         greedy = self.next_token(ctx, extra)
+        if flip_ties > 0:
+            alt = self.near_tie(ctx, extra)
+            position = ctx.prefix_len + len(extra)
+            if alt is not None and int(_mix01((_TIE, position)) * flip_ties) == 0:
+                return alt
         if temperature <= 0.0:
             return greedy
         position = ctx.prefix_len + len(extra)

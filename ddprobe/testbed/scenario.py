@@ -104,11 +104,23 @@ class KernelDefect:
 
 
 @dataclass(frozen=True)
+class StaleScalarDefect:
+    """(e) a scalar of the verify pass (its logit scale) captured into the graph from the
+    capture's dummy batch: replay keeps the stale value, which flips near-tie tokens (a
+    one-space vs two-space choice inside a code line) at one position in `every`, for trees of
+    at least `min_draft_tokens`. Eager passes the live value: only graph output changes."""
+
+    min_draft_tokens: int | None = None
+    every: int = 3
+
+
+@dataclass(frozen=True)
 class Defects:
     buffer_sizing: BufferSizingDefect = field(default_factory=BufferSizingDefect)
     graph_capture: GraphCaptureDefect = field(default_factory=GraphCaptureDefect)
     cublas_workspace: WorkspaceDefect = field(default_factory=WorkspaceDefect)
     kernel: KernelDefect = field(default_factory=KernelDefect)
+    stale_scalar: StaleScalarDefect = field(default_factory=StaleScalarDefect)
     hang: str | None = None  # "load": never listens; "warmup": listens, never healthy
 
 
@@ -218,12 +230,14 @@ _SUBSECTIONS: dict[tuple[str, str], type] = {
     ("Defects", "graph_capture"): GraphCaptureDefect,
     ("Defects", "cublas_workspace"): WorkspaceDefect,
     ("Defects", "kernel"): KernelDefect,
+    ("Defects", "stale_scalar"): StaleScalarDefect,
 }
 _OPTIONAL_TYPES: dict[tuple[str, str], tuple[type, ...]] = {
     ("BufferSizingDefect", "default_num_draft_tokens"): (int,),
     ("GraphCaptureDefect", "max_wave_tokens"): (int,),
     ("KernelDefect", "arch"): (str,),
     ("KernelDefect", "tile_rows"): (int,),
+    ("StaleScalarDefect", "min_draft_tokens"): (int,),
     ("Defects", "hang"): (str,),
 }
 
@@ -243,6 +257,8 @@ def _check(s: Scenario, path: str) -> Scenario:
     for name in ("context_len", "vocab_size", "hidden_size", "num_layers", "num_heads"):
         if getattr(s.model, name) <= 0:
             raise bad(f"'model.{name}' must be > 0", f"model.{name}")
+    if s.defects.stale_scalar.every < 1:
+        raise bad("'defects.stale_scalar.every' must be >= 1", "defects.stale_scalar.every")
     k = s.defects.kernel
     if (k.arch is None) != (k.tile_rows is None):
         raise bad("'defects.kernel' needs both 'arch' and 'tile_rows'", "defects.kernel")

@@ -83,6 +83,9 @@ class CudaGraphRunner:
                                      device=model_runner.device)
         self.seq_lens = torch.zeros((self.max_bs,), dtype=torch.int32, device=model_runner.device)
         self.graphs: dict[int, CapturedGraph] = {}
+        # The verify pass's logit scale is a host scalar, so a captured graph bakes in the value
+        # it had at capture (from the dummy batch); replay must not rely on it being live.
+        self.captured_logit_scale = model_runner.capture_logit_scale(self.num_tokens_per_bs)
 
         # Capture
         try:
@@ -145,4 +148,5 @@ class CudaGraphRunner:
         graph = self.graphs[bs]
         rows = self.model_runner.attn_backend.forward_target_verify(
             forward_batch, graph.metadata, graph.input_ids)
+        self.model_runner.verify_logit_scale = self.captured_logit_scale
         return bs, rows

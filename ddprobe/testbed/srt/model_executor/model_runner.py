@@ -15,12 +15,14 @@ from ..layers.linear import gemm_bf16
 from ..mem_cache.memory_pool import ReqToTokenPool, TokenToKVPool
 from ..model_config import DraftModelConfig, ModelConfig
 from ..server_args import ServerArgs
+from ..speculative.ddtree import accept
 from ..utils import SimClock, sleep_forever
 from .cuda_graph_runner import CudaGraphRunner
 from .forward_batch_info import ForwardBatch
 
 logger = logging.getLogger(__name__)
 _GIB = 1 << 30
+LIVE_LOGIT_SCALE = 1.0  # the verify logits' scale for greedy decoding
 
 
 class ModelRunner:
@@ -42,6 +44,7 @@ class ModelRunner:
             num_draft_tokens=scenario.defects.buffer_sizing.default_num_draft_tokens,
             accuracy=scenario.draft.accuracy, decay=scenario.draft.decay)
         self.graph_mem_usage = 0.0
+        self.verify_logit_scale = LIVE_LOGIT_SCALE  # the scale the last verify pass used
         self.load_model()
         self.init_memory_pool()
         self.init_attention_backend()
@@ -115,14 +118,34 @@ class ModelRunner:
         ctx = self.target.context(tuple(prompt))
         return self.target.sample(ctx, (), temperature, seed)
 
+    def capture_logit_scale(self, num_draft_tokens: int) -> float:
+        """The logit scale a graph captured for this verify width holds. Defect (e): the
+        value of the capture's dummy batch, not the live one."""
+        st = self.scenario.defects.stale_scalar
+        if st.min_draft_tokens is not None and num_draft_tokens >= st.min_draft_tokens:
+            return LIVE_LOGIT_SCALE + 1.0 / num_draft_tokens
+        return LIVE_LOGIT_SCALE
+
     def forward_target_verify(self, forward_batch: ForwardBatch) -> tuple[list[list[int]], bool, int]:
         """Predictions per request per tree node; also (ran in a graph?, padded batch size)."""
+        self.verify_logit_scale = LIVE_LOGIT_SCALE
         rows, graph, bs = self.verify_rows(forward_batch)
         target = self.target
+        # a wrong scale perturbs the logits: near ties can flip (greedy too); modelled where
+        # the draft tree ends (the bonus token), so acceptance is unchanged
+        flip = self.scenario.defects.stale_scalar.every \
+            if abs(self.verify_logit_scale - LIVE_LOGIT_SCALE) > 1e-6 else 0
         preds = []
-        for req_rows, (temperature, seed) in zip(rows, forward_batch.sampling):
-            preds.append([target.sample(target.context(seen), tree, temperature, seed)
-                          for seen, tree in req_rows])
+        for req_rows, (temperature, seed), tree in zip(rows, forward_batch.sampling,
+                                                       forward_batch.trees):
+            pred = [target.sample(target.context(seen), path, temperature, seed)
+                    for seen, path in req_rows]
+            if flip:
+                nodes, _ = accept(tree, pred)
+                last = nodes[-1] if nodes else 0
+                seen, path = req_rows[last]
+                pred[last] = target.sample(target.context(seen), path, temperature, seed, flip)
+            preds.append(pred)
         return preds, graph, bs
 
     def verify_rows(self, forward_batch: ForwardBatch) -> tuple[list[list[VisibleRow]], bool, int]:

@@ -1,0 +1,47 @@
+"""`ddprobe run --differential`: one budget with and without CUDA graphs, outputs compared.
+
+    with connect(host) as r:
+        pair = run_differential(r, host, Config(budget=16), probe=ProbeOptions())
+        pair.graph.outcome   # garbage when its greedy answers differ from eager's (decisive)
+        pair.diff.summary    # "graph vs eager: 2/8 greedy answers differ; first: ..."
+
+The eager cell runs first and the graph cell last, so the server left running is the graph
+config (the one a deployment uses). Both keep their answers (chat texts and /generate token
+ids); `ddprobe.probes.differential` compares them. The host lock is held across both cells.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from ddprobe.experiment import CellReporter, ProbeOptions, run_cell
+from ddprobe.inventory import Host
+from ddprobe.probes.differential import Differential, apply
+from ddprobe.remote import Remote
+from ddprobe.results import CellResult, Config
+from ddprobe.server.lock import HostLock
+
+
+@dataclass
+class DifferentialRun:
+    graph: CellResult
+    eager: CellResult
+    diff: Differential
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"graph": self.graph.to_dict(), "eager": self.eager.to_dict(),
+                "differential": self.diff.to_dict()}
+
+
+def run_differential(r: Remote, host: Host, config: Config, *,
+                     probe: ProbeOptions = ProbeOptions(), log_dir: Path | None = None,
+                     reporter: CellReporter | None = None, break_lock: bool = False,
+                     health_timeout: float | None = None, stop_after: bool = False
+                     ) -> DifferentialRun:
+    with HostLock(r, host, break_lock=break_lock) as lk:
+        kw: dict[str, Any] = dict(probe=probe, log_dir=log_dir, reporter=reporter, lock=lk,
+                                  health_timeout=health_timeout, keep_answers=True)
+        eager = run_cell(r, host, replace(config, graph=False), stop_after=True, **kw)
+        graph = run_cell(r, host, replace(config, graph=True), stop_after=stop_after, **kw)
+    return DifferentialRun(graph, eager, apply(graph, eager))
