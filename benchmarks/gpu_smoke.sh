@@ -3,6 +3,17 @@
 #
 #   bash benchmarks/gpu_smoke.sh            # from the repo root, on the GPU host itself
 #   OUT=/some/dir STEPS="env tests sanitize sweep bisect bisect-sanitize" TOTAL=560 bash ...
+#   TRANSPORT=ssh STEPS="env tests facts latent differential" bash ...   # issue 12's run
+#
+# TRANSPORT=ssh (the default when .debs/ holds openssh-server): ddprobe reaches the host over a
+# real OpenSSH server on 127.0.0.1, started from Debian 12's packages unpacked with `dpkg -x`
+# (openssh-server, openssh-sftp-server, openssh-client for ssh-keygen, libnsl2, libtirpc3,
+# libwrap0; `UsePAM no`, `Subsystem sftp internal-sftp`): the device image has no sshd. No
+# `ssh` client is put on PATH, so ddprobe resolves the host with paramiko's config parser.
+# Steps of issue 12: `latent` = `ddprobe bisect -b $BUDGETS` with the latent check (on by
+# default: the host's facts show compute-sanitizer); `differential` = `ddprobe run
+# --differential` at b8 and b16 on the `stale` scenario (defect (e): a stale scalar in the
+# captured graph).
 #
 # Needs: an NVIDIA GPU, python3 with torch + triton (the `gpu` extra), compute-sanitizer
 # (CUDA's, for the sanitize steps), and ddprobe's own dependencies. Wheels under ./.whl (e.g.
@@ -20,6 +31,10 @@ STEPS=${STEPS:-"env tests facts sanitize sweep bisect-sanitize bisect"}
 BUDGETS=${BUDGETS:-8,16,32,64}
 TASKS=${TASKS:-3}
 DEVICE=${DEVICE:-cuda}  # cpu: the same run on the simulated device (to try the script anywhere)
+if [ -z "${TRANSPORT:-}" ]; then
+  if ls .debs/openssh-server_*.deb >/dev/null 2>&1; then TRANSPORT=ssh; else TRANSPORT=local; fi
+fi
+SSH_PORT=${SSH_PORT:-2222}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/smoke.log") 2>&1
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
@@ -33,33 +48,90 @@ else
 fi
 
 WORK=$(mktemp -d /tmp/ddprobe-gpu-smoke.XXXXXX)
+chmod 755 "$WORK"
 INV=$WORK/hosts.yaml
 PY=$(command -v python3)
-cat > "$INV" <<EOF
-hosts:
-  h200:
-    host: localhost
-    transport: local
+SSHCFG=()
+HOSTLINE="host: localhost"
+TRANSPORTLINE="transport: local"
+if [ "$TRANSPORT" = ssh ]; then
+  # a real sshd on loopback from the unpacked Debian packages (see the header)
+  R=$WORK/openssh
+  mkdir -p "$R" "$WORK/sshlib" /run/sshd
+  for f in .debs/*.deb; do dpkg -x "$f" "$R" || exit 1; done
+  find "$R" \( -name 'libnsl*' -o -name 'libtirpc*' -o -name 'libwrap*' \) -exec cp -a {} "$WORK/sshlib/" \;
+  id sshd >/dev/null 2>&1 || useradd -r -M -s /usr/sbin/nologin sshd
+  KG() { LD_LIBRARY_PATH=$WORK/sshlib "$R/usr/bin/ssh-keygen" "$@"; }
+  KG -q -t ed25519 -N '' -f "$WORK/host_ed25519" && KG -q -t ed25519 -N '' -f "$WORK/client_ed25519" || exit 1
+  cp "$WORK/client_ed25519.pub" "$WORK/authorized_keys"; chmod 600 "$WORK/authorized_keys"
+  cat > "$WORK/sshd_config" <<EOF
+Port $SSH_PORT
+ListenAddress 127.0.0.1
+HostKey $WORK/host_ed25519
+PidFile $WORK/sshd.pid
+AuthorizedKeysFile $WORK/authorized_keys
+StrictModes no
+UsePAM no
+PubkeyAuthentication yes
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+AllowTcpForwarding yes
+PermitRootLogin yes
+MaxSessions 64
+MaxStartups 64:30:128
+Subsystem sftp internal-sftp
+LogLevel VERBOSE
+EOF
+  LD_LIBRARY_PATH=$WORK/sshlib "$R/usr/sbin/sshd" -t -f "$WORK/sshd_config" || exit 1
+  LD_LIBRARY_PATH=$WORK/sshlib setsid "$R/usr/sbin/sshd" -D -e -f "$WORK/sshd_config" \
+    2> "$WORK/sshd.log" < /dev/null &
+  for i in $(seq 50); do (echo > "/dev/tcp/127.0.0.1/$SSH_PORT") 2>/dev/null && break; sleep 0.1; done
+  echo "sshd: $(LD_LIBRARY_PATH=$WORK/sshlib "$R/usr/sbin/sshd" -V 2>&1 | head -1) on 127.0.0.1:$SSH_PORT"
+  echo "[127.0.0.1]:$SSH_PORT $(cut -d' ' -f1,2 "$WORK/host_ed25519.pub")" > "$WORK/known_hosts"
+  cat > "$WORK/ssh_config" <<EOF
+Host h200 h200-stale
+  HostName 127.0.0.1
+  Port $SSH_PORT
+  User root
+  IdentityFile $WORK/client_ed25519
+  IdentitiesOnly yes
+  UserKnownHostsFile $WORK/known_hosts
+  StrictHostKeyChecking yes
+EOF
+  SSHCFG=(--ssh-config "$WORK/ssh_config")
+  HOSTLINE="host: NAME"
+  TRANSPORTLINE=""
+fi
+host_entry() {  # NAME SCENARIO PORT
+  cat <<EOF
+  $1:
+    ${HOSTLINE/NAME/$1}
+    $TRANSPORTLINE
     python: $PY
     package: ddtestbed
     env:
       PYTHONPATH: $WORK/site
       DDTESTBED_DEVICE: $DEVICE
       DDTESTBED_TIME_SCALE: '0.01'
+      PATH: /usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
     server:
-      port: 31830
+      port: $3
       model_path: ddtestbed/tiny-coder
       algorithm: DDTREE
       budget_flag: ddtree
       draft_model_path: ddtestbed/tiny-drafter
       budget: 8
       max_bs: 64
-      args: ['--testbed-scenario', 'seed']
-      workdir: $WORK/work
+      args: ['--testbed-scenario', '$2']
+      workdir: $WORK/work-$1
       health_timeout: 180
       prepare: testbed
 EOF
-DD=(python3 -m ddprobe -i "$INV")
+}
+TB_PORT=${TB_PORT:-31830}
+{ echo "hosts:"; host_entry h200 seed "$TB_PORT"; host_entry h200-stale stale $((TB_PORT + 1)); } > "$INV"
+echo "transport: $TRANSPORT; inventory $INV"
+DD=(python3 -m ddprobe -i "$INV" "${SSHCFG[@]}")
 # TOTAL (seconds, optional): skip steps once past it and cap each step's time to what is left
 START=$SECONDS
 left() { if [ -n "${TOTAL:-}" ]; then echo $(( TOTAL - (SECONDS - START) )); else echo 100000; fi; }
@@ -150,7 +222,7 @@ BISECT=(bisect -H h200 -b "$BUDGETS" --tasks "$TASKS" --break-lock)
 if step bisect-sanitize; then
   # ddprobe.experiment does not re-export run_sanitize_cell yet: hand it to the bisect here
   banner "ddprobe bisect --sanitize"
-  PATH=$PATH:/usr/local/cuda/bin timeout $(cap 900) python3 - "$INV" "${BISECT[@]}" \
+  PATH=$PATH:/usr/local/cuda/bin timeout $(cap 900) python3 - "$INV" "${SSHCFG[@]}" "${BISECT[@]}" \
     > "$OUT/bisect-sanitize.json" <<'EOF'
 import sys
 import ddprobe.experiment as experiment
@@ -167,11 +239,63 @@ fi
 
 if step bisect; then
   banner "ddprobe bisect"
-  timeout $(cap 900) "${DD[@]}" "${BISECT[@]}"
+  timeout $(cap 900) "${DD[@]}" "${BISECT[@]}" --no-latent-check
   echo "bisect exit: $?"
 fi
 
+if step latent; then
+  # issue 12: the latent check runs by default (the host's facts show compute-sanitizer)
+  banner "ddprobe bisect -b $BUDGETS --tasks $TASKS (latent check on by default)"
+  PATH=$PATH:/usr/local/cuda/bin timeout $(cap 900) "${DD[@]}" "${BISECT[@]}" --json \
+    > "$OUT/bisect-latent.json"
+  echo "bisect (latent check) exit: $?"
+  python3 - "$OUT/bisect-latent.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+print("restarts", d["restarts_used"], "vs full sweep", d["restarts_full_sweep"], "rounds",
+      d["rounds"], "wall_s", d["wall_s"])
+for g in d["groups"]:
+    print("cells:", ", ".join(f"{c['key']}={c['outcome']}" for c in g["cells"]))
+for v in d["verdicts"]:
+    print(f"b{','.join(map(str, v['budgets']))}: {v['label']} ({v['decided_by']}, "
+          f"{v['confidence']})")
+    for e in v["evidence"]:
+        print("   -", e["kind"] + ":", e["summary"][:400])
+EOF
+  PATH=$PATH:/usr/local/cuda/bin timeout 60 "${DD[@]}" report latest --format term 2>&1 | head -80
+fi
+
+if step differential; then
+  # issue 12: defect (e) on the GPU: graph vs eager at b8 (no defect) and b16 (stale scalar)
+  for b in 8 16; do
+    banner "ddprobe run -H h200-stale -b $b --differential --tasks 8"
+    timeout $(cap 300) "${DD[@]}" run -H h200-stale -b $b --differential --tasks \
+      reverse_words,fizzbuzz,is_palindrome,flatten,chunk_list,binary_search,caesar_cipher,roman_to_int \
+      --break-lock --stop-after --json > "$OUT/differential-b$b.json"
+    echo "run --differential b$b exit: $?"
+    python3 - "$OUT/differential-b$b.json" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[1]))
+for k in ("eager", "graph"):
+    c = d[k]; p = c.get("probes") or {}; eff = c.get("effective") or {}
+    cfg = c['config']; tag = f"b{cfg['budget']}-{'graph' if cfg['graph'] else 'eager'}"
+    print(f"{k}: {tag} {c['outcome']} accept={p.get('accept_length')} "
+          f"coding={p.get('passed')}/{p.get('total')} tok/s={p.get('tok_s')} "
+          f"server cuda_graph={eff.get('cuda_graph')} sig={(c.get('signature') or {}).get('key')}")
+dd = d["differential"]
+print("differential:", dd["status"], "|", dd["summary"])
+for x in dd["diverged"][:4]:
+    print("   -", x["task"], "token", x["token"], "char", x["char"], "graph:", x["graph_at"],
+          "| eager:", x["eager_at"])
+print("determinism:", dd["determinism"])
+EOF
+  done
+fi
+
 banner "verify-pass timings from the server logs"
-grep -h "Verify pass on" "$WORK"/work/logs/*.log 2>/dev/null | sed 's/^\[[^]]*\] //' | sort | uniq -c | tail -40
-tar -czf "$OUT/runs.tgz" -C "$WORK" work hosts.yaml $( [ -d runs ] && echo "-C $PWD runs" ) 2>/dev/null
+grep -h "Verify pass on" "$WORK"/work-*/logs/*.log 2>/dev/null | sed 's/^\[[^]]*\] //' | sort | uniq -c | tail -40
+tar -czf "$OUT/runs.tgz" -C "$WORK" hosts.yaml $(cd "$WORK" && ls -d work-* sshd.log sshd_config 2>/dev/null) \
+  $( [ -d runs ] && echo "-C $PWD runs" ) 2>/dev/null
+[ -f "$WORK/sshd.pid" ] && kill "$(cat "$WORK/sshd.pid")" 2>/dev/null
 banner done
+

@@ -157,6 +157,9 @@ def drive(group: HostGroup, plan: Plan, sessions: dict[str, HostSession], execut
                 extra.update(plan=cell.to_dict(), group=group.key, round=run.rounds,
                              purpose=cell.purpose)
                 res = replace(res, extra=extra)
+                finish = getattr(plan, "finish", None)  # e.g. the sweep's differential
+                if finish is not None:
+                    res = finish(cell, res)
                 journal.cell(res)
                 plan.record(cell, res)
                 run.cells.append((cell, res))

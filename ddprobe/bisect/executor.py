@@ -189,6 +189,8 @@ class Executor:
                               "ddprobe (ddprobe.experiment missing)", kind=cell.kind)
         log_dir = self.run_dir / "logs" if self.run_dir else None
         wanted: dict[str, Any] = {"log_dir": log_dir, "lock": s.lock}
+        if cell.purpose in ("frontier", "eager", "sweep"):
+            wanted["keep_answers"] = True  # for the graph-vs-eager differential
         if self.progress is not None:
             wanted["reporter"] = _reporter(s.host.name, cell.key, self.progress)
         if self.probe is not None:

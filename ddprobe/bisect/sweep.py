@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +20,13 @@ from ddprobe.bisect.executor import Executor, probe_options, stop_server
 from ddprobe.bisect.run import write_reports_if_available
 from ddprobe.bisect.session import open_hosts
 from ddprobe.errors import UsageError
+from ddprobe.probes import differential
 from ddprobe.inventory import Host
 from ddprobe.results import CellResult, Config
 from ddprobe.store import RunRecord, RunStore, runs_root
 
-GRAPH_MODES = {"both": (True, False), "on": (True,), "off": (False,)}
+# eager first: a graph cell is then compared with its eager twin as soon as it finishes
+GRAPH_MODES = {"both": (False, True), "on": (True,), "off": (False,)}
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,17 @@ class MatrixPlan:
 
     def record(self, cell: PlannedCell, result: CellResult) -> None:
         self.results.setdefault(cell.base_key, []).append(result)
+
+    def finish(self, cell: PlannedCell, result: CellResult) -> CellResult:
+        """Before the journal: a graph cell against its eager twin (the graph-vs-eager
+        differential; a decisive divergence makes it garbage)."""
+        if not cell.config.graph:
+            return result
+        twin = replace(cell, config=replace(cell.config, graph=False), rep=1)
+        eager = next(iter(self.results.get(twin.base_key, [])), None)
+        if eager is not None and eager.extra.get("answers") and result.extra.get("answers"):
+            differential.apply(result, eager)
+        return result
 
     def remaining(self) -> tuple[int, int]:
         n = len(self._due())

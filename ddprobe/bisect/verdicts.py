@@ -16,6 +16,7 @@ from ddprobe.bisect.ladder import Decision, LadderState
 from ddprobe.bisect.planner import Planner
 from ddprobe.bisect.static import Suspect, size_line
 from ddprobe.exitcodes import ExitCode
+from ddprobe.probes import differential
 from ddprobe.results import Evidence, Verdict
 
 FAILURE_KINDS: Final = ("buffer_sizing", "graph_capture", "kernel")
@@ -118,6 +119,11 @@ def _cell_evidence(p: Planner, lad: LadderState, mode_budget: int) -> list[Evide
                BAD: f"b{mode_budget} fails without CUDA graphs too ({describe(o.first)})"
                }.get(o.status, f"eager control: {o.status} ({describe(o.first)})")
         out.append(_ev("eager", txt, [e]))
+        g = p.obs(p.frontier_cell(mode_budget)).first
+        d = differential.evidence(g, o.first)
+        if d is not None:
+            out.append(_ev("differential", d.summary, [p.frontier_cell(mode_budget), e],
+                           differential=d.to_dict()))
     ovs = [c for k, c in p.cells.items() if c.purpose == "oversize" and c.mode == lad.mode]
     for c in sorted(ovs, key=lambda c: -len(c.buffers)):
         o = p.obs(c)

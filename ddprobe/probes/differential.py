@@ -214,6 +214,18 @@ def apply(graph_cell: Any, eager_cell: Any) -> Differential:
     return d
 
 
+def evidence(graph_cell: Any, eager_cell: Any) -> Differential | None:
+    """The comparison of a failing graph cell with its eager control, for a verdict's
+    evidence (nothing is changed); None when either kept no answers."""
+    if graph_cell is None or eager_cell is None:
+        return None
+    if not (graph_cell.extra or {}).get("answers") or not (eager_cell.extra or {}).get(
+            "answers"):
+        return None
+    d = compare(side_of(graph_cell), side_of(eager_cell))
+    return None if d.status == INCOMPARABLE else d
+
+
 def pairs(cells: Sequence[Any]) -> list[tuple[Any, Any]]:
     """(graph cell, eager cell) pairs of one config but for CUDA graphs, both with answers."""
     by: dict[tuple[Any, ...], dict[bool, Any]] = {}
@@ -228,4 +240,4 @@ def pairs(cells: Sequence[Any]) -> list[tuple[Any, Any]]:
 
 
 __all__ = ["DIVERGED", "Differential", "Divergence", "INCOMPARABLE", "NOT_DECISIVE", "SAME",
-           "Side", "apply", "bounded", "compare", "escape", "pairs", "side_of"]
+           "Side", "apply", "bounded", "compare", "escape", "evidence", "pairs", "side_of"]

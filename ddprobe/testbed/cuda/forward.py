@@ -27,6 +27,7 @@ class VerifyOut:
     gathered: torch.Tensor  # int32 [rows * gpitch]
     hidden: torch.Tensor  # float32 [rows * HIDDEN_WIDTH]
     gpitch: int
+    scale: torch.Tensor = None  # type: ignore[assignment]  # float32 [rows]: the logit scale used
 
     @classmethod
     def alloc(cls, rows: int, ndt: int, gpitch: int, device: torch.device) -> VerifyOut:
@@ -37,7 +38,7 @@ class VerifyOut:
                    tree=torch.zeros(rows * ndt, dtype=torch.int64, device=device),
                    gathered=torch.zeros(rows * gpitch, dtype=torch.int32, device=device),
                    hidden=torch.zeros(rows * HIDDEN_WIDTH, dtype=torch.float32, device=device),
-                   gpitch=gpitch)
+                   gpitch=gpitch, scale=torch.zeros(rows, dtype=torch.float32, device=device))
 
 
 class TinyLayers:
@@ -88,10 +89,16 @@ def write_ids(dest: torch.Tensor, values: Sequence[int]) -> None:
 def launch_verify(*, mask: torch.Tensor, base: torch.Tensor, stride: torch.Tensor,
                   seq_lens: torch.Tensor, kv_indptr: torch.Tensor, kv_indices: torch.Tensor,
                   kv_tokens: torch.Tensor, input_ids: torch.Tensor, out: VerifyOut, bs: int,
-                  ndt: int) -> None:
+                  ndt: int, logit_scale: float = 1.0) -> None:
     K.verify_kernel[(bs, ndt)](mask, base, stride, seq_lens, kv_indptr, kv_indices, kv_tokens,
-                               input_ids, out.nvis, out.psum, out.tree, out.gathered, ndt,
-                               out.gpitch, BLOCK=K.PREFIX_BLOCK, TBLOCK=K.next_pow2(ndt))
+                               input_ids, out.nvis, out.psum, out.tree, out.gathered, out.scale,
+                               float(logit_scale), ndt, out.gpitch, BLOCK=K.PREFIX_BLOCK,
+                               TBLOCK=K.next_pow2(ndt))
+
+
+def used_scale(out: VerifyOut) -> float:
+    """The logit scale the last verify pass ran with, as the kernel wrote it."""
+    return float(out.scale[0].item())
 
 
 def read_rows(out: VerifyOut, seq_lens: Sequence[int], ndt: int,

@@ -66,7 +66,7 @@ class CudaGraphRunnerCuda(CudaGraphRunner):
                             stride=self.read_stride, seq_lens=self.seq_lens,
                             kv_indptr=kv_indptr, kv_indices=metadata.kv_indices,
                             kv_tokens=kv_tokens, input_ids=input_ids, out=self.out, bs=bs,
-                            ndt=ndt)
+                            ndt=ndt, logit_scale=self.captured_logit_scale)
 
         graph = runner.device.capture(step)
         return CudaCapturedGraph(bs=bs, metadata=metadata, input_ids=input_ids, graph=graph)
@@ -84,5 +84,7 @@ class CudaGraphRunnerCuda(CudaGraphRunner):
         assert isinstance(graph, CudaCapturedGraph)
         graph.graph.replay()
         runner.launched()
-        return bs, F.read_rows(self.out, forward_batch.seq_lens, self.num_tokens_per_bs,
-                               runner.prefixes(forward_batch))
+        rows = F.read_rows(self.out, forward_batch.seq_lens, self.num_tokens_per_bs,
+                           runner.prefixes(forward_batch))
+        runner.verify_logit_scale = F.used_scale(self.out)  # what the replayed kernel used
+        return bs, rows

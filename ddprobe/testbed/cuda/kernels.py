@@ -40,9 +40,13 @@ def write_tree_mask_kernel(mask_ptr, anc_ptr, seq_lens_ptr, base_ptr, stride_ptr
 @triton.jit(do_not_specialize=["ndt", "gpitch"])
 def verify_kernel(mask_ptr, base_ptr, stride_ptr, seq_lens_ptr, kv_indptr_ptr, kv_indices_ptr,
                   kv_tokens_ptr, input_ids_ptr, nvis_ptr, psum_ptr, tree_ptr, gathered_ptr,
-                  ndt, gpitch, BLOCK: tl.constexpr, TBLOCK: tl.constexpr):
+                  scale_ptr, logit_scale, ndt, gpitch, BLOCK: tl.constexpr,
+                  TBLOCK: tl.constexpr):
     i = tl.program_id(0)
     r = tl.program_id(1)
+    # the logit scale is a launch parameter: a captured graph replays the value it had at
+    # capture (defect (e) leaves the dummy batch's there); it is written back per row
+    tl.store(scale_ptr + i * ndt + r, logit_scale)
     seq_len = tl.load(seq_lens_ptr + i)
     live = seq_len > 0  # padding slots of a padded graph batch: nothing to read
     base = tl.load(base_ptr + i)

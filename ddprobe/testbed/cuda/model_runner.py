@@ -19,7 +19,7 @@ from ..model import TargetModel
 from ..scenario import Scenario
 from ..srt.mem_cache.memory_pool import TokenToKVPool
 from ..srt.model_executor.forward_batch_info import ForwardBatch
-from ..srt.model_executor.model_runner import ModelRunner
+from ..srt.model_executor.model_runner import LIVE_LOGIT_SCALE, ModelRunner
 from ..srt.server_args import ServerArgs
 from ..srt.utils import SimClock
 from . import forward as F
@@ -123,9 +123,12 @@ class CudaModelRunner(ModelRunner):
                         seq_lens=dev.tensor(fb.seq_lens, torch.int32),
                         kv_indptr=dev.tensor(fb.kv_indptr(), torch.int32),
                         kv_indices=metadata.kv_indices, kv_tokens=pool.gpu_tokens,
-                        input_ids=input_ids, out=out, bs=bs, ndt=ndt)
+                        input_ids=input_ids, out=out, bs=bs, ndt=ndt,
+                        logit_scale=LIVE_LOGIT_SCALE)
         self.launched()
-        return F.read_rows(out, fb.seq_lens, ndt, self.prefixes(fb))
+        rows = F.read_rows(out, fb.seq_lens, ndt, self.prefixes(fb))
+        self.verify_logit_scale = F.used_scale(out)
+        return rows
 
     def _account(self, graph: bool, ms: float) -> None:
         acc = self.verify_ms[graph]
