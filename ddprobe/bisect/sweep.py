@@ -211,6 +211,7 @@ def run_sweep(hosts: Sequence[Host], req: SweepRequest, *, root: Path | None = N
             row = by_budget.setdefault(c.config.budget, MatrixRow(g.name, c.config.budget))
             row.entries[v] = summarize(res, req.repeat)
         rows += [by_budget[b] for b in sorted(by_budget)]
+    variants.sort(key=lambda v: v.split()[0] != "graph")  # shown graph first (run eager first)
     restarts = sum(1 for gr in runs for _, c in gr.cells if is_restart(c))
     report = SweepReport(store.run_id, store.dir, rows, variants, restarts,
                          time.monotonic() - t0, opened.notes, all_cells)
