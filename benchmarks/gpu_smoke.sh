@@ -37,7 +37,7 @@ fi
 SSH_PORT=${SSH_PORT:-2222}
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/smoke.log") 2>&1
-export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 
 if ! python3 -c 'import paramiko, fabric' 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
@@ -114,6 +114,9 @@ host_entry() {  # NAME SCENARIO PORT
       DDTESTBED_DEVICE: $DEVICE
       DDTESTBED_TIME_SCALE: '0.01'
       PATH: /usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+      NCCL_NVLS_ENABLE: '0'
+      TORCH_SYMM_MEM_DISABLE_MULTICAST: '1'
+      NVSHMEM_DISABLE_NVLS: '1'
     server:
       port: $3
       model_path: ddtestbed/tiny-coder
