@@ -288,8 +288,8 @@ for k in ("eager", "graph"):
 dd = d["differential"]
 print("differential:", dd["status"], "|", dd["summary"])
 for x in dd["diverged"][:4]:
-    print("   -", x["task"], "token", x["token"], "char", x["char"], "graph:", x["graph_at"],
-          "| eager:", x["eager_at"])
+    print("   -", x["task"], "at token", x["token"], "char", x["char"], "| graph:",
+          x["graph_at"] or x["graph_ids"], "| eager:", x["eager_at"] or x["eager_ids"])
 print("determinism:", dd["determinism"])
 EOF
   done

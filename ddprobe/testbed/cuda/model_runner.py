@@ -52,8 +52,14 @@ class CudaTokenToKVPool(TokenToKVPool):
         if not self._pending_locs:
             return
         dev = self.gpu_tokens.device
-        idx = torch.tensor(self._pending_locs, dtype=torch.int64).to(dev)
-        val = torch.tensor(self._pending_tokens, dtype=torch.int32).to(dev)
+        # The last write of a location wins, as in the host pool: a request that finished in
+        # the last decode step and a new one prefilled into its freed locations are both
+        # pending here. index_copy_ with repeated indices picks any of them (nondeterministic
+        # on CUDA): seen on the H200 as a request's first decode step reading the previous
+        # owner's token, in graph and eager mode alike.
+        latest = dict(zip(self._pending_locs, self._pending_tokens))
+        idx = torch.tensor(list(latest), dtype=torch.int64).to(dev)
+        val = torch.tensor(list(latest.values()), dtype=torch.int32).to(dev)
         self.gpu_tokens.index_copy_(0, idx, val)
         self._pending_locs, self._pending_tokens = [], []
 
