@@ -177,8 +177,11 @@ def judge(cell: PlannedCell, o: Obs, suspects: Sequence[Suspect]) -> Judgement:
     writes, kernel, accesses = _writes(san)
     if not san.get("findings") and not san.get("error_count"):
         if r.outcome is Outcome.OK:
+            how = ("ERROR SUMMARY: 0 errors" if san.get("error_count") == 0 else
+                   "no invalid access reported while it served; no ERROR SUMMARY, since the "
+                   "server was stopped, not exited")
             return Judgement(b, CLEAN, f"b{b}: memcheck clean (caching allocator off, one "
-                                       "request)", cell)
+                                       f"request; {how})", cell)
         return Judgement(b, NOT_RUN, f"b{b}: memcheck reported no invalid access, but the "
                                      f"server did not serve under it ({r.outcome.value}"
                                      f"{': ' + r.signature.id if r.signature else ''})", cell)
@@ -266,6 +269,8 @@ def apply(verdicts: list[Verdict], row: Row, base: Config, suspects: Sequence[Su
         if any(j.status == NOT_RUN for j in js) and ok.confidence == "high":
             ok.confidence = "medium"
     out = [v for v in verdicts if not (v.kind == "ok" and not v.budgets)]
+    at = 1 if out and out[0].kind == "ok" else 0  # latent verdicts come right after the ok
+    found: list[Verdict] = []
     if dirty:
         j = dirty[0]
         ev = [_ev("latent", f"{t.why}; the passing graph budgets at and above "
@@ -282,7 +287,7 @@ def apply(verdicts: list[Verdict], row: Row, base: Config, suspects: Sequence[Su
             buf.setdefault("where", s.where)
         buf["named_by"] = "memcheck (" + str(j.details.get("matched_by") or "allocation") + ")"
         budgets = sorted({x.budget for x in dirty} | {b[i] for i in inferred})
-        out.append(Verdict(
+        found.append(Verdict(
             kind="buffer_sizing", budgets=budgets, signature="sanitizer_oob",
             outcome="ok", confidence="high", decided_by="memcheck (latent check)",
             evidence=ev, buffer=buf, host=host, latent=True,
@@ -291,14 +296,15 @@ def apply(verdicts: list[Verdict], row: Row, base: Config, suspects: Sequence[Su
                       "mapped memory: do not deploy them with CUDA graphs until memcheck is "
                       f"clean (`ddprobe bisect ... --sanitize --confirm-patch PATCH`)"))
     for j in foreign:
-        out.append(Verdict(
+        found.append(Verdict(
             kind="inconclusive", budgets=[j.budget], signature="sanitizer_oob", outcome="ok",
             confidence="low", decided_by="memcheck (latent check)", host=host, latent=True,
             evidence=[_ev("memcheck", j.text, [j.cell], findings=_findings(j, obs))],
             next_step="a memory error in a passing config, not attributed to a flagged "
                       "buffer: read the sanitize cell's log (the kernel and allocation it "
                       "names), and do not deploy this budget with CUDA graphs meanwhile"))
-    return out
+    found.sort(key=lambda v: v.budgets[0])
+    return out[:at] + found + out[at:]
 
 
 def _findings(j: Judgement, obs: Callable[[PlannedCell], Obs]) -> Any:

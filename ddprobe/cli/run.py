@@ -195,14 +195,14 @@ def register(app: typer.Typer) -> None:
         h = common.one_host(host)
         cfg = make_config(h, budget=budget, graph=graph, max_bs=max_bs, backend=backend,
                           extra=extra, env=env)
+        if differential and baseline:
+            raise UsageError("--differential compares graph with eager: it takes no "
+                             "--baseline")
         base = load_baseline(baseline) if baseline else None
         ids = tuple(t.strip() for t in tasks.split(",") if t.strip()) if tasks else None
         opts = ProbeOptions(suite=suite, concurrency=concurrency, tasks=ids,
                             max_tokens=max_tokens, timeout=probe_timeout)
         if differential:
-            if base is not None:
-                raise UsageError("--differential compares graph with eager: it takes no "
-                                 "--baseline")
             _differential(h, cfg, opts, log_dir=log_dir, break_lock=break_lock,
                           health_timeout=health_timeout, stop_after=stop_after,
                           as_json=as_json)
