@@ -5,7 +5,8 @@ nor be read as markup, whatever the caller forgot.
   `[/red]` in a log line is text, never a link or a MarkupError). Code that wants styles builds
   `rich.text.Text` objects (or passes `markup=True` explicitly, with `rich.markup.escape` on
   every piece of host text).
-* every segment rendered, from any renderable (tables, panels, the live status line), has the
+* every string rendered (a table cell, a printed str) is cleaned before rich parses it, and
+  every segment rendered, from any renderable (tables, panels, the live status line), has the
   escape sequences and controls of `hosttext.clean` removed; rich's own control segments
   (cursor moves of a live display) and styles are emitted separately and are untouched.
 """
@@ -24,6 +25,11 @@ class SafeConsole(Console):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("markup", False)
         super().__init__(*args, **kwargs)
+
+    def render_str(self, text: str, **kwargs: Any) -> Any:
+        # before rich builds a Text: rich itself drops BEL/BS/CR, which would leave an OSC
+        # without its terminator (the net in `render` would then drop the rest of the line)
+        return super().render_str(clean(text), **kwargs)
 
     def render(self, renderable: RenderableType,
                options: ConsoleOptions | None = None) -> Iterable[Segment]:

@@ -14,6 +14,7 @@ every completion request according to MODE:
   deep       `[` nested --size deep (default 5,000,000): a RecursionError for naive json
   gzip       `Content-Encoding: gzip` of --size zero bytes, though identity was asked for
   slowloris  a valid head, then one byte a second forever
+  error      HTTP 500 whose body is the content of --answer-file (host text in an error)
 
 It prints `ready <port>` on stdout once listening.
 """
@@ -79,6 +80,11 @@ class Hostile:
         m = self.mode
         if m == "answer":
             return await self.send(writer, _answer_json(self.answer))
+        if m == "error":
+            body = self.answer.encode("utf-8", "surrogateescape")
+            writer.write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: text/plain\r\n"
+                         b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+            return None
         if m in ("huge", "chunked"):
             prefix = b'{"choices":[{"message":{"content":"'
             body_len = self.size

@@ -27,8 +27,9 @@ RSS_LIMIT_MB = 300
 def _probe(url: str, *extra: str) -> tuple[int, dict | None, str, float]:
     """`ddprobe probe --url` as its own process: exit code, JSON, stderr, peak RSS (MB)."""
     code = ("import resource, sys\nfrom ddprobe.cli import main\nrc = main(sys.argv[1:])\n"
-            "sys.stderr.write('\\nPEAK_RSS_KB %d\\n' % resource.getrusage("
-            "resource.RUSAGE_SELF).ru_maxrss)\nsys.exit(rc)\n")
+            # VmHWM: this process's own peak (ru_maxrss keeps a forking parent's across exec)
+            "hwm = [l for l in open('/proc/self/status') if l.startswith('VmHWM')][0]\n"
+            "sys.stderr.write('\\nPEAK_RSS_KB %d\\n' % int(hwm.split()[1]))\nsys.exit(rc)\n")
     p = subprocess.run([sys.executable, "-c", code, "probe", "--url", url, "--json",
                         "--accept-tokens", "0", *extra],
                        capture_output=True, text=True, timeout=300,

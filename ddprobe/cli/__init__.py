@@ -69,8 +69,9 @@ def _global(
                                        verbose=verbose)
     common.apply_remote_options()
     if debug:
-        logging.basicConfig(level=logging.DEBUG, stream=sys.stderr,
-                            format="%(asctime)s %(name)s %(message)s")
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(_CleanFormatter("%(asctime)s %(name)s %(message)s"))
+        logging.basicConfig(level=logging.DEBUG, handlers=[handler])
     _verbosity(0 if debug else verbose)
 
 
@@ -94,6 +95,14 @@ def _verbosity(level: int) -> None:
         lg = logging.getLogger(name)
         lg.addHandler(_VERBOSE)
         lg.setLevel(logging.DEBUG)
+
+
+class _CleanFormatter(logging.Formatter):
+    """Debug logs quote host text (commands' output, log lines): never raw to the terminal."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        from ddprobe.hosttext import clean
+        return clean(super().format(record))
 
 
 def _register(names: list[str]) -> None:
