@@ -177,3 +177,38 @@ def test_marks_by_budget_and_flags_and_their_errors(session: Path,
     code, doc = _json(capsys, "bisect", "next", "--json")
     assert doc["done"] and [v["kind"] for v in doc["verdicts"] if v["budgets"] == [16]] == [
         "inconclusive"] and code == int(ExitCode.FAILED)  # a failure was seen
+
+
+def test_reports_of_the_seed_run_carry_each_failing_cells_evidence(seed_run: dict) -> None:
+    """The md and HTML reports of the real seed run: every failing cell has its launch argv,
+    the server's effective config and a bounded excerpt of its own server log; verdicts link
+    to the cells they cite and the cells link back. Text glitches of issue 16 are gone."""
+    import re as _re
+    from ddprobe.report.html import render_html
+    from ddprobe.report.markdown import render_markdown
+    rec = seed_run["record"]
+    md = render_markdown(rec)
+    html = render_html(rec)
+    failing = [(i, c) for i, c in enumerate(rec.cells, 1) if c.outcome.value != "ok"]
+    assert len(failing) >= 4
+    for i, c in failing:
+        sect = md.split(f'<a id="cell-{i}"></a>', 1)[1].split('<a id="cell-', 1)[0]
+        assert "- launch: `" in sect and "--port" in sect
+        assert "- effective config (from " in sect
+        assert "Server log (last 40 lines at most)" in sect
+        log_lines = sect.split("```text\n", 1)[1].split("\n```", 1)[0].splitlines()
+        assert 0 < len(log_lines) <= 41  # 40 lines and at most one "left out" note
+        assert f'id="cell-{i}"' in html
+    b16 = next(i for i, c in failing if c.extra["plan"]["key"] == "b16-graph")
+    sect16 = md.split(f'<a id="cell-{b16}"></a>', 1)[1].split('<a id="cell-', 1)[0]
+    assert "illegal memory access" in sect16 and "cited by: [verdict" in sect16
+    # every in-page link has a target, both ways
+    for doc, pat, ids in ((md, r"\]\(#([a-z]+-\d+)\)", r'<a id="([a-z]+-\d+)"></a>'),
+                          (html, r'href="#([a-z]+-\d+)"', r'id="([a-z]+-\d+)"')):
+        targets = set(_re.findall(ids, doc))
+        links = set(_re.findall(pat, doc))
+        assert links and links <= targets, links - targets
+        assert any(x.startswith("verdict-") for x in links)
+        assert any(x.startswith("cell-") for x in links)
+    for doc in (md, html):
+        assert "garbage: garbage:" not in doc and "(none passed)" not in doc

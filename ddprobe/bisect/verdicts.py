@@ -7,6 +7,8 @@ buffer with file:line and evaluated sizes, and the next step.
 """
 from __future__ import annotations
 
+import re
+
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -182,6 +184,10 @@ _NEXT: Final = {
 }
 
 
+_NO_GOOD: Final = re.compile(r"keep budget <= \(none passed\)(?: with graphs| at the current "
+                             r"max bs)?(?: meanwhile)?")
+
+
 def _mode_verdict(p: Planner, lad: LadderState, idx: list[int], host: str | None) -> Verdict:
     row = p.state().row
     b = row.budgets
@@ -221,6 +227,9 @@ def _mode_verdict(p: Planner, lad: LadderState, idx: list[int], host: str | None
                                      where=", ".join(s.where for s in named) or "?", **fmt)
     else:
         nxt = _NEXT.get(d.kind, _NEXT["inconclusive"]).format(**fmt)
+    if good is None:  # no budget passed: there is no "budget <= N" to keep
+        nxt = _NO_GOOD.sub("no budget passed with CUDA graphs: run with --disable-cuda-graph "
+                           "meanwhile", nxt)
     confirmed = None
     if p.spec.options.confirm_patch:
         cc = PlannedCell(lad.config, "confirm", lad.mode, patch=p.spec.options.confirm_patch)

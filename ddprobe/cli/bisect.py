@@ -32,6 +32,7 @@ from ddprobe.bisect.run import BisectReport, BisectRequest, load_resume, run_bis
 from ddprobe.bisect.sessionlog import render_log, replay
 from ddprobe.bisect.sweep import SweepReport, SweepRequest, run_sweep
 from ddprobe.cli import common
+from ddprobe.report.style import failure_text
 from ddprobe.errors import ConfigError, DdprobeError, LockedError, RemoteError, ServerError, \
     UsageError
 from ddprobe.exitcodes import ExitCode
@@ -73,7 +74,10 @@ class EventRenderer(common.LiveStatus):
             self._render(e)
 
     def _render(self, e: Event) -> None:
-        grp = f"[dim]{escape(e.group)}[/dim] " if e.group else ""
+        # the group's name, unless the line starts with it already (a one-host group is
+        # named after its host: "testbed testbed: b16-graph" said it twice)
+        grp = f"[dim]{escape(e.group)}[/dim] " if e.group and not (
+            e.text.startswith(f"{e.group}:") or e.text.startswith(f"{e.group} ")) else ""
         if e.kind == "server":
             if self.live:
                 self._status(e.text)
@@ -170,12 +174,11 @@ def render_verdicts(rep: BisectReport) -> None:
             escape(what(v)), v.decided_by, v.confidence]
         t.add_row(*row)
     out.print(t, markup=True)
-    for n, v in enumerate(rep.verdicts, 1):
-        if v.kind == "ok" and len(rep.verdicts) > 1:
-            continue
+    shown = [v for v in rep.verdicts if not (v.kind == "ok" and len(rep.verdicts) > 1)]
+    for n, v in enumerate(shown, 1):  # numbered as printed: the list starts at 1
         head = f"[bold]{n}. b{',b'.join(map(str, v.budgets))}: {v.label}[/bold]"
         if v.signature:
-            head += f"  [dim]{escape(v.outcome)}: {escape(v.signature)}[/dim]"
+            head += f"  [dim]{escape(failure_text(v.outcome, v.signature))}[/dim]"
         out.print(head, markup=True)
         for e in v.evidence:
             out.print(f"   - [cyan]{e.kind}[/cyan]: {escape(e.summary)}", markup=True)

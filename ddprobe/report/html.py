@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from html import escape
 
-from ddprobe.report.model import HostMatrix, MatrixEntry, ReportModel, build_model
+from ddprobe.report.model import (LOG_LINES, CellView, HostMatrix, MatrixEntry, ReportModel,
+                                  build_model)
 from ddprobe.report.style import (OUTCOME_STYLE, buffer_shape, buffer_sizes, buffer_where,
                                   fmt_accept, fmt_secs, fmt_tok_s,
                                   outcome_colour, restarts_line, text_on, verdict_colour,
@@ -48,6 +49,8 @@ table.cells{font-size:12px;margin-top:6px} table.cells th,table.cells td{padding
  border-bottom:1px solid #eee;text-align:left} table.cells td.num{text-align:right}
 .pill{padding:1px 6px;border-radius:8px;color:#fff;font-weight:bold;font-size:11px}
 .warn{color:#8a6d00}
+.failcell{border:1px solid #ddd;border-radius:6px;padding:6px 12px;margin:10px 0}
+pre.log{background:#f6f8fa;padding:8px;overflow-x:auto;max-height:28em;font-size:12px;white-space:pre-wrap}
 """
 
 
@@ -105,7 +108,42 @@ def _legend() -> str:
     return f'<div class="legend">{items}</div>'
 
 
-def _verdict(n: int, v: Verdict) -> str:
+def _links(m: ReportModel | None, keys: list[str], host: str | None) -> str:
+    out = []
+    for k in keys:
+        found = m.cells_of([k], host) if m is not None else []
+        if not found:
+            out.append(_e(k))
+        out += [f'<a href="#cell-{c.index}">{_e(k)}</a>' for c in found]
+    return ", ".join(out)
+
+
+def _failing_cell(m: ReportModel, c: CellView) -> str:
+    import shlex
+    cites = m.cited_by(c)
+    kv = []
+    if cites:
+        kv.append(("cited by", ", ".join(f'<a href="#verdict-{n}">verdict {n}</a>'
+                                         for n in cites)))
+    if c.signature:
+        kv.append(("signature", f"<code>{_e(c.signature)}</code>"))
+    if c.error:
+        kv.append(("error", _e(c.error)))
+    if c.launch:
+        kv.append(("launch", f"<code>{_e(shlex.join(c.launch))}</code>"))
+    if c.effective:
+        src = f" (from {_e(c.effective_source)})" if c.effective_source else ""
+        kv.append((f"effective config{src}", ", ".join(
+            f"{_e(k)}=<code>{_e(v)}</code>" for k, v in c.effective)))
+    body = "<br>".join(f"<b>{k}</b>: {val}" for k, val in kv)
+    log = (f"<details open><summary>server log (last {LOG_LINES} lines at most)</summary>"
+           f'<pre class="log">{_e(c.log)}</pre></details>') if c.log else ""
+    return (f'<div class="failcell" id="cell-{c.index}"><h3>cell {c.index}: '
+            f"<code>{_e(c.plan_key)}</code> on {_e(c.host)}: {_pill(c.outcome)}</h3>"
+            f'<div class="kv">{body}</div>{log}</div>')
+
+
+def _verdict(n: int, v: Verdict, m: ReportModel | None = None) -> str:
     col = verdict_colour(v.kind)
     budgets = ", ".join(map(str, v.budgets))
     kv = [("outcome", _pill(v.outcome) if v.outcome else ""),
@@ -123,10 +161,12 @@ def _verdict(n: int, v: Verdict) -> str:
         kv.append(("patch", "fixed it" if v.patch_confirmed else "did not fix it"))
     lines = "<br>".join(f"<b>{k}</b>: {val}" for k, val in kv if val)
     ev = "".join(f"<li><i>{_e(e.kind)}</i>: {_e(e.summary)}"
-                 + (f" <small>(cells: {_e(', '.join(e.cells))})</small>" if e.cells else "")
+                 + (f" <small>(cells: {_links(m, e.cells, v.host)})</small>" if e.cells
+                    else "")
                  + "</li>" for e in v.evidence)
     nxt = f'<div class="kv"><b>next step</b>: {_e(v.next_step)}</div>' if v.next_step else ""
-    return (f'<div class="verdict verdict-{_e(v.kind)}" style="border-left-color:{col}">'
+    return (f'<div class="verdict verdict-{_e(v.kind)}" id="verdict-{n}" '
+            f'style="border-left-color:{col}">'
             f'<h3 style="color:{col}">{n}. {_e(verdict_words(v.label))} '
             f'<small>budget{"s" if len(v.budgets) != 1 else ""} {_e(budgets)}</small></h3>'
             f'<div class="kv">{lines}</div>' + (f"<ul>{ev}</ul>" if ev else "") + nxt + "</div>")
@@ -139,7 +179,9 @@ def _cells(m: ReportModel) -> str:
     rows = []
     for c in m.cells:
         note = "; ".join(x for x in (c.variant, c.error or "") if x)
-        rows.append(f'<tr class="cellrow outcome-{_e(c.outcome)}"><td class="num">{c.index}</td>'
+        num = f'<a href="#cell-{c.index}">{c.index}</a>' if c.failed else str(c.index)
+        rid = "" if c.failed else f' id="cell-{c.index}"'  # failing: its own section
+        rows.append(f'<tr class="cellrow outcome-{_e(c.outcome)}"{rid}><td class="num">{num}</td>'
                     f"<td>{_e(c.host)}</td><td><code>{_e(c.key)}</code></td>"
                     f"<td>{_pill(c.outcome)}</td><td><code>{_e(c.signature or '')}</code></td>"
                     f'<td class="num">{_e(c.coding)}</td>'
@@ -178,7 +220,7 @@ def render_html(rec: RunRecord, model: ReportModel | None = None) -> str:
     for d in m.disagreements:
         parts.append(f'<p class="warn">hosts disagree: {_e(d)}</p>')
     parts.append('<h2 id="verdicts">Verdicts</h2>')
-    parts += [_verdict(n, v) for n, v in enumerate(m.verdicts, 1)] or [
+    parts += [_verdict(n, v, m) for n, v in enumerate(m.verdicts, 1)] or [
         "<p>No verdicts recorded.</p>"]
     parts.append('<h2 id="charts">Acceptance length and throughput per budget</h2>'
                  '<div class="charts">')
@@ -189,6 +231,10 @@ def render_html(rec: RunRecord, model: ReportModel | None = None) -> str:
                            chart_id="chart-tok-s", digits=0, width=520))
     parts.append("</div>")
     parts.append('<h2 id="cells">Cells</h2>' + _cells(m))
+    failing = [c for c in m.cells if c.failed]
+    if failing:
+        parts.append('<h2 id="failing">Failing cells</h2>'
+                     + "".join(_failing_cell(m, c) for c in failing))
     if m.notes:
         parts.append('<h2 id="notes">Notes</h2><ul>'
                      + "".join(f"<li>{_e(n)}</li>" for n in m.notes) + "</ul>")

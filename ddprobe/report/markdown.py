@@ -1,8 +1,9 @@
 """`report.md`: the run for a pull request or an issue: verdicts first, then the matrix."""
 from __future__ import annotations
 
-from ddprobe.hosttext import md_code, md_text
-from ddprobe.report.model import HostMatrix, MatrixEntry, ReportModel, build_model
+from ddprobe.hosttext import md_block, md_code, md_text
+from ddprobe.report.model import (LOG_LINES, CellView, HostMatrix, MatrixEntry, ReportModel,
+                                  build_model)
 from ddprobe.report.style import (buffer_shape, buffer_sizes, buffer_where, fmt_accept,
                                   fmt_secs, fmt_tok_s, restarts_line, verdict_words)
 from ddprobe.results import Verdict
@@ -39,10 +40,11 @@ def _matrix(hm: HostMatrix) -> list[str]:
     return lines
 
 
-def _verdict(n: int, v: Verdict) -> list[str]:
-    head = (f"### {n}. {verdict_words(v.label)}: budget{'s' if len(v.budgets) != 1 else ''} "
+def _verdict(n: int, v: Verdict, m: ReportModel | None = None) -> list[str]:
+    head = (f"### {n}. {verdict_words(v.label)}: "
+            f"budget{'s' if len(v.budgets) != 1 else ''} "
             f"{', '.join(map(str, v.budgets))}")
-    lines = [head, ""]
+    lines = [f'<a id="verdict-{n}"></a>', "", head, ""]
     facts = [("outcome", _esc(v.outcome)),
              ("signature", md_code(v.signature) if v.signature else ""),
              ("confidence", v.confidence), ("decided by", v.decided_by),
@@ -61,11 +63,47 @@ def _verdict(n: int, v: Verdict) -> list[str]:
     if v.evidence:
         lines += ["", "Evidence:", ""]
         for e in v.evidence:
-            cells = f" (cells: {_esc(', '.join(e.cells))})" if e.cells else ""
+            cells = f" (cells: {_cell_links(m, e.cells, v.host)})" if e.cells else ""
             lines.append(f"- *{e.kind}*: {_esc(e.summary, limit=4000)}{cells}")
     if v.next_step:
         lines += ["", f"Next step: {_esc(v.next_step, limit=4000)}"]
     return lines + [""]
+
+
+def _cell_links(m: ReportModel | None, keys: list[str], host: str | None) -> str:
+    """Each cited cell as a link to its section (failing cells) or its row."""
+    out = []
+    for k in keys:
+        found = m.cells_of([k], host) if m is not None else []
+        if not found:
+            out.append(_esc(k))
+        for c in found:
+            out.append(f"[{_esc(k)}](#cell-{c.index})")
+    return ", ".join(out)
+
+
+def _failing_cell(m: ReportModel, c: CellView) -> list[str]:
+    """A failing cell's evidence: launch argv, effective config, the server log's tail."""
+    import shlex
+    cites = m.cited_by(c)
+    out = [f'<a id="cell-{c.index}"></a>', "",
+           f"### cell {c.index}: {md_code(c.plan_key)} on {_esc(c.host)}: {_esc(c.outcome)}",
+           ""]
+    if cites:
+        out.append("- cited by: " + ", ".join(f"[verdict {n}](#verdict-{n})" for n in cites))
+    if c.signature:
+        out.append(f"- signature: {md_code(c.signature)}")
+    if c.error:
+        out.append(f"- error: {_esc(c.error)}")
+    if c.launch:
+        out.append(f"- launch: {md_code(shlex.join(c.launch))}")
+    if c.effective:
+        src = f" (from {_esc(c.effective_source)})" if c.effective_source else ""
+        out.append(f"- effective config{src}: "
+                   + ", ".join(f"{_esc(k)}={md_code(v)}" for k, v in c.effective))
+    if c.log:
+        out += ["", f"Server log (last {LOG_LINES} lines at most):", "", md_block(c.log)]
+    return out + [""]
 
 
 def render_markdown(rec: RunRecord, model: ReportModel | None = None) -> str:
@@ -85,7 +123,7 @@ def render_markdown(rec: RunRecord, model: ReportModel | None = None) -> str:
     if not m.verdicts:
         out += ["No verdicts recorded.", ""]
     for n, v in enumerate(m.verdicts, 1):
-        out += _verdict(n, v)
+        out += _verdict(n, v, m)
     out += ["## Outcome matrix (budget x CUDA graph)", ""]
     for hm in m.matrices:
         if len(m.matrices) > 1:
@@ -102,10 +140,18 @@ def render_markdown(rec: RunRecord, model: ReportModel | None = None) -> str:
             "| ---: | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
     for c in m.cells:
         note = "; ".join(x for x in (c.variant, c.error or "") if x)
-        out.append("| " + " | ".join(_esc(x) for x in (
-            c.index, c.host, c.key, c.outcome, c.signature or "", c.coding, fmt_accept(c.accept),
+        # a failing cell links to its section below; a passing one is its own link target
+        num = f"[{c.index}](#cell-{c.index})" if c.failed else \
+            f'<a id="cell-{c.index}"></a>{c.index}'
+        out.append(f"| {num} | " + " | ".join(_esc(x) for x in (
+            c.host, c.key, c.outcome, c.signature or "", c.coding, fmt_accept(c.accept),
             fmt_tok_s(c.tok_s), fmt_secs(c.restart_s), fmt_secs(c.total_s), note)) + " |")
     out.append("")
+    failing = [c for c in m.cells if c.failed]
+    if failing:
+        out += ["## Failing cells", ""]
+        for c in failing:
+            out += _failing_cell(m, c)
     if m.notes:
         out += ["## Notes", ""] + [f"- {_esc(n)}" for n in m.notes] + [""]
     return "\n".join(out)

@@ -42,6 +42,15 @@ class CellView:
     patches: tuple[str, ...]
     kind: str
     variant: str  # "" for the run's base config, else what differs ("max bs 32", "patch X")
+    plan_key: str = ""  # the planner's key (`b16-graph+oversize[x]`), which evidence cites
+    launch: tuple[str, ...] = ()  # the argv the server was started with
+    effective: tuple[tuple[str, str], ...] = ()  # what the server said it runs (field, value)
+    effective_source: str = ""
+    log: str = ""  # a bounded, cleaned excerpt of the cell's server log (failing cells)
+
+    @property
+    def failed(self) -> bool:
+        return self.outcome != "ok"
 
     @property
     def mode(self) -> str:
@@ -119,6 +128,21 @@ class ReportModel:
     def finished(self) -> bool:
         return self.finished_at is not None
 
+    def cells_of(self, keys: Sequence[str], host: str | None = None) -> list[CellView]:
+        """The cells an evidence line cites (by planner key or config key)."""
+        hosts = set((host or "").split(",")) - {""}
+        return [c for c in self.cells if (c.plan_key in keys or c.key in keys)
+                and (not hosts or c.host in hosts)]
+
+    def cited_by(self, cell: CellView) -> list[int]:
+        """The numbers (1-based, in report order) of the verdicts whose evidence cites a cell."""
+        out = []
+        for n, v in enumerate(self.verdicts, 1):
+            keys = [k for e in v.evidence for k in e.cells]
+            if cell in self.cells_of(keys, v.host):
+                out.append(n)
+        return out
+
 
 def _variation(c: CellResult, common_bs: int | None) -> tuple[int, str]:
     """How far a cell is from the run's base config, and the words for the difference."""
@@ -136,7 +160,45 @@ def _variation(c: CellResult, common_bs: int | None) -> tuple[int, str]:
     return len(parts), "; ".join(parts)
 
 
-def _view(i: int, c: CellResult, variant: str) -> CellView:
+LOG_LINES, LOG_CHARS = 40, 4000  # the server-log excerpt of a failing cell in a report
+
+
+def _log_excerpt(c: CellResult, run_dir: Any) -> str:
+    """The tail of a failing cell's server log: the copy in the run directory, else the lines
+    the journal kept; bounded and cleaned (host text)."""
+    from pathlib import Path
+    from ddprobe.hosttext import excerpt
+    if c.outcome is Outcome.OK:
+        return ""
+    text = ""
+    if run_dir is not None:
+        key = (c.extra.get("plan") or {}).get("key") or c.config.key
+        f = Path(run_dir) / "logs" / f"{c.host}-{key}.log"
+        try:
+            with f.open("rb") as fh:
+                fh.seek(0, 2)
+                fh.seek(max(0, fh.tell() - 64 * 1024))
+                text = fh.read().decode("utf-8", "replace")
+        except OSError:
+            text = ""
+    if not text and c.log_excerpt:
+        text = "\n".join(str(x) for x in c.log_excerpt)
+    return excerpt(text, max_chars=LOG_CHARS, max_lines=LOG_LINES) if text else ""
+
+
+def _effective(c: CellResult) -> tuple[tuple[str, str], ...]:
+    e = c.effective
+    if e is None:
+        return ()
+    out = []
+    for k, v in e.to_dict().items():
+        if k in ("source", "fields_from_log") or v is None or v == [] or v == ():
+            continue
+        out.append((k, ",".join(map(str, v)) if isinstance(v, (list, tuple)) else str(v)))
+    return tuple(out)
+
+
+def _view(i: int, c: CellResult, variant: str, run_dir: Any = None) -> CellView:
     p = c.probes
     return CellView(
         index=i, key=c.config.key, host=c.host, budget=c.config.budget, graph=c.config.graph,
@@ -146,7 +208,11 @@ def _view(i: int, c: CellResult, variant: str) -> CellView:
         accept=p.accept_length if p else None, tok_s=p.tok_s if p else None,
         passed=p.passed if p else None, total=p.total if p else None,
         restart_s=_num(c.timings.get("restart")), total_s=_num(c.timings.get("total")),
-        error=c.error, patches=tuple(c.patches), kind=c.kind, variant=variant)
+        error=c.error, patches=tuple(c.patches), kind=c.kind, variant=variant,
+        plan_key=str((c.extra.get("plan") or {}).get("key") or c.config.key),
+        launch=tuple(str(a) for a in c.extra.get("launch") or ()), effective=_effective(c),
+        effective_source=c.effective.source if c.effective else "",
+        log=_log_excerpt(c, run_dir))
 
 
 def _num(v: Any) -> float | None:
@@ -202,7 +268,7 @@ def build_model(rec: RunRecord) -> ReportModel:
     views = []
     for i, c in enumerate(rec.cells, 1):
         _, words = _variation(c, common_bs)
-        views.append(_view(i, c, words))
+        views.append(_view(i, c, words, getattr(rec, "dir", None)))
     hosts = list(dict.fromkeys([v.host for v in views]
                                + [str(h) for h in rec.meta.get("hosts") or []]))
     budgets = _budgets(rec)

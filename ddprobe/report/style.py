@@ -111,3 +111,13 @@ def buffer_where(buffer: dict[str, Any]) -> str:
 
 def buffer_shape(buffer: dict[str, Any]) -> str:
     return str(buffer.get("expr") or buffer.get("shape") or "")
+
+
+def failure_text(outcome: str, signature: str | None) -> str:
+    """`garbage: accept_length=1.01 coding 0/8`, never `garbage: garbage: ...` (a garbage
+    signature's id already starts with its outcome)."""
+    if not signature:
+        return outcome
+    if signature == outcome or signature.startswith(f"{outcome}: "):
+        return signature
+    return f"{outcome}: {signature}"

@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ddprobe.report.model import HostMatrix, MatrixEntry, ReportModel, build_model
-from ddprobe.report.style import (buffer_shape, buffer_sizes, buffer_where, fmt_accept,
+from ddprobe.report.style import (buffer_shape, failure_text, buffer_sizes, buffer_where, fmt_accept,
                                   fmt_secs, fmt_tok_s, outcome_rich, restarts_line, verdict_rich,
                                   verdict_words)
 from ddprobe.results import Verdict
@@ -47,9 +47,7 @@ def matrix_table(hm: HostMatrix, title: str | None = None) -> Table:
 
 def _verdict_panel(n: int, v: Verdict) -> Panel:
     lines = Text()
-    lines.append(f"{v.outcome}", style="bold")
-    if v.signature:
-        lines.append(f"  {v.signature}")
+    lines.append(failure_text(v.outcome, v.signature), style="bold")
     lines.append(f"\nconfidence {v.confidence}, decided by {v.decided_by}")
     if v.host:
         lines.append(f", host {v.host}")
