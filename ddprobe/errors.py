@@ -40,6 +40,14 @@ class UnreachableError(RemoteError):
     pass
 
 
+class ConnectionLost(UnreachableError):
+    """The SSH connection dropped while a cell ran: its result is not a result (retried)."""
+
+
+class HostGone(UnreachableError):
+    """The connection dropped and reconnecting failed within the bounded backoff."""
+
+
 class HostKeyError(RemoteError):
     pass
 

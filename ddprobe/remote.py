@@ -171,6 +171,11 @@ class Remote:
     def close(self) -> None:
         pass
 
+    @property
+    def connected(self) -> bool:
+        """False once the transport is known to be gone (an SSH drop); local is always up."""
+        return True
+
     def __enter__(self) -> Remote:
         return self
 
@@ -366,6 +371,11 @@ class SshRemote(Remote):
     def connect(self) -> SshRemote:
         self._open()
         return self
+
+    @property
+    def connected(self) -> bool:
+        tr = self._conn.transport if self._conn is not None else None
+        return tr is not None and tr.is_active()
 
     def ping(self) -> float:
         # a global request the server must answer (OpenSSH replies "failure" to unknown ones):

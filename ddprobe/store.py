@@ -49,6 +49,12 @@ class RunRecord:
         return self.end is not None
 
     @property
+    def resumable(self) -> bool:
+        """Unfinished, or finished with cells that ended in an infrastructure error (those run
+        again on `--resume`; the others are not repeated)."""
+        return self.end is None or bool(self.end.get("infra_errors"))
+
+    @property
     def restarts_used(self) -> int:
         return sum(1 for c in self.cells if c.timings.get("restart") is not None
                    and c.outcome.value != "refused")

@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from ddprobe.bisect.cells import PlannedCell
 from ddprobe.bisect.executor import Executor, HostSession
 from ddprobe.bisect.hostgroups import HostGroup
+from ddprobe.errors import HostGone
 from ddprobe.results import CellResult
 from ddprobe.store import RunRecord, RunStore
 
@@ -101,12 +102,16 @@ def is_restart(c: CellResult) -> bool:
 
 def replay_journal(plan: Plan, record: RunRecord | None, group_key: str,
                    run: GroupRun) -> None:
-    """Feed a resumed run's finished cells of this group back into the plan."""
+    """Feed a resumed run's finished cells of this group back into the plan (all but the
+    `error` ones: an infrastructure error says nothing about the config, so it runs again)."""
     if record is None:
         return
     for c in record.cells:
         meta = c.extra.get("plan")
         if c.extra.get("group") != group_key or not isinstance(meta, dict):
+            continue
+        if c.outcome.value == "error":
+            # infrastructure (a drop, a full disk, a busy port) is never final: run it again
             continue
         pc = PlannedCell.from_dict(meta)
         plan.record(pc, c)
@@ -151,8 +156,13 @@ def drive(group: HostGroup, plan: Plan, sessions: dict[str, HostSession], execut
                     futures.append((cell, s, pool.submit(executor.run, s, cell,
                                                          group=group.key)))
             slowest = 0.0
+            gone: BaseException | None = None
             for cell, s, fut in futures:
-                res = fut.result()
+                try:
+                    res = fut.result()
+                except HostGone as e:  # journal the round's other cells, then stop the run
+                    gone = gone or e
+                    continue
                 extra = dict(res.extra)
                 extra.update(plan=cell.to_dict(), group=group.key, round=run.rounds,
                              purpose=cell.purpose)
@@ -167,6 +177,8 @@ def drive(group: HostGroup, plan: Plan, sessions: dict[str, HostSession], execut
                 emit(Event("cell_done", group.name, f"{s.host.name}: {cell.key}", {
                     "host": s.host.name, "cell": cell.key, "result": res}))
             run.cell_s += slowest
+            if gone is not None:
+                raise gone
     run.wall_s = time.monotonic() - t_start
     return run
 
@@ -179,6 +191,13 @@ class _Done:
 
     def result(self) -> CellResult:
         return self.value
+
+
+def unfinished(e: HostGone, run_id: str, command: str) -> HostGone:
+    """The message a run that lost its host stops with: what happened and how to go on."""
+    return HostGone(f"{e}. Run {run_id} stops unfinished (nothing seen through the dropped "
+                    f"connection was recorded as a result); when the host is back: "
+                    f"`ddprobe {command} --resume {run_id}`")
 
 
 def in_parallel(fns: Sequence[Callable[[], Any]]) -> list[Any]:

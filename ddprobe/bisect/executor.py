@@ -19,7 +19,9 @@ from typing import Any
 
 from ddprobe.hosttext import file_part
 from ddprobe.bisect.cells import PlannedCell
-from ddprobe.errors import DdprobeError, LockedError, PatchError, RemoteError, UsageError
+from ddprobe.bisect.reconnect import RETRIES_PER_CELL, reconnect
+from ddprobe.errors import (DdprobeError, HostGone, LockedError, PatchError, RemoteError,
+                            UsageError)
 from ddprobe.facts import Facts, gather_facts
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote, connect
@@ -47,8 +49,10 @@ class HostSession:
 
 def open_session(stack: ExitStack, host: Host, *, command: str, break_lock: bool = False,
                  lock: bool = True) -> HostSession:
-    r = stack.enter_context(connect(host))
+    r = connect(host)
     s = HostSession(host, r)
+    # close whichever connection the session has at the end (a reconnect replaces s.r)
+    stack.callback(lambda: s.r.close())
     # the install must be in place before grep-buffers reads it (the testbed host installs
     # itself on first use; once per process, so the cells' own prepare step is a no-op)
     from ddprobe.server.prepare import prepare_host
@@ -62,6 +66,12 @@ def open_session(stack: ExitStack, host: Host, *, command: str, break_lock: bool
         # a stale lock left by an interrupted run of this same run id may be taken over
         brk = break_lock or bool(held is not None and command and command in held.command)
         s.lock = stack.enter_context(HostLock(r, host, command=command, break_lock=brk))
+        if s.lock.took_over and s.lock.broken is not None:
+            stopped = stop_server(s)
+            s.notes.append(f"{host.name}: took over the lock of a run that died "
+                           f"({s.lock.broken.describe()})"
+                           + (f"; {stopped.split(': ', 1)[-1]} (it was left running)"
+                              if stopped else ""))
     return s
 
 
@@ -143,17 +153,49 @@ class Executor:
                  oversize_factor: int = 4, progress: Callable[[str], None] | None = None,
                  run_cell: Callable[..., CellResult] | None = None,
                  run_sanitize: Callable[..., CellResult] | None = None,
-                 probe: Any = None) -> None:
+                 probe: Any = None, on_note: Callable[[str], None] | None = None) -> None:
         self.run_dir = run_dir
         self.reports = reports or {}  # group key -> the grep-buffers report behind its suspects
         self.factor = oversize_factor
         self.progress = progress
+        self.on_note = on_note  # run-level notes (a reconnect): journaled and shown
         self.probe = probe  # experiment.ProbeOptions, or None for the experiment's default
         api_run, api_san, _ = experiment_api()
         self._run = run_cell or api_run
         self._san = run_sanitize or api_san
 
     def run(self, s: HostSession, cell: PlannedCell, *, group: str) -> CellResult:
+        """Run one planned cell. A result seen through a dropped connection is discarded:
+        reconnect (bounded backoff) and run the cell again; HostGone when the host stays away
+        (the run then stops unfinished and `--resume` runs this cell)."""
+        notes: list[str] = []
+        for attempt in range(RETRIES_PER_CELL + 1):
+            try:
+                res = self._run_once(s, cell, group=group)
+            except RemoteError as e:
+                if s.r.connected or isinstance(e, HostGone):
+                    raise
+                why = f"{cell.key}: {e}"
+            else:
+                if s.r.connected:
+                    if notes:
+                        extra = dict(res.extra)
+                        extra["notes"] = list(extra.get("notes") or []) + notes
+                        res = replace(res, extra=extra)
+                    return res
+                why = f"during {cell.key}; its result ({res.outcome.value}) is discarded"
+            if attempt == RETRIES_PER_CELL:
+                raise HostGone(f"{s.host.name}: the ssh connection dropped {attempt + 1} "
+                               f"times in a row running {cell.key}")
+            note = reconnect(s, why=why, progress=self.progress)
+            notes.append(note)
+            for n in revert_leftovers(s):  # the dropped cell's temporary patch, if any
+                notes.append(n)
+            if self.on_note is not None:
+                self.on_note(note + f"; running {cell.key} again")
+        raise AssertionError("unreachable")
+
+    def _run_once(self, s: HostSession, cell: PlannedCell, *, group: str) -> CellResult:
         t0 = time.monotonic()
         patch = None
         try:
@@ -201,6 +243,8 @@ class Executor:
         except LockedError:
             raise
         except RemoteError as e:
+            if not s.r.connected:
+                raise  # not a result: Executor.run reconnects and runs the cell again
             return error_cell(s.host, cell.config, f"{type(e).__name__}: {e}", kind=cell.kind)
 
     def _finish(self, s: HostSession, cell: PlannedCell, res: CellResult, t0: float,

@@ -18,7 +18,7 @@ from typing import Any
 from ddprobe.bisect.cells import PlannedCell
 from ddprobe.bisect.compare import disagreements
 from ddprobe.bisect.engine import EventSink, Event, GroupRun, Journal, drive, in_parallel, \
-    is_restart
+    is_restart, unfinished
 from ddprobe.bisect.executor import Executor, experiment_api, probe_options, stop_server
 from ddprobe.bisect.hostgroups import HostGroup
 from ddprobe.bisect.latent import LatentOptions
@@ -27,7 +27,7 @@ from ddprobe.bisect.plantext import plan_lines
 from ddprobe.bisect.preflight import PlanPreflight, plan_preflight
 from ddprobe.bisect.session import StaticEvidence, open_hosts, static_evidence
 from ddprobe.bisect.verdicts import build_verdicts, exit_code, run_status
-from ddprobe.errors import UsageError
+from ddprobe.errors import HostGone, UsageError
 from ddprobe.inventory import Host
 from ddprobe.results import Config, Verdict
 from ddprobe.sources.patches import apply_patch, load_patch
@@ -159,7 +159,7 @@ def load_resume(run_id: str, root: Path | None = None) -> RunRecord:
     if rec.meta.get("command") != "bisect":
         raise UsageError(f"run {rec.run_id} is a {rec.meta.get('command') or '?'} run, not a "
                          "bisect; it cannot be resumed by bisect")
-    if rec.finished:
+    if not rec.resumable:
         raise UsageError(f"run {rec.run_id} is already finished; see `ddprobe report "
                          f"{rec.run_id}` or `ddprobe bisect log {rec.run_id}`")
     return rec
@@ -201,7 +201,9 @@ def run_bisect(hosts: Sequence[Host], req: BisectRequest, *, root: Path | None =
         if executor is None:
             executor = Executor(run_dir=store.dir, oversize_factor=req.oversize_factor,
                                 progress=lambda text: emit(Event("server", "", text)),
-                                probe=probe_options(req.tasks))
+                                probe=probe_options(req.tasks),
+                                on_note=lambda text: (journal.note(text),
+                                                      emit(Event("note", "", text))))
         statics: dict[str, StaticEvidence] = {}
         planners: dict[str, Planner] = {}
         for g in opened.groups:
@@ -249,7 +251,10 @@ def run_bisect(hosts: Sequence[Host], req: BisectRequest, *, root: Path | None =
             return drive(g, planners[g.key], opened.sessions, executor, journal,
                          on_event=on_event, record=resume, purpose_note=_why)
 
-        runs = in_parallel([lambda g=g: go(g) for g in opened.groups])
+        try:
+            runs = in_parallel([lambda g=g: go(g) for g in opened.groups])
+        except HostGone as e:
+            raise unfinished(e, store.run_id, "bisect") from None
         outcomes: list[GroupOutcome] = []
         for g, gr in zip(opened.groups, runs):
             p = planners[g.key]
@@ -285,6 +290,8 @@ def run_bisect(hosts: Sequence[Host], req: BisectRequest, *, root: Path | None =
                     "restarts_this_invocation": report.restarts_now,
                     "restarts_full_sweep": report.restarts_full_sweep,
                     "rounds": report.rounds, "status": report.status,
+                    "infra_errors": sum(1 for o in outcomes for _, c in o.cells
+                                        if c.outcome.value == "error"),
                     "exit_code": report.exit_code(), "wall_s": round(report.wall_s, 3),
                     "disagreements": [d["text"] for d in dis]})
     write_reports_if_available(store.dir, report.notes)

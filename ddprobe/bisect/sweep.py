@@ -15,11 +15,12 @@ from typing import Any
 
 from ddprobe.bisect.cells import PlannedCell, observe
 from ddprobe.bisect.engine import Event, EventSink, GroupRun, Journal, drive, in_parallel, \
-    is_restart
+    is_restart, unfinished
 from ddprobe.bisect.executor import Executor, probe_options, stop_server
 from ddprobe.bisect.run import write_reports_if_available
 from ddprobe.bisect.session import open_hosts
-from ddprobe.errors import UsageError
+from ddprobe.errors import HostGone, UsageError
+from ddprobe.exitcodes import ExitCode
 from ddprobe.probes import differential
 from ddprobe.inventory import Host
 from ddprobe.results import CellResult, Config
@@ -125,6 +126,19 @@ class SweepReport:
     def failed(self) -> bool:
         return any(c.outcome.bad for c in self.cells)
 
+    @property
+    def errored(self) -> int:
+        """Cells that ended in an infrastructure error: the matrix is incomplete."""
+        return sum(1 for c in self.cells if c.outcome.value == "error")
+
+    @property
+    def exit_code(self) -> int:
+        """5 when cells errored (incomplete; `--resume` runs them again), 1 when a cell failed,
+        else 0."""
+        if self.errored:
+            return int(ExitCode.SERVER)
+        return int(ExitCode.FAILED) if self.failed else 0
+
     def to_dict(self) -> dict[str, Any]:
         return {"run_id": self.run_id, "run_dir": str(self.run_dir), "variants": self.variants,
                 "restarts_used": self.restarts_used, "wall_s": round(self.wall_s, 3),
@@ -183,14 +197,19 @@ def run_sweep(hosts: Sequence[Host], req: SweepRequest, *, root: Path | None = N
             journal.note(n)
             emit(Event("note", "", n))
         executor = Executor(run_dir=store.dir, probe=probe_options(req.tasks),
-                            progress=lambda text: emit(Event("server", "", text)))
+                            progress=lambda text: emit(Event("server", "", text)),
+                            on_note=lambda text: (journal.note(text),
+                                                  emit(Event("note", "", text))))
         plans = {g.key: MatrixPlan(cells, req.repeat) for g in opened.groups}
         for g in opened.groups:
             emit(Event("plan", g.name, f"sweep: {len(cells) * req.repeat} cells on "
                                        f"{len(g.hosts)} host(s)"))
-        runs: list[GroupRun] = in_parallel([
-            lambda g=g: drive(g, plans[g.key], opened.sessions, executor, journal,
-                              on_event=on_event, record=resume) for g in opened.groups])
+        try:
+            runs: list[GroupRun] = in_parallel([
+                lambda g=g: drive(g, plans[g.key], opened.sessions, executor, journal,
+                                  on_event=on_event, record=resume) for g in opened.groups])
+        except HostGone as e:
+            raise unfinished(e, store.run_id, "sweep") from None
         if not req.keep_server:
             for sess in opened.sessions.values():
                 msg = stop_server(sess)
@@ -217,6 +236,7 @@ def run_sweep(hosts: Sequence[Host], req: SweepRequest, *, root: Path | None = N
                          time.monotonic() - t0, opened.notes, all_cells)
     journal.append({"type": "end", "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
                     "restarts_used": restarts, "restarts_full_sweep": restarts,
-                    "exit_code": 1 if report.failed else 0, "wall_s": round(report.wall_s, 3)})
+                    "exit_code": report.exit_code, "wall_s": round(report.wall_s, 3),
+                    "infra_errors": report.errored})
     write_reports_if_available(store.dir, report.notes)
     return report

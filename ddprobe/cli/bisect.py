@@ -398,7 +398,9 @@ def register(app: typer.Typer) -> None:
 
     @app.command("sweep")
     def sweep_cmd(
-        host: str = common.HostOpt,
+        host: Optional[str] = typer.Option(None, "--host", "-H",
+                                           help="Host, group, or comma list (not with "
+                                                "--resume: the run's hosts)."),
         budgets: Optional[str] = typer.Option(None, "--budgets", "-b",
                                               help="Budgets, e.g. 8,16,32,64."),
         graph: str = typer.Option("both", "--graph", help="both | on | off."),
@@ -423,8 +425,9 @@ def register(app: typer.Typer) -> None:
         rec = None
         if resume:
             rec = load_run(find_run(resume))
-            if rec.meta.get("command") != "sweep" or rec.finished:
-                raise UsageError(f"run {rec.run_id} is not an unfinished sweep")
+            if rec.meta.get("command") != "sweep" or not rec.resumable:
+                raise UsageError(f"run {rec.run_id} is not a sweep with cells left to run "
+                                 f"(unfinished, or with cells that errored)")
             o = rec.meta.get("options") or {}
             req = SweepRequest(budgets=tuple(o["budgets"]), graph=o.get("graph", "both"),
                                max_bs=tuple(o.get("max_bs") or (None,)),
@@ -442,15 +445,21 @@ def register(app: typer.Typer) -> None:
                                repeat=repeat, tasks=_tasks(tasks), parallel=not no_parallel,
                                keep_server=keep_server)
             req.validate()
+            if not host:
+                raise UsageError("give --host (or --resume RUN_ID)")
             hosts = common.hosts(host)
         with EventRenderer(common.err, quiet=False) as ren:
             rep = run_sweep(hosts, req, resume=rec, on_event=ren, break_lock=break_lock,
-                            argv=["sweep", "--host", host, "--budgets", budgets or ""])
+                            argv=["sweep", "--host", host or "", "--budgets", budgets or ""])
         if as_json:
             common.emit_json(rep.to_dict())
         else:
             render_sweep(rep)
-        raise typer.Exit(int(ExitCode.FAILED) if rep.failed else 0)
+        if rep.errored:
+            common.err.print(f"{rep.errored} cell(s) ended in an infrastructure error: the "
+                             f"matrix is incomplete; run them again with `ddprobe sweep "
+                             f"--resume {rep.run_id}`", markup=False)
+        raise typer.Exit(rep.exit_code)
 
 
 def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backend: str | None,

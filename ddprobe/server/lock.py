@@ -41,6 +41,19 @@ def this_machine() -> str:
     return socket.gethostname()
 
 
+def this_boot() -> str:
+    """This machine and boot (machine-id + boot id): a pid is only comparable within one boot
+    of one machine; hostnames repeat across containers and laptops."""
+    parts = []
+    for f in ("/etc/machine-id", "/proc/sys/kernel/random/boot_id"):
+        try:
+            with open(f, encoding="ascii") as fh:
+                parts.append(fh.read().strip())
+        except OSError:
+            return ""
+    return ":".join(parts) if all(parts) else ""
+
+
 def _user() -> str:
     try:
         return getpass.getuser()
@@ -57,13 +70,15 @@ class LockInfo:
     command: str
     token: str
     since: float = 0.0  # when it was first taken
+    boot: str = ""  # machine-id:boot-id of the owner (empty in locks of older ddprobe)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> LockInfo:
         return cls(owner=str(d.get("owner", "?")), machine=str(d.get("machine", "")),
                    pid=int(d.get("pid") or 0), time=float(d.get("time") or 0.0),
                    command=str(d.get("command", "")), token=str(d.get("token", "")),
-                   since=float(d.get("since") or d.get("time") or 0.0))
+                   since=float(d.get("since") or d.get("time") or 0.0),
+                   boot=str(d.get("boot") or ""))
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -79,6 +94,12 @@ class LockInfo:
         if age > max_age:
             return f"it was last refreshed {_ago(age)} ago (max age {_ago(max_age)})"
         return None
+
+    def provably_dead(self) -> bool:
+        """Its owner ran on this very machine in this boot and its pid is gone: nobody else
+        can hold it, so the next run takes it over without --break-lock (issue 15)."""
+        here = this_boot()
+        return bool(here) and self.boot == here and self.pid > 0 and not _pid_alive(self.pid)
 
     def describe(self, now: float | None = None) -> str:
         now = time.time() if now is None else now
@@ -148,6 +169,7 @@ class HostLock:
         self.token: str | None = None
         self.depth = 0
         self.broken: LockInfo | None = None  # the stale lock this one replaced, if any
+        self.took_over = False  # ... and its owner was provably dead (no --break-lock needed)
         self.release_error: str | None = None  # why the lock could not be removed, if so
 
     @property
@@ -162,7 +184,8 @@ class HostLock:
         now = time.time()
         machine = this_machine()
         return {"owner": f"{_user()}@{machine}", "machine": machine, "pid": os.getpid(),
-                "time": now, "since": now, "command": self.command, "token": uuid.uuid4().hex}
+                "time": now, "since": now, "command": self.command, "token": uuid.uuid4().hex,
+                "boot": this_boot()}
 
     def acquire(self) -> HostLock:
         if self.depth:
@@ -184,7 +207,8 @@ class HostLock:
             if why is None:
                 raise LockedError(f"{self.host.name} is locked by {holder.describe()} "
                                   f"({where}); wait for it to finish")
-            if not self.break_lock:
+            dead = holder.provably_dead()
+            if not self.break_lock and not dead:
                 raise LockedError(f"{self.host.name} has a stale lock: {holder.describe()}; "
                                   f"{why} ({where}). Re-run with --break-lock to take it over")
             res = _call(self.r, "break", {"path": self.path, "info": info,
@@ -194,6 +218,7 @@ class HostLock:
                 raise LockedError(f"{self.host.name} was locked again by {other.describe()} "
                                   f"while the stale lock was being broken ({where})")
             self.broken = holder
+            self.took_over = dead  # an orphan of a dead run: its server is stopped by the caller
         self.token, self.depth = info["token"], 1
         with _held_lock:
             _held[info["token"]] = _held.get(info["token"], 0) + 1
@@ -203,6 +228,14 @@ class HostLock:
         with _held_lock:
             return holder.machine == this_machine() and holder.pid == os.getpid() \
                 and holder.token in _held
+
+    def still_held(self) -> bool:
+        """After a reconnect: is the lock file still this lock's (nobody broke it)?"""
+        if not self.token:
+            return False
+        res = _call(self.r, "refresh", {"path": self.path, "token": self.token,
+                                        "update": {"time": time.time()}})
+        return bool(res.get("refreshed"))
 
     def _refresh(self) -> None:
         if self.token:
