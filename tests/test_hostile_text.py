@@ -166,3 +166,31 @@ def test_facts_of_a_host_with_hostile_metadata(tmp_path, sshd, capfd):
     assert code == 0, err
     assert "0.5.10[/red]" in out
     assert "\x1b]" not in out + err and "\x07" not in out + err
+
+
+def test_server_logs_on_a_terminal_are_cleaned(monkeypatch, capsys):
+    from ddprobe.cli import server as srv
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    srv._write("boot \x1b]52;c;cm0K\x07ok\n")
+    assert capsys.readouterr().out == "boot ok\n"
+    monkeypatch.setattr("sys.stdout.isatty", lambda: False)
+    srv._write("raw \x1b[31mred\n")  # into a pipe or a file: the log byte for byte
+    assert capsys.readouterr().out == "raw \x1b[31mred\n"
+
+
+def test_failing_test_reason_is_cleaned_and_bounded(tmp_path):
+    import sys as _sys
+    from pathlib import Path as _P
+    _sys.path.insert(0, str(_P(__file__).parent))
+    import hostile_server
+    from ddprobe.probes.runner import run_probes
+    payload = "\x1b]0;pwned\x07" + "x" * 5000
+    answer = f"```python\nraise RuntimeError({payload!r})\n```\n"
+    proc, url = hostile_server.start("answer", answer=answer)
+    try:
+        rep = run_probes(url, tasks=["fizzbuzz"], accept_tokens=0)
+    finally:
+        hostile_server.stop(proc)
+    r = rep.results[0]
+    assert not r.passed and "RuntimeError" in r.reason
+    assert len(r.reason) <= 240 and hosttext.is_clean(r.reason)

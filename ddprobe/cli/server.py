@@ -12,6 +12,7 @@ import httpx
 import typer
 from rich.text import Text
 
+from ddprobe.hosttext import clean
 from ddprobe import remote
 from ddprobe.cli import common
 from ddprobe.cli.run import COLOR, EnvOpt, ExtraOpt, LiveReporter, make_config
@@ -177,7 +178,9 @@ def register(app: typer.Typer) -> None:
 
 
 def _write(text: str) -> None:
-    sys.stdout.write(text)
+    # the host's log, byte for byte into a pipe or a file; on a terminal its escape sequences
+    # (titles, clipboard writes, cursor moves) are removed first (docs/security.md)
+    sys.stdout.write(clean(text) if sys.stdout.isatty() else text)
     sys.stdout.flush()
 
 

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
+from ddprobe.hosttext import one_line
 from ddprobe.probes import garbage
 from ddprobe.probes.client import (MAX_ANSWER_BYTES, AnswerTooLarge, Completion, ProbeClient,
                                    ProbeHTTPError, server_accept_length)
@@ -189,7 +190,9 @@ async def _probe_task(client: ProbeClient, task: CodingTask, *, max_tokens: int,
     check = await check_answer(task, text, limits=limits)
     check_s = time.perf_counter() - t0
     return TaskResult(
-        task_id=task.id, passed=check.passed and not runaway, reason=check.reason, text=text,
+        # the reason quotes the answer's own output: cleaned and bounded before it is kept
+        task_id=task.id, passed=check.passed and not runaway,
+        reason=one_line(check.reason, limit=240), text=text,
         latency_s=chat.latency_s, completion_tokens=chat.completion_tokens, tok_s=chat.tok_s,
         accept_length=acc, accept_source=src, generate_tok_s=gen.tok_s if gen else None,
         generate_tokens=gen.completion_tokens if gen else None,
