@@ -37,7 +37,8 @@ def test_workflow_is_complete_and_pins_the_host_key() -> None:
     assert "ssh-keyscan" not in runs and "--accept-new-host-keys" not in runs
     assert "smoke --host gpu --junit smoke-junit.xml --json" in runs
     uses = [s.get("uses", "") for s in steps]
-    assert "mikepenz/action-junit-report@v4" in uses and "actions/upload-artifact@v4" in uses
+    assert any(u.startswith("mikepenz/action-junit-report@") for u in uses)
+    assert any(u.startswith("actions/upload-artifact@") for u in uses)
     junit = next(s for s in steps if s.get("uses", "").startswith("mikepenz/"))
     assert junit["if"] == "always()" and junit["with"]["report_paths"] == "smoke-junit.xml"
     upload = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact"))

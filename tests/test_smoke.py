@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from test_bisect_ssh import ENV, TASKS
 from test_server_util import inventory_text
+from junit_util import check_junit
 from testbed_util import free_port, install_prefix
 
 from ddprobe.cli import main
@@ -41,7 +42,12 @@ def smoke(tmp: Path, sshd: object, prefix: Path, *args: str, scenario: str = "se
                      "--json", *args])
     finally:
         main([*base, "server", "stop", "-H", "gpu"])
-    return code, ET.parse(junit).getroot()
+    root = ET.parse(junit).getroot()
+    seen = check_junit(junit)  # junit-10.xsd and junitparser, on every smoke report here
+    assert seen["tests"] == int(root.get("tests", -1))
+    assert seen["failures"] == int(root.get("failures", -1))
+    assert seen["errors"] == int(root.get("errors", -1))
+    return code, root
 
 
 def cases(root: ET.Element) -> dict[str, str]:
@@ -131,11 +137,14 @@ def test_unreachable_exit_4_and_junit_error(tmp_path: Path, runs: Path, sshd: ob
     code = main(["-i", str(inv), "--ssh-config", str(sshd.ssh_config),  # type: ignore[attr-defined]
                  "smoke", "--host", "gone", "--junit", str(junit)])
     assert code == int(ExitCode.UNREACHABLE)
+    check_junit(junit)
     root = ET.parse(junit).getroot()
     c = cases(root)
     assert c["facts"] == "error:unreachable"
     assert {k for k, v in c.items() if v == "skipped"} == {"flags b8", "cell b8", "probes b8"}
-    assert root.get("errors") == "1" and root.get("skipped") == "3"
+    # junit-10.xsd has `skipped` on each <testsuite>, not on <testsuites>
+    assert root.get("errors") == "1" and root.find("testsuite").get("skipped") == "3"
+    assert root.get("skipped") is None
 
 
 def test_no_production_budget_is_a_usage_error(tmp_path: Path, sshd: object,
