@@ -39,6 +39,7 @@ from ddprobe.server.hostops import HostOpError
 from ddprobe.server.lifecycle import prepared_launch, server_target
 from ddprobe.server.lock import HostLock
 from ddprobe.server.manager import Manager, get_manager
+from ddprobe.server.served import model_loaded
 from ddprobe.signatures.decode import decode_notes, summarise_decode
 
 __all__ = ["Baseline", "CellReporter", "ProbeOptions", "run_cell", "run_sanitize_cell"]
@@ -305,6 +306,7 @@ class _Cell:
         c.log_excerpt = excerpt(self.log, v.signature) if self.log else []
         c.effective = c.effective.with_log(self.log) if c.effective is not None else \
             from_log(self.log)
+        self.extra["model_loaded"] = model_loaded(self.log) if self.log else None
         self.extra["notes"] += [n for n in v.notes if n not in self.extra["notes"]]
         decode = summarise_decode(self.log) if self.log else None
         if decode is not None:  # acceptance and throughput from the server's own log

@@ -201,6 +201,10 @@ class Verdict:
     buffer: dict[str, Any] | None = None  # {attr, file, line, expr, sizes...} when named
     host: str | None = None
     patch_confirmed: bool | None = None  # --confirm-patch: did the patch fix it
+    would_decide: str = ""  # inconclusive / low confidence: the experiment that would decide
+    next_command: str = ""  # the exact command to run next
+    reason: str = ""  # inconclusive: why (preload, eager-differs, graph-undecided, ...)
+    tested: bool = True  # False: the budgets were not restarted (assumed from neighbours)
     latent: bool = False  # found by the latent check: the cells pass, memcheck does not
 
     @property
@@ -216,6 +220,6 @@ class Verdict:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Verdict:
-        d = {k: v for k, v in d.items() if k != "label"}
+        d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         d["evidence"] = [Evidence.from_dict(e) for e in d.get("evidence") or []]
         return cls(**d)

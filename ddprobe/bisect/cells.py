@@ -33,6 +33,7 @@ class PlannedCell:
     buffers: tuple[str, ...] = ()  # oversize: the buffers enlarged for this cell
     patch: str | None = None  # confirm: the patch applied for this cell
     rep: int = 1  # 1-based repeat index (--repeat N)
+    factor: int | None = None  # oversize: the enlargement factor when not the run's default
 
     @property
     def base_key(self) -> str:
@@ -44,6 +45,8 @@ class PlannedCell:
                 digest = hashlib.sha1(names.encode()).hexdigest()[:6]
                 names = f"{len(self.buffers)} buffers:{digest}"
             k += f"+oversize[{names}]"
+            if self.factor:
+                k += f"x{self.factor}"
         if self.patch:
             k += f"+patch[{patch_name(self.patch)}]"
         if self.purpose == "sanitize":
@@ -64,13 +67,14 @@ class PlannedCell:
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "base_key": self.base_key, "config": self.config.to_dict(),
                 "purpose": self.purpose, "mode": self.mode, "buffers": list(self.buffers),
-                "patch": self.patch, "rep": self.rep}
+                "patch": self.patch, "rep": self.rep, "factor": self.factor}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PlannedCell:
         return cls(config=Config.from_dict(d["config"]), purpose=d["purpose"],
                    mode=d.get("mode"), buffers=tuple(d.get("buffers") or ()),
-                   patch=d.get("patch"), rep=int(d.get("rep") or 1))
+                   patch=d.get("patch"), rep=int(d.get("rep") or 1),
+                   factor=int(d["factor"]) if d.get("factor") else None)
 
 
 def patch_name(spec: str) -> str:
@@ -95,6 +99,13 @@ def mode_key(c: CellResult) -> str:
     if c.outcome in (Outcome.GARBAGE, Outcome.DEGRADED) or sig.kind in ("garbage", "degraded"):
         key = _NUM.sub("N", key)
     return f"{c.outcome.value} {sig.kind}: {key}"
+
+
+def same_failure(a: str | None, b: str | None) -> bool:
+    """Two failure modes are the same failure, wherever it struck (capture or serving)."""
+    if a is None or b is None:
+        return a == b
+    return a.replace("[capture] ", "") == b.replace("[capture] ", "")
 
 
 def status_of(c: CellResult) -> str:

@@ -203,7 +203,7 @@ class Executor:
                 rep = self.reports.get(group)
                 if rep is None:
                     raise PatchError("no grep-buffers analysis to build the oversize patch from")
-                patch = make_oversize_patch(rep, cell.buffers, self.factor)
+                patch = make_oversize_patch(rep, cell.buffers, cell.factor or self.factor)
             elif cell.patch:
                 patch = load_patch(cell.patch)
         except PatchError as e:

@@ -2,27 +2,40 @@
 
 The experiments, all at the mode's first failing budget:
 
-* eager control (`E`): the same config without CUDA graphs. Fails too -> kernel.
-* oversize (`O`): a temporary patch enlarging the suspect captured buffers x4 (the suspects come
-  from the static evidence, grep-buffers). Passes -> buffer sizing, then the suspect set is
-  halved until one buffer is named. Still failing with every suspect enlarged -> not a suspect
-  buffer (graph capture, unless a smaller max bs cures it).
-* max bs (`M`): a smaller --cuda-graph-max-bs. Passes -> a fixed-capacity workspace is too
-  small for max_bs x draft tokens (buffer sizing); it does not tell buffer from capture alone.
+* eager control (`E`): the same config without CUDA graphs. Fails *the same way* -> kernel.
+  Fails in a different way -> not proof of anything (an eager-only bug can hide a graph-only
+  one): the graph experiments still decide.
+* oversize (`O`): a temporary patch enlarging the suspect captured buffers x factor (the
+  suspects come from grep-buffers). Passes -> buffer sizing, then the suspect set is halved
+  until one buffer is named. Still failing -> escalate (`O2`) to a factor that covers the
+  static estimate of the shortfall (x16 when it is unknown) before ruling buffer sizing out;
+  and only suspects whose size should follow the budget (tier 1) can rule it out at all: a
+  fixed-size buffer that is the same at every budget says nothing about a budget threshold.
+* max bs (`M`): a smaller --cuda-graph-max-bs than the server *really ran* (its captured batch
+  sizes, not the inventory). Passes -> a fixed-capacity workspace is too small for max_bs x
+  draft tokens (buffer sizing). When the server already runs the smallest value, or the cell
+  ran the same max bs as the failing one, the experiment is no evidence.
+
+Failures before the model is loaded (import errors, NCCL init, a hang at weight loading) run
+only the eager control: when it fails before the model is loaded too, the mode is
+`inconclusive` (nothing budget- or graph-related ran).
 
 Every experiment except `E` changes only graph capture, so a cure by `O` or `M` proves the
-failure graph-related without the eager control. The order is picked from the failure's
-signature so that the likely-decisive experiment runs first ("cheapest first" in restarts):
-a memory fault (illegal address, ...) suggests an overrun: O first; a capacity error at capture
-(cuBLAS, OOM) suggests a workspace: M first; anything else (garbage, hang): E first.
+failure graph-related without the eager control, and the verdict does not depend on the order
+the steps ran in. The order is picked from the failure's signature so the likely-decisive
+experiment runs first: a memory fault suggests an overrun (O first); a capacity error at
+capture (cuBLAS, OOM) a workspace (M first); anything else (garbage, hang): E first.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from ddprobe.bisect.cells import BAD, GOOD, UNTESTED, Obs, PlannedCell
+from ddprobe.bisect.cells import BAD, GOOD, UNTESTED, Obs, PlannedCell, same_failure
+from ddprobe.bisect.served import before_model_load, served_max_bs
+from ddprobe.bisect.static import Suspect
 from ddprobe.results import CellResult, Config
 
 MEMORY_KINDS: Final = frozenset({"cuda_illegal_address", "cuda_misaligned_address",
@@ -30,10 +43,15 @@ MEMORY_KINDS: Final = frozenset({"cuda_illegal_address", "cuda_misaligned_addres
                                  "sanitizer_oob", "segfault"})
 CAPACITY_KINDS: Final = frozenset({"cublas", "cudnn", "oom", "capture_range"})
 ORDERS: Final = ("auto", "eager-first", "graph-first")
+ESCALATED_FACTOR: Final = 16
+MAX_FACTOR: Final = 1024
+NONE_OBS: Final = Obs("none")
 
 
 def failure_class(c: CellResult | None) -> str:
-    """memory | capacity | other, from the signature (and the phase where it struck)."""
+    """preload | memory | capacity | other, from the signature (and where it struck)."""
+    if before_model_load(c):
+        return "preload"
     if c is None or c.signature is None:
         return "other"
     kind = c.signature.kind
@@ -45,13 +63,16 @@ def failure_class(c: CellResult | None) -> str:
 
 
 def step_order(cls: str, order: str) -> tuple[str, ...]:
-    graph = {"memory": ("O", "M"), "capacity": ("M", "O"), "other": ("O", "M")}[cls]
+    if cls == "preload":
+        return ("E",)
+    graph = {"memory": ("O", "O2", "M"), "capacity": ("M", "O", "O2"),
+             "other": ("O", "O2", "M")}[cls]
     if order == "eager-first":
         return ("E", *graph)
     if order == "graph-first":
         return (*graph, "E")
-    return {"memory": ("O", "E", "M"), "capacity": ("M", "O", "E"),
-            "other": ("E", "O", "M")}[cls]
+    return {"memory": ("O", "O2", "E", "M"), "capacity": ("M", "O", "O2", "E"),
+            "other": ("E", "O", "O2", "M")}[cls]
 
 
 @dataclass(frozen=True)
@@ -63,6 +84,9 @@ class Decision:
     by_elimination: bool = False
     workspace: bool = False  # buffer_sizing decided by the max-bs experiment
     notes: tuple[str, ...] = ()
+    factor: int | None = None  # the oversize factor that cured it (None: the run's default)
+    would_decide: str = ""  # inconclusive: the experiment that would decide it
+    reason: str = ""  # inconclusive: why (preload | eager-differs | no-suspect | ...)
 
 
 @dataclass(frozen=True)
@@ -76,6 +100,7 @@ class LadderState:
     speculative: tuple[PlannedCell, ...]
     naming: tuple[str, ...] = ()  # candidates still in the oversize bisection
     cells: dict[str, PlannedCell] = field(default_factory=dict)  # step name -> planned cell
+    notes: tuple[str, ...] = ()  # why an experiment was left out
 
     @property
     def done(self) -> bool:
@@ -95,118 +120,257 @@ def _first_half(c: Sequence[str]) -> tuple[str, ...]:
     return tuple(c[:max(1, len(c) // 2)])
 
 
-def diagnose(mode: str, config: Config, failing: CellResult | None, *, suspects: Sequence[str],
-             small_max_bs: int, order: str, obs: Callable[[PlannedCell], Obs]) -> LadderState:
+def needed_factor(suspects: Sequence[Suspect], budget: int) -> int | None:
+    """The enlargement that covers the static estimate of the shortfall at `budget` (the
+    largest demand / allocation over the suspects), or None when no size could be evaluated."""
+    need: float | None = None
+    for s in suspects:
+        for z in s.sizes:
+            if z.get("budget") != budget:
+                continue
+            el, dem = z.get("elements"), z.get("demand_elements")
+            if isinstance(el, int) and el > 0 and isinstance(dem, int) and dem > 0:
+                need = max(need or 0.0, dem / el)
+    return None if need is None else max(1, math.ceil(need))
+
+
+def escalation(suspects: Sequence[Suspect], budget: int, factor: int) -> int | None:
+    """The second oversize factor to try when x`factor` did not cure, or None (covered)."""
+    need = needed_factor(suspects, budget)
+    if need is None:
+        return ESCALATED_FACTOR if factor < ESCALATED_FACTOR else None
+    if need <= factor:
+        return None
+    return min(MAX_FACTOR, 1 << (need - 1).bit_length())
+
+
+def small_max_bs(served: int | None, fallback: int) -> tuple[int | None, str]:
+    """(the max-bs experiment's value or None, why not): a quarter of what the server ran."""
+    if served is None:
+        return fallback, ""
+    if served <= 1:
+        return None, (f"the server already captures only bs {served}: no smaller max bs "
+                      "to try")
+    return max(1, served // 4), ""
+
+
+@dataclass(frozen=True)
+class LadderInput:
+    mode: str  # the failure mode (signature) it diagnoses: what a cure must avoid
+    config: Config
+    failing: CellResult | None
+    suspects: Sequence[Suspect]
+    small_max_bs: int  # the fallback when the server did not say what it ran
+    order: str
+    factor: int
+    obs: Callable[[PlannedCell], Obs]
+    name: str = ""  # the ladder's name (a budget's own diagnosis: "MODE @b48"); default: mode
+
+    @property
+    def label(self) -> str:
+        return self.name or self.mode
+
+
+@dataclass
+class _Cells:
+    E: PlannedCell
+    M: PlannedCell | None
+    O: PlannedCell | None
+    O2: PlannedCell | None
+    notes: list[str]
+    O2_spec: PlannedCell | None = None  # the escalation, before O's result is known
+
+    def named(self) -> dict[str, PlannedCell]:
+        return {k: v for k, v in (("E", self.E), ("M", self.M), ("O", self.O),
+                                  ("O2", self.O2)) if v is not None}
+
+
+def _cells(li: LadderInput, cls: str) -> _Cells:
+    cfg, mode, label = li.config, li.mode, li.label
+    notes: list[str] = []
+    E = PlannedCell(replace(cfg, graph=False), "eager", label)
+    if cls == "preload":
+        return _Cells(E, None, None, None, notes)
+    served = served_max_bs(li.failing)
+    bs, why = small_max_bs(served, li.small_max_bs)
+    if why:
+        notes.append(why)
+    M = PlannedCell(replace(cfg, max_bs=bs), "max_bs", label) if bs is not None else None
+    names = tuple(s.attr for s in li.suspects)
+    O = PlannedCell(cfg, "oversize", label, buffers=names) if names else None
+    O2 = spec2 = None
+    f2 = escalation([s for s in li.suspects if s.tier == 1], cfg.budget, li.factor)
+    if O is not None and f2 is not None:
+        o = li.obs(O)
+        if o.status == BAD and cured(o, mode).status == BAD:
+            O2 = PlannedCell(cfg, "oversize", label, buffers=names, factor=f2)
+        elif not o.decided:  # worth running in parallel on a spare host
+            spec2 = PlannedCell(cfg, "oversize", label, buffers=names, factor=f2)
+    return _Cells(E, M, O, O2, notes, spec2)
+
+
+def _m_obs(li: LadderInput, M: PlannedCell | None) -> Obs:
+    """The max-bs experiment's result, or `none` when it is no evidence: it ran the same
+    max bs as the failing cell (the server rewrote or ignored the flag)."""
+    if M is None:
+        return NONE_OBS
+    o = li.obs(M)
+    if not o.decided or o.first is None:
+        return o
+    ran, failed_at = served_max_bs(o.first), served_max_bs(li.failing)
+    if ran is not None and failed_at is not None and ran >= failed_at:
+        return Obs("same", o.mode, o.results, o.reps_done)
+    return o
+
+
+def diagnose(li: LadderInput) -> LadderState:
     """Where the mode's diagnosis stands, and which cells it needs next."""
-    cls = failure_class(failing)
-    steps = step_order(cls, order)
-    E = PlannedCell(replace(config, graph=False), "eager", mode)
-    M = PlannedCell(replace(config, max_bs=small_max_bs), "max_bs", mode)
-    O = PlannedCell(config, "oversize", mode, buffers=tuple(suspects)) if suspects else None
-    cells = {"E": E, "M": M, **({"O": O} if O else {})}
-    eo = obs(E)
-    mo, oo = cured(obs(M), mode), cured(obs(O), mode) if O else Obs("none")
-
-    # naming: halve the suspects while the oversize cure holds
-    naming: tuple[str, ...] = ()
-    naming_next: PlannedCell | None = None
-    naming_spec: list[PlannedCell] = []
-    by_elim = False
-    named_stuck = False
-    if O is not None and oo.status == GOOD:
-        cand = tuple(suspects)
-        while len(cand) > 1:
-            t = _first_half(cand)
-            ot = PlannedCell(config, "oversize", mode, buffers=t)
-            st = cured(obs(ot), mode).status
-            if st == GOOD:
-                cand, by_elim = t, False
-            elif st == BAD:
-                cand, by_elim = tuple(x for x in cand if x not in t), True
-            elif st == UNTESTED or not obs(ot).decided:
-                naming_next = ot
-                for sub in (t, tuple(x for x in cand if x not in t)):
-                    if len(sub) > 1:
-                        naming_spec.append(PlannedCell(config, "oversize", mode,
-                                                       buffers=_first_half(sub)))
-                break
-            else:  # skip/flaky: cannot narrow further
-                named_stuck = True
-                break
-        naming = cand
-
-    decision = _decide(mode, cls, eo, oo, mo, has_suspects=O is not None)
-    if decision is not None and decision.decided_by == "oversize experiment":
-        if naming_next is not None:
-            needed: tuple[PlannedCell, ...] = (naming_next,)
-            decision = replace(decision, buffers=naming)
-            return LadderState(mode, config, cls, steps, decision, needed, tuple(naming_spec),
-                               naming, cells)
-        how = "oversize bisection" if len(suspects) > 1 and len(naming) == 1 else \
-            "oversize experiment"
-        notes = decision.notes
-        if named_stuck:
-            notes += (f"could not narrow the enlarged set below {len(naming)} buffers "
-                      "(a narrowing cell did not run)",)
-        elif len(naming) > 1:
-            notes += ("several buffers enlarged together cured it",)
-        decision = replace(decision, buffers=naming, by_elimination=by_elim, decided_by=how,
-                           confidence="medium" if by_elim or named_stuck else "high",
-                           notes=notes)
+    cls = failure_class(li.failing)
+    steps = step_order(cls, li.order)
+    cs = _cells(li, cls)
+    cells = cs.named()
+    mode, label = li.mode, li.label
+    eo = li.obs(cs.E)
+    mo = cured(_m_obs(li, cs.M), mode)
+    oo = cured(li.obs(cs.O), mode) if cs.O else NONE_OBS
+    o2 = cured(li.obs(cs.O2), mode) if cs.O2 else NONE_OBS
+    cure = cs.O2 if o2.status == GOOD and oo.status != GOOD else cs.O
+    tier1 = any(s.tier == 1 for s in li.suspects)
+    decision = _decide(mode, cls, eo, oo, o2, mo, has_suspects=cs.O is not None, tier1=tier1,
+                       escalate_pending=cs.O2 is not None and not o2.decided,
+                       m_possible=cs.M is not None)
+    notes = tuple(cs.notes)
+    if decision is not None and decision.decided_by == "oversize experiment" and \
+            cure is not None:
+        st = _naming(li, cure, decision)
+        if st is not None:
+            return replace(st, cls=cls, order=steps, cells=cells, notes=notes)
     if decision is not None:
-        return LadderState(mode, config, cls, steps, decision, (), (), naming, cells)
-
-    remaining = [s for s in steps if s in cells and not obs(cells[s]).decided]
+        return LadderState(label, li.config, cls, steps, decision, (), (), (), cells, notes)
+    remaining = [s for s in steps if s in cells and not li.obs(cells[s]).decided]
     if not remaining:
-        return LadderState(mode, config, cls, steps, _inconclusive(eo, oo, mo), (), (), naming,
-                           cells)
+        d = _inconclusive(cls, eo, oo, o2, mo, tier1=tier1, has_suspects=cs.O is not None,
+                          m_notes=cs.notes)
+        return LadderState(label, li.config, cls, steps, d, (), (), (), cells, notes)
     needed = (cells[remaining[0]],)
     spec = [cells[s] for s in remaining[1:]]
-    if O is not None and len(suspects) > 1 and "O" in remaining:
+    if cs.O2_spec is not None:
+        spec.append(cs.O2_spec)
+    if cs.O is not None and len(cs.O.buffers) > 1 and "O" in remaining:
         # if the oversize cure holds, the first halving cell is the next one needed
         spec.insert(0 if cls == "memory" else len(spec),
-                    PlannedCell(config, "oversize", mode, buffers=_first_half(suspects)))
-    return LadderState(mode, config, cls, steps, None, needed, tuple(spec), naming, cells)
+                    PlannedCell(li.config, "oversize", label, buffers=_first_half(cs.O.buffers)))
+    return LadderState(label, li.config, cls, steps, None, needed, tuple(spec), (), cells, notes)
 
 
-def _decide(mode: str, cls: str, eo: Obs, oo: Obs, mo: Obs, *, has_suspects: bool
-            ) -> Decision | None:
+def _naming(li: LadderInput, cure: PlannedCell, decision: Decision) -> LadderState | None:
+    """Halve the suspects while the oversize cure holds (at the factor that cured)."""
+    mode, config, label = li.mode, li.config, li.label
+    cand = tuple(cure.buffers)
+    by_elim = stuck = False
+    while len(cand) > 1:
+        t = _first_half(cand)
+        ot = replace(cure, buffers=t)
+        o = li.obs(ot)
+        st = cured(o, mode).status
+        if st == GOOD:
+            cand, by_elim = t, False
+        elif st == BAD:
+            cand, by_elim = tuple(x for x in cand if x not in t), True
+        elif st == UNTESTED or not o.decided:
+            spec = [replace(cure, buffers=_first_half(sub))
+                    for sub in (t, tuple(x for x in cand if x not in t)) if len(sub) > 1]
+            d = replace(decision, buffers=cand, factor=cure.factor)
+            return LadderState(label, config, "", (), d, (ot,), tuple(spec), cand, {})
+        else:  # skip/flaky: cannot narrow further
+            stuck = True
+            break
+    n = len(cure.buffers)
+    how = "oversize bisection" if n > 1 and len(cand) == 1 else "oversize experiment"
+    notes = decision.notes
+    if stuck:
+        notes += (f"could not narrow the enlarged set below {len(cand)} buffers "
+                  "(a narrowing cell did not run)",)
+    elif len(cand) > 1:
+        notes += ("several buffers enlarged together cured it",)
+    d = replace(decision, buffers=cand, by_elimination=by_elim, decided_by=how,
+                confidence="medium" if by_elim or stuck else "high", notes=notes,
+                factor=cure.factor)
+    return LadderState(label, config, "", (), d, (), (), cand, {})
+
+
+def _decide(mode: str, cls: str, eo: Obs, oo: Obs, o2: Obs, mo: Obs, *, has_suspects: bool,
+            tier1: bool, escalate_pending: bool, m_possible: bool) -> Decision | None:
     e, o, m = eo.status, oo.status, mo.status
-    if e == BAD:
-        same = eo.mode == mode
-        notes = () if same else (f"without graphs it fails differently: {eo.mode}",)
-        return Decision("kernel", "eager control", "high" if same else "medium", notes=notes)
-    if o == GOOD:
+    if cls == "preload":
+        return None if e == BAD and before_model_load(eo.first) else _eager_only(mode, eo)
+    if e == BAD and same_failure(eo.mode, mode):
+        return Decision("kernel", "eager control", "high")
+    if o == GOOD or o2.status == GOOD:
         return Decision("buffer_sizing", "oversize experiment", "high")
     if m == GOOD:
         strong = cls == "capacity" or o == BAD
         return Decision("buffer_sizing", "max-bs experiment", "high" if strong else "medium",
                         workspace=True)
-    oversize_ruled_out = o == BAD or not has_suspects or (not oo.usable and oo.decided)
-    needs_m = cls != "other" or o != BAD
-    if e == GOOD and oversize_ruled_out and (m == BAD or not needs_m):
-        if o == BAD and m == BAD:
-            conf = "high"
-        elif o == BAD:
-            conf = "high" if cls == "other" else "medium"
-        else:
-            conf = "low"  # no captured buffer could be enlarged: capture by exclusion only
-        notes: tuple[str, ...] = ()
-        if o != BAD:
-            notes = ("no suspect buffer could be enlarged" if not has_suspects else
-                     "the oversize cell did not run",)
-        return Decision("graph_capture", "oversize experiment" if o == BAD else
-                        "max-bs experiment", conf, notes=notes)
+    if e != GOOD:
+        return None  # eager untested, or failing differently: not a graph-only failure yet
+    oversize_ruled_out = tier1 and o == BAD and not escalate_pending and \
+        o2.status in (BAD, "none")
+    m_done = m in (BAD, "none", "same") or not m_possible
+    needs_m = cls != "other"
+    if oversize_ruled_out and (m_done or not needs_m):
+        conf = "high" if m == BAD or not needs_m else "medium"
+        return Decision("graph_capture", "oversize experiment", conf)
     return None
 
 
-def _inconclusive(eo: Obs, oo: Obs, mo: Obs) -> Decision:
-    notes = []
-    for name, o in (("eager control", eo), ("oversize", oo), ("max-bs", mo)):
-        if o.status not in (GOOD, BAD, "none"):
-            notes.append(f"{name}: {o.status}")
+def _eager_only(mode: str, eo: Obs) -> Decision | None:
+    """A pre-load failure whose eager control did something else (passes, fails later)."""
+    if not eo.decided:
+        return None
     if eo.status == GOOD:
-        return Decision("inconclusive", "eager control", "low",
-                        notes=("graph-related (eager passes), but buffer sizing and graph "
-                               "capture could not be told apart", *notes))
-    return Decision("inconclusive", "none", "low", notes=tuple(notes))
+        return Decision("inconclusive", "eager control", "low", reason="preload-graph",
+                        notes=("with CUDA graphs the server fails before the model is loaded, "
+                               "without them it works: nothing of the graph path ran yet",),
+                        would_decide="the server log of the graph cell (what fails before "
+                                     "loading)")
+    return None
+
+
+def _inconclusive(cls: str, eo: Obs, oo: Obs, o2: Obs, mo: Obs, *, tier1: bool,
+                  has_suspects: bool, m_notes: Sequence[str]) -> Decision:
+    notes = [n for n in m_notes]
+    for name, o in (("eager control", eo), ("oversize", oo), ("escalated oversize", o2),
+                    ("max-bs", mo)):
+        if o.status not in (GOOD, BAD, "none"):
+            notes.append(f"{name}: {o.status}" + (" max bs as the failing cell: no evidence"
+                                                  if o.status == "same" else ""))
+    if cls == "preload" and before_model_load(eo.first):
+        return Decision(
+            "inconclusive", "eager control", "low", reason="preload",
+            notes=("the server fails before the model is loaded, with and without CUDA "
+                   "graphs: no budget, graph or kernel code ran", *notes),
+            would_decide="fix the start-up failure first (the import, NCCL/driver or weight "
+                         "loading step in the log), then bisect again")
+    if eo.status == BAD:
+        return Decision(
+            "inconclusive", "eager control", "low", reason="eager-differs",
+            notes=(f"without graphs it fails differently ({eo.mode}); a different failure "
+                   "is not proof of a kernel defect, and no graph experiment cured the graph "
+                   "failure", *notes),
+            would_decide="a fix for the eager failure (then the eager control again), or a "
+                         "patch for the graph failure (--confirm-patch)")
+    if eo.status == GOOD:
+        why = ("no captured buffer whose size should follow the budget could be enlarged "
+               "(the fixed-size suspects are the same at every budget)"
+               if has_suspects and not tier1 else
+               "grep-buffers found no captured buffer to enlarge" if not has_suspects else
+               "buffer sizing and graph capture could not be told apart")
+        return Decision(
+            "inconclusive", "eager control", "low", reason="graph-undecided",
+            notes=(f"graph-related (eager passes), but {why}", *notes),
+            would_decide="an oversize patch of the buffer the failing kernel writes "
+                         "(grep-buffers --backend ... to find it, then --confirm-patch), or "
+                         "a larger --oversize-factor")
+    return Decision("inconclusive", "none", "low", reason="no-evidence", notes=tuple(notes),
+                    would_decide="re-run with --repeat 3 (or check the host's health)")

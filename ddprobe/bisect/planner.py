@@ -17,14 +17,17 @@ The whole procedure (see frontier.py and ladder.py):
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from ddprobe.bisect.cells import BAD, PENDING, UNTESTED, Obs, PlannedCell, observe
 from ddprobe.bisect import latent
+from ddprobe.bisect.cells import BAD, GOOD, PENDING, UNTESTED, Obs, PlannedCell, observe, \
+    same_failure
 from ddprobe.bisect.frontier import Row, build_row, probes
-from ddprobe.bisect.ladder import ORDERS, LadderState, diagnose
+from ddprobe.bisect.ladder import ORDERS, LadderInput, LadderState, cured, diagnose, \
+    small_max_bs
+from ddprobe.bisect.served import before_model_load, served_max_bs
 from ddprobe.bisect.static import Suspect
 from ddprobe.bisect.worstcase import Countdown, bound, worst_case
 from ddprobe.errors import UsageError
@@ -43,6 +46,7 @@ class PlanOptions:
     confirm_patch: str | None = None
     oversize_factor: int = 4
     latent: latent.LatentOptions = field(default_factory=latent.LatentOptions)
+    thorough: bool = False  # restart every budget (none is assumed ok)
 
 
 @dataclass(frozen=True)
@@ -72,10 +76,56 @@ def small_max_bs_for(max_bs: int | None) -> int:
 
 
 @dataclass(frozen=True)
+class ModePlan:
+    """One diagnosis (a failure mode, or one budget of it whose own control disagreed) and the
+    budgets it covers: `covered` were restarted and have their own discriminating control (or
+    are the budget the diagnosis ran at); `pending` wait for their control; `assumed` were not
+    restarted (between two failures of the mode)."""
+
+    ladder: LadderState
+    first: int
+    covered: tuple[int, ...]
+    pending: tuple[int, ...] = ()
+    assumed: tuple[int, ...] = ()
+    uncontrolled: tuple[int, ...] = ()  # restarted, but their control could not run (skip)
+    controls: Mapping[int, PlannedCell] = field(default_factory=dict)
+    parent: str | None = None  # a budget's own diagnosis: the mode it split from
+
+
+@dataclass(frozen=True)
 class PlanState:
     row: Row
     ladders: tuple[LadderState, ...]  # modes whose first failing budget is settled
     extras: tuple[PlannedCell, ...]  # sanitize / confirm cells (after a mode is decided)
+    modes: tuple[ModePlan, ...] = ()
+    needed_frontier: tuple[int, ...] = ()  # budgets to restart before the verdicts hold
+
+
+def control_cell(lad: LadderState, cfg: Config, served: int | None,
+                 fallback_bs: int) -> PlannedCell | None:
+    """The experiment that decided `lad`, repeated at another budget of the mode (`cfg`)."""
+    d = lad.decision
+    if d is None:
+        return None
+    if d.kind in ("kernel", "graph_capture"):
+        return PlannedCell(replace(cfg, graph=False), "eager", lad.mode)
+    if d.kind == "buffer_sizing" and d.workspace:
+        bs, _ = small_max_bs(served, fallback_bs)
+        return None if bs is None else PlannedCell(replace(cfg, max_bs=bs), "max_bs", lad.mode)
+    if d.kind == "buffer_sizing" and d.buffers:
+        return PlannedCell(cfg, "oversize", lad.mode, buffers=d.buffers, factor=d.factor)
+    return None
+
+
+def agrees(lad: LadderState, sig_mode: str, o: Obs) -> bool:
+    """Does the control's result at another budget say what the mode's verdict says?"""
+    d = lad.decision
+    assert d is not None
+    if d.kind == "kernel":
+        return o.status == BAD and same_failure(o.mode, sig_mode)
+    if d.kind == "graph_capture":
+        return o.status == GOOD
+    return cured(o, sig_mode).status == GOOD
 
 
 class Planner:
@@ -100,30 +150,97 @@ class Planner:
         return PlannedCell(replace(self.spec.base, budget=budget, graph=True), "frontier")
 
     # -- state -----------------------------------------------------------------------------
+    def _ladder(self, mode: str, i: int, name: str = "") -> LadderState:
+        row_obs = self.obs(self.frontier_cell(self.spec.budgets[i]))
+        cfg = replace(self.spec.base, budget=self.spec.budgets[i], graph=True)
+        opts = self.spec.options
+        return diagnose(LadderInput(mode, cfg, row_obs.first, self.spec.suspects,
+                                    self.spec.small_max_bs, opts.order, opts.oversize_factor,
+                                    self.obs, name=name))
+
+    def _mode_plans(self, row: Row, mode: str, idx: list[int]) -> list[ModePlan]:
+        """The mode's diagnosis at its first budget, then one control per other restarted
+        budget; a budget whose control disagrees gets its own diagnosis."""
+        b = self.spec.budgets
+        first = idx[0]
+        lad = self._ladder(mode, first)
+        tested = [i for i in idx[1:] if row.obs[i].status == BAD]
+        assumed = tuple(i for i in idx[1:] if row.obs[i].status != BAD)
+        if not lad.done:
+            return [ModePlan(lad, first, (first,), tuple(tested), assumed)]
+        covered, pending, loose, controls, subs = [first], [], [], {}, []
+        for i in tested:
+            res = row.obs[i].first
+            cc = control_cell(lad, replace(lad.config, budget=b[i]), served_max_bs(res),
+                              self.spec.small_max_bs)
+            if cc is None:  # inconclusive at the first budget: nothing to repeat here
+                covered.append(i)
+                continue
+            controls[i] = cc
+            o = self.obs(cc)
+            if not o.decided:
+                pending.append(i)
+            elif not o.usable:
+                loose.append(i)
+            elif agrees(lad, mode, o):
+                covered.append(i)
+            else:
+                sub = self._ladder(mode, i, name=f"{mode} @b{b[i]}")
+                subs.append(ModePlan(sub, i, (i,), parent=mode))
+        return [ModePlan(lad, first, tuple(covered), tuple(pending), assumed,
+                         uncontrolled=tuple(loose), controls=controls), *subs]
+
     def state(self) -> PlanState:
         budgets = self.spec.budgets
         row = build_row(budgets, {b: self.obs(self.frontier_cell(b)) for b in budgets})
-        ladders: list[LadderState] = []
+        plans: list[ModePlan] = []
         extras: list[PlannedCell] = []
-        suspects = [s.attr for s in self.spec.suspects]
         opts = self.spec.options
         for mode, idx in row.modes().items():
             first = idx[0]
             if row.obs[first].status != BAD or not row.settled_below(first):
                 continue
-            cfg = replace(self.spec.base, budget=budgets[first], graph=True)
-            lad = diagnose(mode, cfg, row.obs[first].first, suspects=suspects,
-                           small_max_bs=self.spec.small_max_bs, order=opts.order, obs=self.obs)
-            ladders.append(lad)
-            if lad.done and lad.decision is not None:
-                if opts.sanitize and opts.sanitize_available and \
-                        row.obs[first].first is not None and \
-                        row.obs[first].first.outcome.value == "crash":
-                    extras.append(PlannedCell(cfg, "sanitize", mode))
+            plans.extend(self._mode_plans(row, mode, idx))
+        for mp in plans:
+            lad = mp.ladder
+            if lad.done and lad.decision is not None and lad.decision.kind != "inconclusive":
+                first_res = row.obs[mp.first].first
+                if opts.sanitize and opts.sanitize_available and first_res is not None and \
+                        first_res.outcome.value == "crash":
+                    extras.append(PlannedCell(lad.config, "sanitize", lad.mode))
                 if opts.confirm_patch:
-                    extras.append(PlannedCell(cfg, "confirm", mode, patch=opts.confirm_patch))
-        extras += latent.planned(row, self.spec.base, self.spec.suspects, opts.latent, self.obs)
-        return PlanState(row, tuple(ladders), tuple(extras))
+                    extras.append(PlannedCell(lad.config, "confirm", lad.mode,
+                                              patch=opts.confirm_patch))
+        extras += latent.planned(row, self.spec.base, self.spec.suspects, opts.latent,
+                                 self.obs)
+        return PlanState(row, tuple(mp.ladder for mp in plans), tuple(extras), tuple(plans),
+                         self._frontier_needed(row, plans))
+
+    def _frontier_needed(self, row: Row, plans: Sequence[ModePlan]) -> tuple[int, ...]:
+        """Budgets to restart beyond the binary search: every budget with --thorough; the
+        smallest when the top fails before the model is loaded; an assumed budget between two
+        budgets whose diagnoses disagree."""
+        n = len(row.budgets)
+        untested = [i for i in range(n) if row.obs[i].status == UNTESTED]
+        if self.spec.options.thorough:
+            return tuple(untested)
+        out: list[int] = []
+        bads = [o.first for o in row.obs if o.status == BAD]
+        if 0 in untested and bads and all(before_model_load(c) for c in bads):
+            out.append(0)
+        kind_at: dict[int, str] = {}
+        for mp in plans:
+            d = mp.ladder.decision
+            if d is not None and mp.ladder.done:
+                for i in mp.covered:
+                    kind_at[i] = d.kind
+        for mp in plans:
+            for i in mp.assumed:
+                lo = max((j for j in kind_at if j < i), default=None)
+                hi = min((j for j in kind_at if j > i), default=None)
+                if lo is not None and hi is not None and kind_at[lo] != kind_at[hi]:
+                    out.append(i)
+        return tuple(sorted(set(out)))
 
     @property
     def done(self) -> bool:
@@ -145,13 +262,16 @@ class Planner:
         for i, o in enumerate(st.row.obs):
             if o.status == PENDING:
                 needed.append(self.frontier_cell(st.row.budgets[i]))
+        needed += [self.frontier_cell(st.row.budgets[i]) for i in st.needed_frontier]
         need_idx, spec_idx = probes(st.row, k)
         needed += [self.frontier_cell(st.row.budgets[i]) for i in need_idx]
         spec += [self.frontier_cell(st.row.budgets[i]) for i in spec_idx]
         # modes in budget order; a likely-decisive first step is speculated on last
         lad_spec: list[tuple[int, int, PlannedCell]] = []
-        for n, lad in enumerate(st.ladders):
+        for n, mp in enumerate(st.modes):
+            lad = mp.ladder
             needed.extend(lad.needed)
+            needed.extend(mp.controls[i] for i in mp.pending if i in mp.controls)
             rank = 0 if lad.cls == "other" else 1
             lad_spec.extend((rank, n, c) for c in lad.speculative)
         needed.extend(st.extras)
@@ -170,7 +290,8 @@ class Planner:
         """Cells that are needed for sure right now (not speculative)."""
         st = self.state()
         need_idx, _ = probes(st.row, 0)
-        return len(need_idx) + sum(len(x.needed) for x in st.ladders) + len(st.extras)
+        return (len(need_idx) + len(st.needed_frontier) + len(st.extras)
+                + sum(len(mp.ladder.needed) + len(mp.pending) for mp in st.modes))
 
     def remaining(self) -> tuple[int, int]:
         """(configs left, restarts left) in the worst case of the current plan: the most cells

@@ -50,6 +50,7 @@ class BisectRequest:
     keep_server: bool = False  # leave the last cell's server running
     latent_check: bool = True  # memcheck passing graph budgets when a buffer is suspect
     context_len: int | None = None  # sizes buffers for grep-buffers (else the server's/model's)
+    thorough: bool = False  # restart every budget
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -75,7 +76,7 @@ class BisectRequest:
         opts = PlanOptions(order=self.order, repeat=self.repeat, sanitize=self.sanitize,
                            sanitize_available=sanitize_available, sanitize_note=sanitize_note,
                            confirm_patch=self.confirm_patch,
-                           oversize_factor=self.oversize_factor,
+                           oversize_factor=self.oversize_factor, thorough=self.thorough,
                            latent=latent or LatentOptions(enabled=self.latent_check))
         return BisectSpec(tuple(self.budgets), self.base(), small_max_bs, tuple(suspects), opts)
 

@@ -15,7 +15,8 @@ from typing import Any, Final
 from ddprobe.bisect import latent
 from ddprobe.bisect.cells import BAD, FLAKY, GOOD, REFUSED, SKIP, Obs, PlannedCell, describe
 from ddprobe.bisect.ladder import Decision, LadderState
-from ddprobe.bisect.planner import Planner
+from ddprobe.bisect.planner import ModePlan, Planner
+from ddprobe.bisect.served import served_max_bs
 from ddprobe.bisect.static import Suspect, size_line
 from ddprobe.exitcodes import ExitCode
 from ddprobe.probes import differential
@@ -108,7 +109,8 @@ def _static_evidence(p: Planner, lad: LadderState, budgets: Sequence[int]) -> Ev
                buffers=[_suspect_details(s, budgets) for s in shown])
 
 
-def _cell_evidence(p: Planner, lad: LadderState, mode_budget: int) -> list[Evidence]:
+def _cell_evidence(p: Planner, lad: LadderState, mode_budget: int,
+                   sig_mode: str) -> list[Evidence]:
     out: list[Evidence] = []
     row = p.state().row
     known = {m: row.budgets[idx[0]] for m, idx in row.modes().items()}
@@ -126,23 +128,29 @@ def _cell_evidence(p: Planner, lad: LadderState, mode_budget: int) -> list[Evide
         if d is not None:
             out.append(_ev("differential", d.summary, [p.frontier_cell(mode_budget), e],
                            differential=d.to_dict()))
-    ovs = [c for k, c in p.cells.items() if c.purpose == "oversize" and c.mode == lad.mode]
-    for c in sorted(ovs, key=lambda c: -len(c.buffers)):
+    ovs = [c for k, c in p.cells.items() if c.purpose == "oversize" and c.config == lad.config]
+    for c in sorted(ovs, key=lambda c: (c.factor or factor, -len(c.buffers))):
         o = p.obs(c)
         if not o.decided:
             continue
         what = ", ".join(c.buffers)
-        verb = _verb(o, lad.mode, "passes", "still fails", known)
-        out.append(_ev("oversize", f"with {what} x{factor} (temporary patch, reverted) "
+        verb = _verb(o, sig_mode, "passes", "still fails", known)
+        out.append(_ev("oversize", f"with {what} x{c.factor or factor} (temporary patch, "
+                       "reverted) "
                        f"b{mode_budget} {verb} ({describe(o.first)})", [c],
                        buffers=list(c.buffers), patches=list(o.first.patches) if o.first else None))
     m = lad.cells.get("M")
     if m is not None and p.obs(m).decided:
         o = p.obs(m)
         bs = m.config.max_bs
-        if o.status == GOOD or (o.status == BAD and o.mode != lad.mode):
+        ran = served_max_bs(o.first)
+        failed_at = served_max_bs(p.obs(p.frontier_cell(mode_budget)).first)
+        if ran is not None and failed_at is not None and ran >= failed_at:
+            txt = (f"b{mode_budget} with --cuda-graph-max-bs {bs}: the server still captured "
+                   f"max bs {ran}, as in the failing cell: the same config, no evidence")
+        elif o.status == GOOD or (o.status == BAD and o.mode != sig_mode):
             txt = (f"b{mode_budget} with --cuda-graph-max-bs {bs} "
-                   f"{_verb(o, lad.mode, 'passes', 'still fails', known)} "
+                   f"{_verb(o, sig_mode, 'passes', 'still fails', known)} "
                    f"({describe(o.first)}): "
                    "the failure scales with max bs x draft tokens: a fixed-capacity workspace")
         elif o.status == BAD:
@@ -179,8 +187,7 @@ _NEXT: Final = {
     "buffer": "size {attr} ({where}) from the configured draft tokens, not a default; verify a "
               "fix with `ddprobe bisect ... --confirm-patch PATCH`; keep budget <= {good} "
               "with graphs meanwhile",
-    "inconclusive": "re-run with --repeat 3 (or check the host's health); the experiments "
-                    "could not tell the cause apart",
+    "inconclusive": "the experiments could not tell the cause apart: {decide}",
 }
 
 
@@ -188,17 +195,44 @@ _NO_GOOD: Final = re.compile(r"keep budget <= \(none passed\)(?: with graphs| at
                              r"max bs)?(?: meanwhile)?")
 
 
-def _mode_verdict(p: Planner, lad: LadderState, idx: list[int], host: str | None) -> Verdict:
+def _cmd(host: str | None, *args: str) -> str:
+    return " ".join(["ddprobe", "bisect", "--host", host or "HOST", *args])
+
+
+def next_command(d: Decision, host: str | None, budget: int, budgets: Sequence[int],
+                 factor: int) -> str:
+    """The exact command that would decide an inconclusive diagnosis (or verify a verdict)."""
+    one = f"--budgets {budget}"
+    if d.reason == "preload":
+        return f"ddprobe server logs --host {host or 'HOST'}   # then: " + \
+            _cmd(host, "--budgets", ",".join(map(str, budgets)))
+    if d.reason == "eager-differs":
+        return (f"ddprobe run --host {host or 'HOST'} --budget {budget} --no-graph   "
+                "# the eager failure, on its own")
+    if d.reason == "graph-undecided":
+        return _cmd(host, one, "--oversize-factor", str(max(64, factor * 16)))
+    if d.kind == "inconclusive":
+        return _cmd(host, one, "--repeat", "3")
+    if d.kind == "buffer_sizing" and d.workspace:
+        return ""  # the next step names the --cuda-graph-max-bs value (_mode_verdicts)
+    if d.kind == "buffer_sizing":
+        return _cmd(host, one, "--confirm-patch", "PATCH")
+    return ""
+
+
+def _verdict_base(p: Planner, mp: ModePlan, idx: list[int]) -> tuple[Decision, list[Evidence]]:
+    lad = mp.ladder
     row = p.state().row
     b = row.budgets
-    first = idx[0]
-    res = row.obs[first].first
-    d: Decision = lad.decision or Decision("inconclusive", "none", "low",
-                                           notes=("the diagnosis did not finish",))
-    ev = _frontier_evidence(p, idx)
-    cell_ev = _cell_evidence(p, lad, b[first])
+    first = mp.first
+    d: Decision = lad.decision or Decision(
+        "inconclusive", "none", "low", notes=("the diagnosis did not finish",),
+        reason="unfinished", would_decide="resume the run (`ddprobe bisect --resume RUN_ID`)")
+    sig_mode = row.obs[first].mode or lad.mode
+    ev = _frontier_evidence(p, [first, *[i for i in idx if i != first]])
+    cell_ev = _cell_evidence(p, lad, b[first], sig_mode)
     ev += [e for e in cell_ev if e.kind == "eager"]
-    oversize_ran = any(c.purpose == "oversize" and c.mode == lad.mode and p.obs(c).decided
+    oversize_ran = any(c.purpose == "oversize" and c.config == lad.config and p.obs(c).decided
                        for c in p.cells.values())
     if oversize_ran or d.kind in ("graph_capture", "inconclusive") or (
             d.kind == "buffer_sizing" and not d.workspace):
@@ -206,40 +240,122 @@ def _mode_verdict(p: Planner, lad: LadderState, idx: list[int], host: str | None
         if st is not None:
             ev.append(st)
     ev += [e for e in cell_ev if e.kind != "eager"]
+    ev += _control_evidence(p, mp, sig_mode)
     ev += _extra_evidence(p, lad)
-    for n in d.notes:
+    for n in (*lad.notes, *d.notes):
         ev.append(_ev("note", n))
-    good = row.last_good_below_frontier
-    fmt = {"b": b[first], "good": b[good] if good is not None else "(none passed)",
-           "small": p.spec.small_max_bs}
-    buffer = None
-    if d.kind == "buffer_sizing" and d.workspace:
-        nxt = _NEXT["workspace"].format(**fmt)
-    elif d.kind == "buffer_sizing":
-        sus = {s.attr: s for s in p.spec.suspects}
-        named = [sus[a] for a in d.buffers if a in sus]
-        if len(named) == 1:
-            buffer = _suspect_details(named[0], b)
-            buffer["named_by"] = d.decided_by + (" (by elimination)" if d.by_elimination else "")
-        else:
-            buffer = {"attrs": list(d.buffers), "named_by": d.decided_by}
-        nxt = _NEXT["buffer"].format(attr=", ".join(d.buffers),
-                                     where=", ".join(s.where for s in named) or "?", **fmt)
-    else:
-        nxt = _NEXT.get(d.kind, _NEXT["inconclusive"]).format(**fmt)
-    if good is None:  # no budget passed: there is no "budget <= N" to keep
+    return d, ev
+
+
+def _control_evidence(p: Planner, mp: ModePlan, sig_mode: str) -> list[Evidence]:
+    """Each other budget of the mode: its own control, or why it has none."""
+    b = p.spec.budgets
+    out: list[Evidence] = []
+    first = b[mp.first]
+    for i, cc in sorted(mp.controls.items()):
+        o = p.obs(cc)
+        if i in mp.covered:
+            what = {"eager": "without CUDA graphs", "oversize": "with the enlarged buffer",
+                    "max_bs": f"with --cuda-graph-max-bs {cc.config.max_bs}"}[cc.purpose]
+            out.append(_ev("control", f"b{b[i]}'s own control: {what} it "
+                           f"{'passes' if o.status == GOOD else 'fails'} "
+                           f"({describe(o.first)}), as at b{first}", [cc]))
+    for i in mp.uncontrolled:
+        out.append(_ev("control", f"b{b[i]}: its own control did not run "
+                       f"({p.obs(mp.controls[i]).status}); its verdict rests on b{first}'s "
+                       "evidence (confidence lowered)", [mp.controls[i]]))
+    return out
+
+
+def _lower(conf: str) -> str:
+    return {"high": "medium", "medium": "low"}.get(conf, "low")
+
+
+def _next_step(p: Planner, d: Decision, first: int) -> tuple[str, dict[str, Any] | None]:
+    nxt, buffer = _next_step_text(p, d, first)
+    if p.state().row.last_good_below_frontier is None:
+        # no budget passed: there is no "budget <= N" to keep
         nxt = _NO_GOOD.sub("no budget passed with CUDA graphs: run with --disable-cuda-graph "
                            "meanwhile", nxt)
+    return nxt, buffer
+
+
+def _next_step_text(p: Planner, d: Decision, first: int) -> tuple[str, dict[str, Any] | None]:
+    row = p.state().row
+    b = row.budgets
+    good = row.last_good_below_frontier
+    fmt = {"b": b[first], "good": b[good] if good is not None else "(none passed)",
+           "small": p.spec.small_max_bs, "decide": d.would_decide or "re-run with --repeat 3"}
+    if d.kind == "buffer_sizing" and d.workspace:
+        return _NEXT["workspace"].format(**fmt), None
+    if d.kind != "buffer_sizing":
+        return _NEXT.get(d.kind, _NEXT["inconclusive"]).format(**fmt), None
+    sus = {s.attr: s for s in p.spec.suspects}
+    named = [sus[a] for a in d.buffers if a in sus]
+    buffer: dict[str, Any]
+    if len(named) == 1:
+        buffer = _suspect_details(named[0], b)
+        buffer["named_by"] = d.decided_by + (" (by elimination)" if d.by_elimination else "")
+    else:
+        buffer = {"attrs": list(d.buffers), "named_by": d.decided_by}
+    nxt = _NEXT["buffer"].format(attr=", ".join(d.buffers),
+                                 where=", ".join(s.where for s in named) or "?", **fmt)
+    return nxt, buffer
+
+
+def _mode_verdicts(p: Planner, mp: ModePlan, host: str | None) -> list[Verdict]:
+    """The mode's verdict over the budgets with their own evidence, and one for the budgets it
+    only assumes (not restarted)."""
+    row = p.state().row
+    b = row.budgets
+    lad = mp.ladder
+    idx = sorted({*mp.covered, *mp.uncontrolled, *mp.pending})
+    d, ev = _verdict_base(p, mp, idx)
+    res = row.obs[mp.first].first
+    nxt, buffer = _next_step(p, d, mp.first)
+    if d.workspace and lad.cells.get("M") is not None:
+        nxt = nxt.replace(f"--cuda-graph-max-bs {p.spec.small_max_bs} ",
+                          f"--cuda-graph-max-bs {lad.cells['M'].config.max_bs} ")
+    conf = d.confidence
+    if mp.uncontrolled or mp.pending:
+        conf = _lower(conf)
     confirmed = None
     if p.spec.options.confirm_patch:
-        cc = PlannedCell(lad.config, "confirm", lad.mode, patch=p.spec.options.confirm_patch)
-        co = p.obs(cc)
+        co = p.obs(PlannedCell(lad.config, "confirm", lad.mode,
+                               patch=p.spec.options.confirm_patch))
         confirmed = True if co.status == GOOD else False if co.status == BAD else None
-    return Verdict(kind=d.kind, budgets=[b[i] for i in idx],
+    factor = p.spec.options.oversize_factor
+    cmd = next_command(d, host, b[mp.first], b, factor)
+    if d.workspace and lad.cells.get("M") is not None:
+        cmd = (f"ddprobe run --host {host or 'HOST'} --budget {b[mp.first]} --max-bs "
+               f"{lad.cells['M'].config.max_bs}   # the workaround, on its own")
+    out = [Verdict(kind=d.kind, budgets=[b[i] for i in idx],
                    signature=res.signature.id if res and res.signature else None,
-                   outcome=res.outcome.value if res else "?", confidence=d.confidence,
+                   outcome=res.outcome.value if res else "?", confidence=conf,
                    decided_by=d.decided_by, evidence=ev, next_step=nxt, buffer=buffer,
-                   host=host, patch_confirmed=confirmed)
+                   host=host, patch_confirmed=confirmed, would_decide=d.would_decide,
+                   next_command=cmd, reason=d.reason)]
+    if mp.assumed:
+        out.append(_assumed_verdict(p, mp, d, res, host))
+    return out
+
+
+def _assumed_verdict(p: Planner, mp: ModePlan, d: Decision, res: Any,
+                     host: str | None) -> Verdict:
+    b = p.spec.budgets
+    names = ", ".join(f"b{b[i]}" for i in mp.assumed)
+    ev = [_ev("assumed", f"{names} not restarted: between budgets that fail the same way "
+              f"({res.signature.id if res and res.signature else res.outcome.value if res else '?'}); "
+              f"assumed {d.kind} like b{b[mp.first]} (not tested)")]
+    return Verdict(kind=d.kind, budgets=[b[i] for i in mp.assumed],
+                   signature=res.signature.id if res and res.signature else None,
+                   outcome=res.outcome.value if res else "?", confidence="low",
+                   decided_by="assumed (not tested)", evidence=ev,
+                   next_step=f"{names}: assumed, not tested; --thorough restarts every budget",
+                   host=host, tested=False, reason="assumed",
+                   would_decide=f"a restart at {names} with its own control",
+                   next_command=_cmd(host, "--budgets", ",".join(str(b[i]) for i in mp.assumed),
+                                     "--thorough"))
 
 
 def _extra_evidence(p: Planner, lad: LadderState) -> list[Evidence]:
@@ -267,27 +383,27 @@ def _extra_evidence(p: Planner, lad: LadderState) -> list[Evidence]:
     return out
 
 
-def build_verdicts(p: Planner, *, host: str | None = None) -> list[Verdict]:
-    st = p.state()
-    row = st.row
+def _unstarted_verdict(p: Planner, mode: str, idx: list[int], host: str | None) -> Verdict:
+    b = p.spec.budgets
+    res = p.state().row.obs[idx[0]].first
+    return Verdict(kind="inconclusive", budgets=[b[i] for i in idx],
+                   signature=res.signature.id if res and res.signature else None,
+                   outcome=res.outcome.value if res else "?", confidence="low",
+                   decided_by="none", evidence=_frontier_evidence(p, idx),
+                   next_step=_NEXT["inconclusive"].format(
+                       decide="the first failing budget of this mode is not settled"),
+                   host=host, reason="unfinished",
+                   would_decide="the budgets below it (the search did not finish)",
+                   next_command=_cmd(host, "--budgets", ",".join(str(x) for x in b)))
+
+
+def _status_verdicts(p: Planner, host: str | None) -> list[Verdict]:
+    """flaky (repeats disagree) and config_error (refused flags) verdicts."""
+    row = p.state().row
     b = row.budgets
     out: list[Verdict] = []
-    ladders = {lad.mode: lad for lad in st.ladders}
-    for mode, idx in row.modes().items():
-        lad = ladders.get(mode)
-        if lad is None:
-            res = row.obs[idx[0]].first
-            out.append(Verdict(kind="inconclusive", budgets=[b[i] for i in idx],
-                               signature=res.signature.id if res and res.signature else None,
-                               outcome=res.outcome.value if res else "?", confidence="low",
-                               decided_by="none", evidence=_frontier_evidence(p, idx),
-                               next_step=_NEXT["inconclusive"], host=host))
-            continue
-        out.append(_mode_verdict(p, lad, idx, host))
     for status, kind in ((FLAKY, "flaky"), (REFUSED, "config_error")):
         idx = [i for i in range(len(b)) if row.obs[i].status == status]
-        if not idx:
-            continue
         groups: dict[str, list[int]] = {}
         for i in idx:
             r = row.obs[i].first
@@ -300,67 +416,113 @@ def build_verdicts(p: Planner, *, host: str | None = None) -> list[Verdict]:
                                  for i in ii)
                 ev = [_ev("repeat", f"repeats disagree: {seen}", cells)]
                 nxt = "not a verdict: re-run with a higher --repeat, and check the host"
+                cmd = _cmd(host, "--budgets", ",".join(str(b[i]) for i in ii), "--repeat", "5")
             else:
                 ev = [_ev("refused", f"the server refused the config: {why}", cells)]
                 nxt = "fix the flags (or use a version that has them) before bisecting"
+                cmd = f"ddprobe flags --host {host or 'HOST'}"
             out.append(Verdict(kind=kind, budgets=[b[i] for i in ii], signature=None,
                                outcome=kind if kind == "flaky" else "refused",
                                confidence="high" if kind == "config_error" else "low",
                                decided_by="repeats" if kind == "flaky" else "flags check",
-                               evidence=ev, next_step=nxt, host=host))
+                               evidence=ev, next_step=nxt, host=host, next_command=cmd))
+    return out
+
+
+def _ok_verdicts(p: Planner, host: str | None) -> list[Verdict]:
+    """ok for the budgets restarted and passing (high), and a separate low-confidence ok for
+    those only assumed (below a passing budget, never restarted)."""
+    row = p.state().row
+    b = row.budgets
     goods = [i for i in range(len(b)) if row.obs[i].status == GOOD]
     f = row.first_bad
     below = [i for i in goods if f is None or i < f]
-    if below:
-        top = below[-1]
-        ok_idx = sorted(set(below) | {i for i in row.assumed_good if i < top})
-        ev = [_ev("frontier", f"b{b[top]} passes with CUDA graphs "
-                  f"({describe(row.obs[top].first)})", [p.frontier_cell(b[top])])]
-        assumed = [i for i in ok_idx if row.obs[i].status != GOOD]
-        if assumed:
-            ev.append(_ev("frontier", ", ".join(f"b{b[i]}" for i in assumed) +
-                          " not restarted: below a passing budget (failures that grow "
-                          "with the budget cannot start there); `ddprobe sweep` tests "
-                          "every cell"))
-        conf = "high" if f is not None or top == len(b) - 1 else "medium"
-        nxt = (f"budgets up to {b[top]} work with CUDA graphs" if f is None else
-               f"budgets up to {b[top]} work with CUDA graphs; b{b[f]} is the first failing one")
-        out.insert(0, Verdict(kind="ok", budgets=[b[i] for i in ok_idx], signature=None,
-                              outcome="ok", confidence=conf, decided_by="frontier search",
-                              evidence=ev, next_step=nxt, host=host))
-    elif not row.modes() and not any(v.kind in ("flaky", "config_error") for v in out):
-        skipped = [i for i in range(len(b)) if row.obs[i].status == SKIP]
-        ev = [_ev("skip", f"b{b[i]}: {describe(row.obs[i].first)}",
-                  [p.frontier_cell(b[i])]) for i in skipped]
-        out.append(Verdict(kind="inconclusive", budgets=list(b), signature=None,
-                           outcome="error", confidence="low", decided_by="none",
-                           evidence=ev, next_step="no cell could run (infrastructure): "
-                           "check the host and the server (`ddprobe run`), then resume",
-                           host=host))
-    return latent.apply(out, row, p.spec.base, p.spec.suspects, p.spec.options.latent, p.obs,
-                        host=host)
+    if not below:
+        return []
+    top = below[-1]
+    ev = [_ev("frontier", f"b{b[top]} passes with CUDA graphs "
+              f"({describe(row.obs[top].first)})", [p.frontier_cell(b[top])])]
+    nxt = (f"budgets up to {b[top]} work with CUDA graphs" if f is None else
+           f"budgets up to {b[top]} work with CUDA graphs; b{b[f]} is the first failing one")
+    out = [Verdict(kind="ok", budgets=[b[i] for i in below], signature=None, outcome="ok",
+                   confidence="high", decided_by="frontier search", evidence=ev,
+                   next_step=nxt, host=host)]
+    assumed = [i for i in row.assumed_good if i < top]
+    if assumed:
+        names = ", ".join(f"b{b[i]}" for i in assumed)
+        out.append(Verdict(
+            kind="ok", budgets=[b[i] for i in assumed], signature=None, outcome="ok",
+            confidence="low", decided_by="assumed (not tested)",
+            evidence=[_ev("assumed", f"{names} not restarted: below a passing budget "
+                          "(a failure that grows with the budget cannot start there, but one "
+                          "at a single budget can): assumed ok, not tested")],
+            next_step=f"{names}: assumed ok (not tested); --thorough restarts every budget",
+            host=host, tested=False, reason="assumed",
+            would_decide=f"a restart at {names}",
+            next_command=_cmd(host, "--budgets", ",".join(str(b[i]) for i in assumed),
+                              "--thorough")))
+    return out
+
+
+def _skip_verdict(p: Planner, host: str | None) -> Verdict:
+    row = p.state().row
+    b = row.budgets
+    skipped = [i for i in range(len(b)) if row.obs[i].status == SKIP]
+    ev = [_ev("skip", f"b{b[i]}: {describe(row.obs[i].first)}", [p.frontier_cell(b[i])])
+          for i in skipped]
+    return Verdict(kind="inconclusive", budgets=list(b), signature=None, outcome="error",
+                   confidence="low", decided_by="none", evidence=ev,
+                   next_step="no cell could run (infrastructure): check the host and the "
+                   "server (`ddprobe run`), then resume", host=host, reason="infrastructure",
+                   would_decide="any cell that runs",
+                   next_command=f"ddprobe run --host {host or 'HOST'} --budget {b[0]}")
+
+
+def build_verdicts(p: Planner, *, host: str | None = None) -> list[Verdict]:
+    st = p.state()
+    out: list[Verdict] = []
+    started = {mp.ladder.mode for mp in st.modes}
+    for mode, idx in st.row.modes().items():
+        if mode not in started:
+            out.append(_unstarted_verdict(p, mode, idx, host))
+    for mp in st.modes:
+        out.extend(_mode_verdicts(p, mp, host))
+    out.extend(_status_verdicts(p, host))
+    oks = _ok_verdicts(p, host)
+    if not oks and not st.row.modes() and not out:
+        out.append(_skip_verdict(p, host))
+    out = oks + sorted(out, key=lambda v: min(v.budgets) if v.budgets else 0)
+    return latent.apply(out, st.row, p.spec.base, p.spec.suspects, p.spec.options.latent,
+                        p.obs, host=host)
 
 
 def run_status(verdicts: Sequence[Verdict]) -> str:
-    """good (no failure) | bad (a failure was seen) | skip (nothing could be decided)."""
+    """good (no failure) | bad (a failure was seen) | skip (nothing could be decided).
+
+    A failure before the model is loaded in every config is a skip (a broken install, not a
+    bad version for `git bisect`); any other failure whose cause is inconclusive is bad."""
     if any(v.kind in FAILURE_KINDS for v in verdicts):
         return "bad"
-    if any(v.kind == "inconclusive" and v.outcome not in ("error", "?") for v in verdicts):
+    if any(v.kind == "inconclusive" and v.tested and v.outcome not in ("error", "?")
+           and v.reason != "preload" for v in verdicts):
         return "bad"
-    if any(v.kind == "ok" for v in verdicts) and all(v.kind == "ok" for v in verdicts):
+    if verdicts and all(v.kind == "ok" for v in verdicts):
         return "good"
     return "skip"
 
 
 def exit_code(verdicts: Sequence[Verdict], *, protocol: str | None = None) -> int:
-    """The run's exit code; protocol 'bisect' speaks `git bisect run` (0 good/1 bad/125 skip)."""
+    """The run's exit code; protocol 'bisect' speaks `git bisect run` (0 good/1 bad/125 skip).
+
+    Otherwise: 1 a failure was diagnosed; 6 a failure was seen but its cause is inconclusive
+    (or nothing could run); 7 only refused configs; 0 nothing fails."""
     st = run_status(verdicts)
     if protocol == "bisect":
         return {"good": 0, "bad": 1, "skip": int(ExitCode.BISECT_SKIP)}[st]
+    if any(v.kind in FAILURE_KINDS for v in verdicts):
+        return int(ExitCode.FAILED)
     if st == "good":
         return int(ExitCode.OK)
-    if st == "bad":
-        return int(ExitCode.FAILED)
     if verdicts and all(v.kind == "config_error" for v in verdicts if v.kind != "ok"):
         return int(ExitCode.REFUSED)
     return int(ExitCode.INCONCLUSIVE)

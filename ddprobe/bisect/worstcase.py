@@ -115,8 +115,12 @@ def bound(planner: object) -> int:
     n_sus = len(spec.suspects)
     naming = math.ceil(math.log2(n_sus)) if n_sus > 1 else 0
     extra = int(bool(opts.confirm_patch)) + int(bool(opts.sanitize and opts.sanitize_available))
-    full = (3 if n_sus else 2) + naming + extra  # one mode's whole diagnosis
-    left = sum(len(g.untested) for g in st.row.gaps) * (1 + full)
+    # one mode's whole diagnosis (E, O, its escalation O2, M)
+    full = (4 if n_sus else 2) + naming + extra
+    # each untested budget: its restart, a diagnosis of its own, or a control of its own
+    left = sum(len(g.untested) for g in st.row.gaps) * (2 + full)
+    left += len(getattr(st, "needed_frontier", ())) * (2 + full)
+    left += sum(len(mp.pending) for mp in getattr(st, "modes", ()))
     left += sum(1 for o in st.row.obs if o.status == "pending")
     started = set()
     for lad in st.ladders:

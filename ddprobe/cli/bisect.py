@@ -174,7 +174,8 @@ def render_verdicts(rep: BisectReport) -> None:
             escape(what(v)), v.decided_by, v.confidence]
         t.add_row(*row)
     out.print(t, markup=True)
-    shown = [v for v in rep.verdicts if not (v.kind == "ok" and len(rep.verdicts) > 1)]
+    shown = [v for v in rep.verdicts if not (v.kind == "ok" and v.tested and
+                                             len(rep.verdicts) > 1)]
     for n, v in enumerate(shown, 1):  # numbered as printed: the list starts at 1
         head = f"[bold]{n}. b{',b'.join(map(str, v.budgets))}: {v.label}[/bold]"
         if v.signature:
@@ -185,6 +186,10 @@ def render_verdicts(rep: BisectReport) -> None:
         if v.patch_confirmed is not None:
             out.print(f"   - patch: {'fixes it' if v.patch_confirmed else 'does not fix it'}")
         out.print(f"   next: {v.next_step}")
+        if v.would_decide:
+            out.print(f"   would decide it: {v.would_decide}")
+        if v.next_command:
+            out.print(f"   run: {v.next_command}")
     for d in rep.disagreements:
         out.print(f"[yellow]hosts disagree[/yellow] {escape(d['text'])}", markup=True)
     out.print(f"restarts: {rep.restarts_used} (this invocation {rep.restarts_now}) vs "
@@ -205,7 +210,12 @@ def what(v: Verdict) -> str:
         m = next((e for e in v.evidence if e.kind == "max_bs"), None)
         return "fixed-capacity workspace" + (": a smaller max bs avoids it" if m else "")
     if v.kind == "ok":
-        return "passes with CUDA graphs" + latent_note(v)
+        return ("passes with CUDA graphs" if v.tested else "assumed ok (not tested)") + \
+            latent_note(v)
+    if not v.tested:
+        return f"assumed {v.kind} (not tested)"
+    if v.kind == "inconclusive" and v.reason == "preload":
+        return "fails before the model is loaded, in every config"
     return v.signature or v.outcome
 
 
@@ -314,6 +324,13 @@ def register(app: typer.Typer) -> None:
         context_len: Optional[int] = typer.Option(
             None, "--context-len", min=1, help="Context length for sizing buffers (default: "
                                                "what the host's SGLang resolves)."),
+        thorough: bool = typer.Option(False, "--thorough",
+                                      help="Restart every budget (none is assumed ok from "
+                                           "its neighbours): finds a failure at one budget."),
+        oversize_factor: int = typer.Option(4, "--oversize-factor", min=2, max=1024,
+                                            help="Enlarge the suspect buffers by this factor "
+                                                 "first (escalated to cover the static "
+                                                 "shortfall, or x16, when it does not cure)."),
         resume: Optional[str] = typer.Option(None, "--resume",
                                              help="Continue an interrupted run (RUN_ID)."),
         exit_protocol: Optional[str] = typer.Option(
@@ -341,6 +358,7 @@ def register(app: typer.Typer) -> None:
                            confirm_patch=confirm_patch, sanitize=sanitize,
                            latent_check=not no_latent_check, plan=plan,
                            context_len=context_len,
+                           thorough=thorough, oversize_factor=oversize_factor,
                            resume=resume, exit_protocol=exit_protocol, tasks=tasks,
                            parallel=not no_parallel, keep_server=keep_server,
                            break_lock=break_lock, as_json=as_json, argv=ctx.args)
@@ -467,7 +485,8 @@ def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backen
             sanitize: bool, latent_check: bool, plan: bool, resume: str | None,
             exit_protocol: str | None, context_len: int | None,
             tasks: str | None, parallel: bool, keep_server: bool, break_lock: bool,
-            as_json: bool, argv: list[str]) -> int:
+            as_json: bool, argv: list[str], thorough: bool = False,
+            oversize_factor: int = 4) -> int:
     if graph_first and eager_first:
         raise UsageError("--graph-first and --eager-first exclude each other")
     rec = None
@@ -486,7 +505,8 @@ def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backen
                             order=order, repeat=repeat, sanitize=sanitize,
                             confirm_patch=confirm_patch, parallel=parallel,
                             tasks=_tasks(tasks, DEFAULT_BISECT_TASKS), keep_server=keep_server,
-                            latent_check=latent_check, context_len=context_len)
+                            latent_check=latent_check, context_len=context_len,
+                            thorough=thorough, oversize_factor=oversize_factor)
         hosts = common.hosts(host)
     if plan:
         eff = req.max_bs or hosts[0].server.max_bs

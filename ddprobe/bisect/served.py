@@ -1,0 +1,53 @@
+"""What a cell's server really ran, read from its result (pure).
+
+The experiment records what the server's own log said (`ddprobe.server.served`): the captured
+CUDA-graph batch sizes and whether the weights were loaded. When the effective configuration
+reported by the server is on the result (`CellResult.effective`, from /server_info), it wins.
+The planner and the verdicts ask only these functions, never the inventory.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ddprobe.results import CellResult
+
+
+def _effective(c: CellResult) -> Any:
+    eff = getattr(c, "effective", None)
+    if eff is None:
+        eff = c.extra.get("effective")
+    return eff
+
+
+def _get(obj: Any, name: str) -> Any:
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj.get(name)
+    return getattr(obj, name, None)
+
+
+def served_max_bs(c: CellResult | None) -> int | None:
+    """The largest batch size the server captured CUDA graphs for, or None when unknown."""
+    if c is None:
+        return None
+    eff = _effective(c)
+    for name in ("captured_bs", "cuda_graph_bs"):
+        bs = _get(eff, name)
+        if isinstance(bs, (list, tuple)) and bs and all(isinstance(x, int) for x in bs):
+            return max(bs)
+    for name in ("cuda_graph_max_bs", "max_bs"):
+        v = _get(eff, name)
+        if isinstance(v, int) and v > 0:
+            return v
+    bs = c.extra.get("captured_bs")
+    if isinstance(bs, list) and bs and all(isinstance(x, int) for x in bs):
+        return max(bs)
+    return None
+
+
+def before_model_load(c: CellResult | None) -> bool:
+    """The cell failed before the server had loaded the model (its log never said so)."""
+    if c is None or not c.outcome.bad:
+        return False
+    return c.extra.get("model_loaded") is False
