@@ -23,10 +23,15 @@ def plan_lines(spec: BisectSpec, *, k: int = 1) -> list[str]:
     lines = [f"plan: budgets {','.join(map(str, b))} with CUDA graphs"
              + (f", each cell x{rep} (--repeat)" if rep > 1 else "")
              + (f", {k} identical hosts per round (k-ary search)" if k > 1 else "")]
-    lines.append(f"  1. b{b[-1]} first (the bad end); if it passes, smaller budgets are assumed "
-                 "to pass too; else binary search down to the first failing budget")
-    lines.append("  2. every budget above it classified by failure mode (tested, or inferred "
-                 "between two failures of one mode)")
+    if spec.options.thorough:
+        lines.append("  1. --thorough: every budget restarted with CUDA graphs (none assumed)")
+    else:
+        lines.append(f"  1. b{b[-1]} first (the bad end); if it passes, smaller budgets are "
+                     "assumed ok (not tested: --thorough restarts them); else binary search "
+                     "down to the first failing budget")
+    lines.append("  2. every budget above it classified by failure mode (restarted, or assumed "
+                 "between two failures of one mode); each restarted failing budget gets its "
+                 "own control (the experiment that decided its mode, repeated there)")
     order = spec.options.order
     how = {"auto": "first the experiment its signature suggests: oversize for a memory fault, "
                    "smaller max bs for a capacity error, else the eager control",
@@ -35,7 +40,8 @@ def plan_lines(spec: BisectSpec, *, k: int = 1) -> list[str]:
     lines.append(f"  3. per failure mode, at its first failing budget: {how} "
                  f"(max bs {spec.small_max_bs} for the max-bs experiment)")
     if spec.suspects:
-        lines.append("     oversize suspects (x{}): ".format(spec.options.oversize_factor)
+        lines.append("     oversize suspects (x{}, escalated to cover the static shortfall or "
+                     "x16 when it does not cure): ".format(spec.options.oversize_factor)
                      + ", ".join(f"{s.attr} ({s.where})" for s in spec.suspects))
     if spec.options.confirm_patch:
         lines.append(f"  4. --confirm-patch {spec.options.confirm_patch}: each failing cell "

@@ -276,7 +276,9 @@ def mark_cell(spec: BisectSpec, target: str, opt: dict[str, object], path: str,
     purpose = "sanitize" if san else "confirm" if patch else "oversize" if bufs else \
         "frontier" if cfg.graph and cfg.max_bs == spec.base.max_bs else \
         "eager" if not cfg.graph else "max_bs"
-    return PlannedCell(cfg, purpose, buffers=bufs, patch=patch, rep=rep), san
+    mf = re.search(r"\+oversize\[[^\]]*\]x(\d+)", target)  # an escalated oversize factor
+    factor = int(mf.group(1)) if mf and bufs else None
+    return PlannedCell(cfg, purpose, buffers=bufs, patch=patch, rep=rep, factor=factor), san
 
 
 def mark_result(verb: str, cell: PlannedCell, opt: dict[str, object]) -> CellResult:

@@ -437,14 +437,14 @@ def _ok_verdicts(p: Planner, host: str | None) -> list[Verdict]:
     goods = [i for i in range(len(b)) if row.obs[i].status == GOOD]
     f = row.first_bad
     below = [i for i in goods if f is None or i < f]
-    if not below:
+    if not goods:
         return []
-    top = below[-1]
+    top = below[-1] if below else goods[0]
     ev = [_ev("frontier", f"b{b[top]} passes with CUDA graphs "
               f"({describe(row.obs[top].first)})", [p.frontier_cell(b[top])])]
     nxt = (f"budgets up to {b[top]} work with CUDA graphs" if f is None else
            f"budgets up to {b[top]} work with CUDA graphs; b{b[f]} is the first failing one")
-    out = [Verdict(kind="ok", budgets=[b[i] for i in below], signature=None, outcome="ok",
+    out = [Verdict(kind="ok", budgets=[b[i] for i in goods], signature=None, outcome="ok",
                    confidence="high", decided_by="frontier search", evidence=ev,
                    next_step=nxt, host=host)]
     assumed = [i for i in row.assumed_good if i < top]

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from ddprobe.hosttext import for_csv
+from ddprobe.results import Verdict
 from ddprobe.store import RunRecord
 
 COLUMNS: tuple[str, ...] = (
@@ -11,7 +12,15 @@ COLUMNS: tuple[str, ...] = (
     "outcome", "signature_kind", "signature", "coding_passed", "coding_total", "accept_length",
     "accept_source", "server_accept_length", "tok_s", "aggregate_tok_s", "latency_s",
     "restart_s", "health_s", "probe_s", "total_s", "patches", "kind", "error", "started_at",
-    "log_path")
+    "log_path", "verdict", "verdict_confidence", "verdict_tested", "next_command")
+
+
+def _verdict_of(rec: RunRecord, host: str, budget: int) -> Verdict | None:
+    """The verdict covering this cell's budget (and host, when verdicts name hosts)."""
+    for v in rec.verdicts:
+        if budget in v.budgets and (not v.host or host in v.host.split(",")):
+            return v
+    return next((v for v in rec.verdicts if budget in v.budgets), None)
 
 
 def cells_frame(rec: RunRecord) -> pd.DataFrame:
@@ -19,6 +28,7 @@ def cells_frame(rec: RunRecord) -> pd.DataFrame:
     for i, c in enumerate(rec.cells, 1):
         p = c.probes
         t = c.timings
+        v = _verdict_of(rec, c.host, c.config.budget)
         rows.append({
             "run_id": rec.run_id, "index": i, "host": c.host, "key": c.config.key,
             "budget": c.config.budget, "graph": c.config.graph, "max_bs": c.config.max_bs,
@@ -35,7 +45,10 @@ def cells_frame(rec: RunRecord) -> pd.DataFrame:
             "restart_s": t.get("restart"), "health_s": t.get("health"),
             "probe_s": t.get("probe"), "total_s": t.get("total"),
             "patches": " ".join(c.patches), "kind": c.kind, "error": c.error or "",
-            "started_at": c.started_at, "log_path": c.log_path or ""})
+            "started_at": c.started_at, "log_path": c.log_path or "",
+            "verdict": v.kind if v else "", "verdict_confidence": v.confidence if v else "",
+            "verdict_tested": v.tested if v else None,
+            "next_command": v.next_command if v else ""})
     # host text (errors, signatures, paths): cleaned, formulas defused (ddprobe/hosttext.py)
     df = pd.DataFrame([{k: for_csv(v) for k, v in r.items()} for r in rows],
                       columns=list(COLUMNS))

@@ -165,6 +165,10 @@ def _verdict(n: int, v: Verdict, m: ReportModel | None = None) -> str:
                     else "")
                  + "</li>" for e in v.evidence)
     nxt = f'<div class="kv"><b>next step</b>: {_e(v.next_step)}</div>' if v.next_step else ""
+    if v.would_decide:
+        nxt += f'<div class="kv"><b>what would decide it</b>: {_e(v.would_decide)}</div>'
+    if v.next_command:
+        nxt += f'<div class="kv"><b>run</b>: <code>{_e(v.next_command)}</code></div>'
     return (f'<div class="verdict verdict-{_e(v.kind)}" id="verdict-{n}" '
             f'style="border-left-color:{col}">'
             f'<h3 style="color:{col}">{n}. {_e(verdict_words(v.label))} '

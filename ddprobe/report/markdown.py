@@ -67,6 +67,10 @@ def _verdict(n: int, v: Verdict, m: ReportModel | None = None) -> list[str]:
             lines.append(f"- *{e.kind}*: {_esc(e.summary, limit=4000)}{cells}")
     if v.next_step:
         lines += ["", f"Next step: {_esc(v.next_step, limit=4000)}"]
+    if v.would_decide:
+        lines += ["", f"What would decide it: {_esc(v.would_decide, limit=4000)}"]
+    if v.next_command:
+        lines += ["", "```", v.next_command.replace("`", "'"), "```"]
     return lines + [""]
 
 

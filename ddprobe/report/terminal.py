@@ -67,6 +67,12 @@ def _verdict_panel(n: int, v: Verdict) -> Panel:
     if v.next_step:
         lines.append("\nnext: ", style="bold")
         lines.append(v.next_step)
+    if v.would_decide:
+        lines.append("\nwould decide it: ", style="bold")
+        lines.append(v.would_decide)
+    if v.next_command:
+        lines.append("\nrun: ", style="bold")
+        lines.append(v.next_command)
     title = Text(f"{n}. {verdict_words(v.label)}", style=verdict_rich(v.kind))
     title.append(f"  budget{'s' if len(v.budgets) != 1 else ''} "
                  f"{', '.join(map(str, v.budgets))}", style="bold")
