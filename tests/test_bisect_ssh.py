@@ -103,7 +103,9 @@ def test_seed_verdicts_over_ssh(sshd: object, tmp_path: Path, runs: Path,
     assert v[(16,)]["buffer"]["where"].startswith("srt/layers/attention/triton_backend.py:")
     assert v[(32,)]["kind"] == "graph_capture"
     assert v[(64,)]["kind"] == "buffer_sizing" and v[(64,)]["decided_by"] == "max-bs experiment"
-    assert doc["restarts_used"] <= doc["restarts_full_sweep"] == 8
+    # one more than the sweep: b32's oversize escalated (x4, then x16) before ruling buffer
+    # sizing out (the sweep cannot tell buffer sizing from graph capture at all)
+    assert doc["restarts_used"] == 9 and doc["restarts_full_sweep"] == 8
     run_dir = Path(doc["run_dir"])
     assert (run_dir / "journal.jsonl").is_file() and list((run_dir / "logs").glob("*.log"))
     assert_clean(inv, site)
@@ -132,7 +134,9 @@ def test_healthy_is_one_restart_and_exit_0(sshd: object, tmp_path: Path, runs: P
     code, doc = bisect_json(capsys, inv, sshd.ssh_config, "--host", "gpu",  # type: ignore[attr-defined]
                             "--budgets", "8,16,32,64", "--exit-protocol", "bisect")
     assert code == 0
-    assert [v["kind"] for v in doc["verdicts"]] == ["ok"]
+    # b64 restarted and passing; the budgets below it assumed ok (not tested), low confidence
+    assert [(v["kind"], v["budgets"], v["confidence"], v["tested"]) for v in doc["verdicts"]] \
+        == [("ok", [64], "high", True), ("ok", [8, 16, 32], "low", False)]
     assert doc["restarts_used"] == 1 and doc["status"] == "good"
     assert any("reverted leftover temporary patch ddprobe-oversize-" in n for n in doc["notes"])
     assert_clean(inv, site)
@@ -146,9 +150,10 @@ def test_kernel_scenario_is_a_kernel_verdict(sshd: object, tmp_path: Path, runs:
                             "--budgets", "8,16,32,64", "--exit-protocol", "bisect")
     assert code == 1
     bad = [v for v in doc["verdicts"] if v["kind"] != "ok"]
+    # b64 has its own eager control; b32, between two failures of one mode, is assumed
     assert [(v["kind"], v["budgets"], v["decided_by"]) for v in bad] == [
-        ("kernel", [16, 32, 64], "eager control")]
-    assert doc["restarts_used"] <= 4
+        ("kernel", [16, 64], "eager control"), ("kernel", [32], "assumed (not tested)")]
+    assert doc["restarts_used"] == 5
 
 
 def test_late_threshold_names_the_buffer_and_a_confirmed_patch_is_kept(

@@ -256,11 +256,14 @@ def apply(verdicts: list[Verdict], row: Row, base: Config, suspects: Sequence[Su
     foreign = [j for j in js if j.status == FOREIGN]
     removed = {j.budget for j in dirty + foreign} | {b[i] for i in inferred}
     if ok is not None:
-        ok.budgets = [x for x in ok.budgets if x not in removed]
+        oks = [v for v in verdicts if v.kind == "ok"]  # tested, then assumed (not restarted)
+        for v in oks:
+            v.budgets = [x for x in v.budgets if x not in removed]
         for j in js:
             if j.status in (CLEAN, NOT_RUN):
-                ok.evidence.append(_ev("latent", j.text, [j.cell], latent=j.status,
-                                       budget=j.budget))
+                home = next((v for v in oks if j.budget in v.budgets), ok)
+                home.evidence.append(_ev("latent", j.text, [j.cell], latent=j.status,
+                                         budget=j.budget))
         untested = [b[i] for i in targets(row, t) if b[i] not in removed
                     and not any(j.budget == b[i] for j in js)]
         if untested:

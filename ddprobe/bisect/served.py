@@ -13,10 +13,7 @@ from ddprobe.results import CellResult
 
 
 def _effective(c: CellResult) -> Any:
-    eff = getattr(c, "effective", None)
-    if eff is None:
-        eff = c.extra.get("effective")
-    return eff
+    return c.extra.get("effective")
 
 
 def _get(obj: Any, name: str) -> Any:
@@ -31,6 +28,8 @@ def served_max_bs(c: CellResult | None) -> int | None:
     """The largest batch size the server captured CUDA graphs for, or None when unknown."""
     if c is None:
         return None
+    if c.effective is not None and c.effective.max_captured_bs is not None:
+        return c.effective.max_captured_bs
     eff = _effective(c)
     for name in ("captured_bs", "cuda_graph_bs"):
         bs = _get(eff, name)

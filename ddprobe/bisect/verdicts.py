@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any, Final
 
 from ddprobe.bisect import latent
@@ -434,8 +435,11 @@ def _ok_verdicts(p: Planner, host: str | None) -> list[Verdict]:
     those only assumed (below a passing budget, never restarted)."""
     row = p.state().row
     b = row.budgets
-    goods = [i for i in range(len(b)) if row.obs[i].status == GOOD]
     f = row.first_bad
+    # a budget the latent check restarted under memcheck was tested (with graphs), not assumed
+    memchecked = {i for i in row.assumed_good if p.obs(PlannedCell(
+        replace(p.spec.base, budget=b[i], graph=True), "sanitize")).usable}
+    goods = sorted({i for i in range(len(b)) if row.obs[i].status == GOOD} | memchecked)
     below = [i for i in goods if f is None or i < f]
     if not goods:
         return []
@@ -447,7 +451,7 @@ def _ok_verdicts(p: Planner, host: str | None) -> list[Verdict]:
     out = [Verdict(kind="ok", budgets=[b[i] for i in goods], signature=None, outcome="ok",
                    confidence="high", decided_by="frontier search", evidence=ev,
                    next_step=nxt, host=host)]
-    assumed = [i for i in row.assumed_good if i < top]
+    assumed = [i for i in row.assumed_good if i < top and i not in memchecked]
     if assumed:
         names = ", ".join(f"b{b[i]}" for i in assumed)
         out.append(Verdict(

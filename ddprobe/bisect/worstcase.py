@@ -15,9 +15,12 @@ no search (every untested budget a new mode with a full diagnosis), and says so.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ddprobe.bisect.cells import BAD, PlannedCell, mode_key, status_of
 from ddprobe.results import CellResult, Outcome, Signature
@@ -130,13 +133,28 @@ def bound(planner: object) -> int:
                      and not p.obs(lad.cells[s]).decided]  # type: ignore[attr-defined]
             left += len(steps) + extra
             if "O" in steps:
-                left += naming
+                left += naming + 1  # + its escalation (O2) when x factor does not cure
         else:
             if lad.needed:  # still naming the buffer
                 left += math.ceil(math.log2(max(2, len(lad.naming))))
     left += sum(1 for c in st.extras if not p.obs(c).decided)  # type: ignore[attr-defined]
+    left += _latent_left(p, st)
     left += full * sum(1 for m in st.row.modes() if m not in started)
     return left * opts.repeat
+
+
+def _latent_left(p: Any, st: Any) -> int:
+    """The latent check's memcheck cells not yet planned (it plans one at a time)."""
+    from ddprobe.bisect import latent
+    opts = p.spec.options.latent
+    if not (opts.enabled and opts.available):
+        return 0
+    t = latent.trigger(st.row, p.spec.suspects)
+    if t is None:
+        return 0
+    planned = {c.base_key for c in st.extras}
+    cells = [latent.cell_for(p.spec.base, st.row.budgets[i]) for i in latent.targets(st.row, t)]
+    return sum(1 for c in cells if c.base_key not in planned and not p.obs(c).decided)
 
 
 def restarts_for(configs: int, k: int) -> int:
