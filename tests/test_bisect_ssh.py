@@ -134,9 +134,10 @@ def test_healthy_is_one_restart_and_exit_0(sshd: object, tmp_path: Path, runs: P
     code, doc = bisect_json(capsys, inv, sshd.ssh_config, "--host", "gpu",  # type: ignore[attr-defined]
                             "--budgets", "8,16,32,64", "--exit-protocol", "bisect")
     assert code == 0
-    # b64 restarted and passing; the budgets below it assumed ok (not tested), low confidence
+    # b64 restarted and passing (medium: no memcheck on this host); the budgets below it
+    # assumed ok (not tested), low confidence
     assert [(v["kind"], v["budgets"], v["confidence"], v["tested"]) for v in doc["verdicts"]] \
-        == [("ok", [64], "high", True), ("ok", [8, 16, 32], "low", False)]
+        == [("ok", [64], "medium", True), ("ok", [8, 16, 32], "low", False)]
     assert doc["restarts_used"] == 1 and doc["status"] == "good"
     assert any("reverted leftover temporary patch ddprobe-oversize-" in n for n in doc["notes"])
     assert_clean(inv, site)
