@@ -42,9 +42,11 @@ except OSError:
     pass
 f["memory_mib"] = mem
 gpus, driver, cuda = [], None, None
-smi = shutil.which("nvidia-smi")
+import shlex
+smi_cmd = os.environ.get("DDPROBE_NVIDIA_SMI", "").strip()
+smi = shlex.split(smi_cmd) if smi_cmd else ([shutil.which("nvidia-smi")] if shutil.which("nvidia-smi") else None)
 if smi:
-    rc, out, err = sh([smi, "--query-gpu=name,compute_cap,memory.total,driver_version", "--format=csv,noheader,nounits"])
+    rc, out, err = sh([*smi, "--query-gpu=name,compute_cap,memory.total,driver_version", "--format=csv,noheader,nounits"])
     if rc == 0:
         for line in out.strip().splitlines():
             parts = [x.strip() for x in line.split(",")]
@@ -58,7 +60,7 @@ if smi:
                              "sm": "sm_" + cap.replace(".", "") if re.match(r"^\d+\.\d+$", cap) else None,
                              "memory_mib": mem_g, "driver": parts[3]})
                 driver = parts[3]
-    rc, out, err = sh([smi])
+    rc, out, err = sh(list(smi))
     m = re.search(r"CUDA Version:\s*([\d.]+)", out or "")
     if m:
         cuda = m.group(1)
@@ -91,7 +93,22 @@ if spec is not None:
             ver = m.group(1) if m else None
         except OSError:
             pass
-    inst = {"name": pkg, "version": ver, "path": path}
+    import hashlib
+    h, nfiles = hashlib.sha256(), 0
+    for root, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if d not in ("__pycache__", ".ddprobe"))
+        for name in sorted(files):
+            if name.endswith(".py") and nfiles < 20000:
+                fp = os.path.join(root, name)
+                try:
+                    with open(fp, "rb") as fh:
+                        data = fh.read()
+                except OSError:
+                    continue
+                h.update(os.path.relpath(fp, path).encode() + b"\0" + data + b"\0")
+                nfiles += 1
+    inst = {"name": pkg, "version": ver, "path": path,
+            "source_hash": h.hexdigest()[:16] if nfiles else None, "source_files": nfiles}
 f["install"] = inst
 pk = {}
 for n in ["torch", "triton", "flashinfer-python", "flashinfer", "sgl-kernel", "sglang", "transformers", "vllm", pkg]:

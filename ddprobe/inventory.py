@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -135,7 +136,10 @@ def builtin_testbed() -> Host:
         # simulated time runs 100x faster than the seed's B300 (a restart: 0.7 s, not 6 min)
         env=(("PYTHONPATH", str(prefix / "site")),
              ("DDTESTBED_TIME_SCALE", os.environ.get("DDTESTBED_TIME_SCALE", "0.01")),
-             ("DDTESTBED_STARTUP_SCALE", os.environ.get("DDTESTBED_STARTUP_SCALE", "0.002"))),
+             ("DDTESTBED_STARTUP_SCALE", os.environ.get("DDTESTBED_STARTUP_SCALE", "0.002")),
+             # facts read the scenario's GPU from the testbed's nvidia-smi stand-in
+             ("DDTESTBED_SCENARIO", os.environ.get("DDTESTBED_SCENARIO", "seed")),
+             ("DDPROBE_NVIDIA_SMI", shlex.join([sys.executable, "-m", "ddtestbed.nvidia_smi"]))),
         server=ServerSettings(
             port=int(os.environ.get("DDPROBE_TESTBED_PORT", "31830")), model_path="ddtestbed/tiny-coder",
             algorithm="DDTREE", budget_flag="ddtree", draft_model_path="ddtestbed/tiny-drafter",

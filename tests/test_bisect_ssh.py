@@ -40,8 +40,11 @@ class Site:
         self.prefix = install_prefix(tmp / f"{name}-site")
         self.port = free_port()
         self.workdir = tmp / f"{name}-work"
+        # facts read the scenario's GPU through the testbed's nvidia-smi stand-in
+        env = {**ENV, "DDTESTBED_SCENARIO": scenario,
+               "DDPROBE_NVIDIA_SMI": f"{sys.executable} -m ddtestbed.nvidia_smi"}
         text = inventory_text(sshd.alias, self.prefix, self.port, self.workdir,  # type: ignore[attr-defined]
-                              scenario=scenario, name=name, env=ENV)
+                              scenario=scenario, name=name, env=env)
         self.entry = text.split("hosts:\n", 1)[1] + (f"    labels: {{{labels}}}\n" if labels
                                                      else "")
 

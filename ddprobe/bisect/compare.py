@@ -31,7 +31,8 @@ def disagreements(outcomes: Sequence[_Outcome]) -> list[dict[str, Any]]:
         per = {o.name: lab.get(b, "not tested") for o, lab in labels}
         if len(set(per.values())) <= 1:
             continue
-        gpus = {o.identity.get("gpu") for o, _ in labels}
+        gpus = {" ".join(x for x in (o.identity.get("gpu"), o.identity.get("labels")) if x)
+                for o, _ in labels}
         versions = {o.identity.get("version") for o, _ in labels}
         why = []
         if len(gpus) > 1:

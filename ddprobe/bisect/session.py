@@ -12,9 +12,10 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from ddprobe.bisect.executor import HostSession, open_session, revert_leftovers
-from ddprobe.bisect.hostgroups import HostGroup, group_hosts
+from ddprobe.bisect.hostgroups import HostGroup, group_hosts, why_apart
 from ddprobe.bisect.static import Suspect, find_suspects
 from ddprobe.errors import DdprobeError, RemoteError
+from ddprobe.facts import gather_facts
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 from ddprobe.sources.buffers import BufferReport, SizingParams
@@ -86,9 +87,18 @@ def open_hosts(stack: ExitStack, hosts: Sequence[Host], *, command: str, paralle
         raise errors[0] if errors else DdprobeError("no host to run on")
     if revert:
         for s in sessions.values():
-            notes += revert_leftovers(s)
+            reverted = revert_leftovers(s)
+            if reverted and s.facts is not None:
+                # the identity hashes the install's sources: read them as they are now
+                s.facts = gather_facts(s.r, s.host)
+            notes += reverted
     live = [h for h in hosts if h.name in sessions]
     groups = group_hosts(live, [sessions[h.name].facts for h in live], parallel=parallel)
+    if parallel:
+        for g in groups[1:]:
+            why = why_apart(groups[0].identity, g.identity)
+            notes.append(f"{groups[0].hosts[0].name} and {g.hosts[0].name} do not share rounds: "
+                         f"{why}")
     return Opened(sessions, groups, notes, failed)
 
 

@@ -14,6 +14,7 @@ import yaml
 
 SCENARIO_DIR = Path(__file__).resolve().parent / "scenarios"
 HANG_STAGES = ("load", "warmup")
+STARTUP_FAILURES = ("import", "nccl")
 
 
 class ScenarioError(ValueError):
@@ -32,6 +33,8 @@ class GpuSpec:
     arch: str = "sm_90"
     memory_gib: float = 139.8
     count: int = 8
+    driver: str = "580.95.05"  # what its nvidia-smi stand-in reports (ddtestbed.nvidia_smi)
+    cuda: str = "13.0"
 
 
 @dataclass(frozen=True)
@@ -101,6 +104,14 @@ class KernelDefect:
 
     arch: str | None = None
     tile_rows: int | None = None
+    max_rows: int | None = None  # only trees of at most this many rows (a window of budgets)
+
+
+@dataclass(frozen=True)
+class EagerOnlyDefect:
+    """(f) the eager path's ragged mask indexer overflows from this many draft tokens."""
+
+    min_draft_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -121,7 +132,10 @@ class Defects:
     cublas_workspace: WorkspaceDefect = field(default_factory=WorkspaceDefect)
     kernel: KernelDefect = field(default_factory=KernelDefect)
     stale_scalar: StaleScalarDefect = field(default_factory=StaleScalarDefect)
+    eager_only: EagerOnlyDefect = field(default_factory=EagerOnlyDefect)
     hang: str | None = None  # "load": never listens; "warmup": listens, never healthy
+    hang_budget: int | None = None  # "warmup" hang only at this budget (draft tokens - 1)
+    startup: str | None = None  # "import" | "nccl": dies before the weights are loaded
 
 
 @dataclass(frozen=True)
@@ -231,6 +245,7 @@ _SUBSECTIONS: dict[tuple[str, str], type] = {
     ("Defects", "cublas_workspace"): WorkspaceDefect,
     ("Defects", "kernel"): KernelDefect,
     ("Defects", "stale_scalar"): StaleScalarDefect,
+    ("Defects", "eager_only"): EagerOnlyDefect,
 }
 _OPTIONAL_TYPES: dict[tuple[str, str], tuple[type, ...]] = {
     ("BufferSizingDefect", "default_num_draft_tokens"): (int,),
@@ -238,7 +253,11 @@ _OPTIONAL_TYPES: dict[tuple[str, str], tuple[type, ...]] = {
     ("KernelDefect", "arch"): (str,),
     ("KernelDefect", "tile_rows"): (int,),
     ("StaleScalarDefect", "min_draft_tokens"): (int,),
+    ("KernelDefect", "max_rows"): (int,),
+    ("EagerOnlyDefect", "min_draft_tokens"): (int,),
     ("Defects", "hang"): (str,),
+    ("Defects", "hang_budget"): (int,),
+    ("Defects", "startup"): (str,),
 }
 
 
@@ -246,6 +265,9 @@ def _check(s: Scenario, path: str) -> Scenario:
     def bad(msg: str, key: str) -> ScenarioError:
         return ScenarioError(msg, path=path, key=key)
 
+    if s.defects.startup is not None and s.defects.startup not in STARTUP_FAILURES:
+        raise bad(f"'defects.startup' must be one of {', '.join(STARTUP_FAILURES)} or null",
+                  "defects.startup")
     if s.defects.hang is not None and s.defects.hang not in HANG_STAGES:
         raise bad(f"'defects.hang' must be one of {', '.join(HANG_STAGES)} or null", "defects.hang")
     if not 0.0 <= s.draft.accuracy <= 1.0:

@@ -46,7 +46,10 @@ class Scheduler:
             "num_running_reqs": 0, "num_queue_reqs": 0, "token_usage": 0.0, "gen_throughput": 0.0,
             "spec_accept_length": 0.0, "spec_accept_rate": 0.0, "cache_hit_rate": 0.0,
             "prompt_tokens_total": 0, "generation_tokens_total": 0, "num_requests_total": 0}
-        self.hang_at_first_batch = model_runner.scenario.defects.hang == "warmup"
+        d = model_runner.scenario.defects
+        ndt = server_args.speculative_num_draft_tokens
+        self.hang_at_first_batch = d.hang == "warmup" or (
+            d.hang_budget is not None and ndt is not None and ndt - 1 == d.hang_budget)
 
     # -- API for the tokenizer manager ------------------------------------------------------
     def add_request(self, req: Req) -> None:

@@ -62,6 +62,8 @@ class ModelRunner:
         logger.info(f"Load weight begin. avail mem={avail:.2f} GB")
         if self.scenario.defects.hang == "load":
             sleep_forever()  # a stuck weight download / NCCL init: the port never opens
+        if self.scenario.defects.startup is not None:
+            startup_failure(self.scenario.defects.startup)
         self.clock.startup_sleep(self.scenario.timing.load_s)
         weights = int(self.scenario.model.weights_gib * _GIB)
         self.device.reserve(weights, "weights")
@@ -185,3 +187,12 @@ def _capability(arch: str) -> tuple[int, int]:
     if len(digits) >= 2:
         return int(digits[:-1]), int(digits[-1])
     return 9, 0
+
+
+def startup_failure(kind: str) -> None:
+    """Die before the weights are loaded, as SGLang does on a broken install or fabric."""
+    if kind == "import":
+        raise ModuleNotFoundError("No module named 'numpy'")
+    raise RuntimeError("NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.cpp:77, "
+                       "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL "
+                       "version 2.27.3")

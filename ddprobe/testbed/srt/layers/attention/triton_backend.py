@@ -54,6 +54,7 @@ class TritonAttnBackend:
 
         self.cuda_graph_custom_mask: Optional[Tensor] = None
         self.cuda_graph_max_bs = 0
+        self.eager_only_from = model_runner.scenario.defects.eager_only.min_draft_tokens
 
     def make_kernel(self, model_runner: ModelRunner) -> TreeAttentionKernel:
         kernel_defect = model_runner.scenario.defects.kernel
@@ -63,6 +64,7 @@ class TritonAttnBackend:
             arch=model_runner.scenario.gpu.arch,
             faulty_arch=kernel_defect.arch,
             tile_rows=kernel_defect.tile_rows,
+            max_rows=kernel_defect.max_rows,
         )
 
     # -- eager ------------------------------------------------------------------------------
@@ -70,6 +72,10 @@ class TritonAttnBackend:
         """Eager mode: fresh buffers sized for exactly this batch."""
         ndt = forward_batch.num_draft_tokens
         seq_lens = forward_batch.seq_lens
+        bug = self.eager_only_from
+        if bug is not None and ndt >= bug:
+            # (f) the ragged indexer of the eager path is only right for narrow trees
+            raise IndexError(f"index {ndt} is out of bounds for dimension 0 with size {bug}")
         kv_indptr = forward_batch.kv_indptr()
         kv_indices = torch.empty((max(1, sum(seq_lens)),), dtype=torch.int64, device=self.device)
         mask_sizes = [ndt * (seq_len + ndt) for seq_len in seq_lens]

@@ -65,13 +65,16 @@ class TreeAttentionKernel:
     """Reads, per tree node, which prefix tokens and which tree tokens it attends to."""
 
     def __init__(self, device: DeviceArena, kv_pool: TokenToKVPool, *, arch: str,
-                 faulty_arch: str | None = None, tile_rows: int | None = None) -> None:
+                 faulty_arch: str | None = None, tile_rows: int | None = None,
+                 max_rows: int | None = None) -> None:
         self.device, self.kv_pool = device, kv_pool
         self.arch, self.faulty_arch, self.tile_rows = arch, faulty_arch, tile_rows
+        self.max_rows = max_rows
 
     def row_width(self, ndt: int) -> int:
         """Row pitch (in tree columns) the kernel walks the mask with."""
-        if self.faulty_arch == self.arch and self.tile_rows is not None and ndt > self.tile_rows:
+        if self.faulty_arch == self.arch and self.tile_rows is not None and \
+                ndt > self.tile_rows and (self.max_rows is None or ndt <= self.max_rows):
             # The tiled path for this arch takes the pitch from its row tile, which is only
             # right while the whole tree fits in one tile.
             return self.tile_rows

@@ -1,0 +1,144 @@
+"""The ground truth written in a scenario's header, read back for tests and benchmarks.
+
+Each bundled scenario states, before it was ever run, what a bisect must answer:
+
+    # expect: --budgets 8,16,32,64 --thorough => 8:ok 16:kernel 32:ok 64:ok
+    # expect: --budgets 8,16,32,64 => 8:ok 16:ok 32:ok? 64:ok
+
+`KIND|KIND` accepts either (e.g. `buffer_sizing|inconclusive` where no experiment ddprobe can
+run decides it); a trailing `?` means the budget is expected to be *assumed* (not restarted,
+never high confidence). Nothing in ddprobe's logic reads this: only the tests and
+`benchmarks/verdict_accuracy.py`.
+"""
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from dataclasses import dataclass
+
+from .scenario import SCENARIO_DIR, bundled_scenarios
+
+_LINE = re.compile(r"^#\s*expect:\s*(?P<flags>.*?)\s*=>\s*(?P<truth>.*)$")
+
+
+@dataclass(frozen=True)
+class Truth:
+    kinds: tuple[str, ...]  # acceptable verdict kinds
+    assumed: bool = False  # expected not restarted (low confidence)
+
+
+@dataclass(frozen=True)
+class Expectation:
+    scenario: str
+    flags: tuple[str, ...]
+    truth: dict[int, Truth]
+
+    @property
+    def budgets(self) -> tuple[int, ...]:
+        return tuple(sorted(self.truth))
+
+    @property
+    def label(self) -> str:
+        extra = [f for f in self.flags if not f.startswith("--budgets")]
+        rest = " ".join(x for x in extra if not x[0].isdigit())
+        return self.scenario + (f" {rest}" if rest else "")
+
+
+def parse_header(name: str, text: str) -> list[Expectation]:
+    out: list[Expectation] = []
+    for line in text.splitlines():
+        if not line.startswith("#"):
+            break
+        m = _LINE.match(line.strip())
+        if not m:
+            continue
+        truth: dict[int, Truth] = {}
+        for item in m.group("truth").split():
+            b, _, kinds = item.partition(":")
+            assumed = kinds.endswith("?")
+            truth[int(b)] = Truth(tuple(kinds.rstrip("?").split("|")), assumed)
+        out.append(Expectation(name, tuple(shlex.split(m.group("flags"))), truth))
+    return out
+
+
+def expectations(names: list[str] | None = None) -> list[Expectation]:
+    out: list[Expectation] = []
+    for name in names or bundled_scenarios():
+        out += parse_header(name, (SCENARIO_DIR / f"{name}.yaml").read_text(encoding="utf-8"))
+    return out
+
+
+@dataclass(frozen=True)
+class Graded:
+    budget: int
+    expected: Truth
+    kind: str  # the verdict's kind ("-" when no verdict covers the budget)
+    confidence: str
+    tested: bool
+    grade: str  # right | wrong | inconclusive
+
+
+def grade(exp: Expectation, verdicts: list) -> list[Graded]:  # list[Verdict]
+    """Each budget's verdict against the header's truth. An `inconclusive` where the truth
+    does not allow it is counted apart (not wrong, not right); an assumed budget is right only
+    at low confidence."""
+    out: list[Graded] = []
+    for b in exp.budgets:
+        t = exp.truth[b]
+        v = next((v for v in verdicts if b in v.budgets and v.tested), None) or \
+            next((v for v in verdicts if b in v.budgets), None)
+        if v is None:
+            out.append(Graded(b, t, "-", "-", False, "wrong"))
+            continue
+        ok = v.kind in t.kinds and (v.tested or v.confidence == "low")
+        g = "right" if ok else "inconclusive" if v.kind == "inconclusive" else "wrong"
+        out.append(Graded(b, t, v.kind, v.confidence, v.tested, g))
+    return out
+
+
+def minimum_restarts(exp: Expectation) -> int:
+    """A lower bound on the restarts any bisect needs to collect the evidence ddprobe's rules
+    require, derived from the truth alone.
+
+    Frontier: with --thorough every budget; when nothing fails, the largest budget (the rest
+    assumed); a pre-load failure, the largest and the smallest; otherwise the more of (a) the
+    information bound of a binary search for the first failing budget, 1 + ceil(log2 n), and
+    (b) one restart per run of one failure kind plus the last passing budget below the first.
+    Per run of one kind, at its first budget, the experiment that decides it when the answer is
+    known: kernel 1 (eager control), buffer sizing 1 (one oversize at a curing factor, or the
+    smaller max bs), graph capture 2 (eager control + one oversize at the escalated factor),
+    anything else 2. Every other restarted failing budget of a decided run: its own control
+    (1); the largest budget counts as restarted."""
+    b = exp.budgets
+    kinds = {x: exp.truth[x].kinds[0] for x in b}
+    fails = [x for x in b if kinds[x] != "ok"]
+    runs: list[list[int]] = []
+    for x in b:
+        if kinds[x] == "ok":
+            continue
+        if runs and kinds[runs[-1][-1]] == kinds[x] and b.index(runs[-1][-1]) == b.index(x) - 1:
+            runs[-1].append(x)
+        else:
+            runs.append([x])
+    thorough = "--thorough" in exp.flags
+    if thorough:
+        frontier = len(b)
+    elif not fails:
+        frontier = 1
+    elif all(kinds[x] == "inconclusive" for x in fails) and len(fails) == len(b):
+        frontier = min(2, len(b))
+    else:
+        ok_below = any(kinds[x] == "ok" for x in b if x < fails[0])
+        info = 1 + math.ceil(math.log2(len(b))) if kinds[b[-1]] != "ok" else 1
+        frontier = max(info, len(runs) + int(ok_below))
+    n = frontier
+    for run in runs:
+        k = kinds[run[0]]
+        n += {"kernel": 1, "buffer_sizing": 1, "graph_capture": 2}.get(k, 1 if k ==
+                                                                        "inconclusive" else 2)
+        if k == "inconclusive":
+            continue
+        others = run[1:] if thorough else [x for x in run[1:] if x == b[-1]]
+        n += len(others)
+    return n

@@ -1,0 +1,62 @@
+"""Every bundled testbed scenario against the ground truth written in its header (issue 10).
+
+Each scenario file states, before it was first run, what the bisect must answer per budget
+(`# expect: FLAGS => BUDGET:KIND ...`, see ddprobe/testbed/expect.py). This runs the bisect on
+a local testbed host for each expectation and asserts every budget's verdict: the right kind,
+an assumed (not restarted) budget only at low confidence, and `inconclusive` only where the
+header allows it. `benchmarks/verdict_accuracy.py` prints the same runs with restart counts.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from testbed_util import free_port, install_prefix
+
+from ddprobe.bisect.run import BisectRequest, run_bisect
+from ddprobe.inventory import builtin_testbed
+from ddprobe.testbed.expect import Expectation, expectations, grade
+
+pytestmark = pytest.mark.slow
+EXPECTATIONS = expectations()
+
+
+def test_at_least_twenty_scenarios_state_their_truth() -> None:
+    names = {e.scenario for e in EXPECTATIONS}
+    assert len(names) >= 20  # the five originals + 15 or more new ones, each with a header
+    assert all(e.truth for e in EXPECTATIONS)
+
+
+def _host(scenario: str, prefix: Path, tmp: Path):  # -> Host
+    h = builtin_testbed()
+    env = tuple((k, str(prefix) if k == "PYTHONPATH" else scenario if k ==
+                 "DDTESTBED_SCENARIO" else v) for k, v in h.env)
+    server = replace(h.server, port=free_port(), args=("--testbed-scenario", scenario),
+                     workdir=str(tmp / "work"), prepare="")
+    return replace(h, env=env, server=server)
+
+
+def request(exp: Expectation) -> BisectRequest:
+    f = list(exp.flags)
+    return BisectRequest(budgets=exp.budgets,
+                         backend=f[f.index("--backend") + 1] if "--backend" in f else None,
+                         order="eager-first" if "--eager-first" in f else "auto",
+                         thorough="--thorough" in f, tasks=("2",))
+
+
+@pytest.mark.parametrize("exp", EXPECTATIONS, ids=[e.label.replace(" ", "") for e in
+                                                   EXPECTATIONS])
+def test_scenario_verdicts_match_the_header(exp: Expectation, tmp_path: Path) -> None:
+    prefix = install_prefix(tmp_path / "site")
+    rep = run_bisect([_host(exp.scenario, prefix, tmp_path)], request(exp),
+                     root=tmp_path / "runs")
+    graded = grade(exp, rep.verdicts)
+    bad = [f"b{g.budget}: got {g.kind} ({g.confidence}, {'tested' if g.tested else 'assumed'})"
+           f", want {'|'.join(g.expected.kinds)}{'?' if g.expected.assumed else ''}"
+           for g in graded if g.grade != "right"]
+    assert not bad, f"{exp.label}: " + "; ".join(bad)
+    for g in graded:
+        if g.expected.assumed:
+            assert not g.tested and g.confidence == "low"
+    assert rep.restarts_used <= rep.restarts_full_sweep + 2
