@@ -39,7 +39,9 @@ def request(exp: Expectation, tasks: str) -> BisectRequest:
 
 def testbed_host(scenario: str):  # -> Host
     os.environ["DDTESTBED_SCENARIO"] = scenario
-    return builtin_testbed()
+    h = builtin_testbed()
+    # a hang is declared after the health timeout: 10 s is ample for a 0.7 s simulated start
+    return replace(h, server=replace(h.server, health_timeout=10.0))
 
 
 def run_one(exp: Expectation, root: Path, tasks: str) -> tuple[list, object]:

@@ -24,7 +24,10 @@ def test_facts_find_sglang_without_importing_it(make_host, sglang_venv):
     assert f.packages["sglang"] == "0.5.10" and "torch" not in f.packages
     assert f.gpus == [] and f.cpus and f.memory_mib
     d = f.to_dict()
-    assert d["sglang"] == {"name": "sglang", "version": "0.5.10", "path": f.install["path"]}
+    assert {k: d["sglang"][k] for k in ("name", "version", "path")} == {
+        "name": "sglang", "version": "0.5.10", "path": f.install["path"]}
+    # a hash of the install's sources (hosts with the same version but edited files differ)
+    assert len(d["sglang"]["source_hash"]) == 16 and d["sglang"]["source_files"] > 1000
     assert d["server"]["listening"] is False
 
 

@@ -33,7 +33,7 @@ def _host(scenario: str, prefix: Path, tmp: Path):  # -> Host
     env = tuple((k, str(prefix) if k == "PYTHONPATH" else scenario if k ==
                  "DDTESTBED_SCENARIO" else v) for k, v in h.env)
     server = replace(h.server, port=free_port(), args=("--testbed-scenario", scenario),
-                     workdir=str(tmp / "work"), prepare="")
+                     workdir=str(tmp / "work"), prepare="", health_timeout=10.0)
     return replace(h, env=env, server=server)
 
 
