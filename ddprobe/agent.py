@@ -86,6 +86,8 @@ class Agent:
         self._lock = threading.Lock()
         self._n = 0
         self.broken = False
+        self._owed: int | None = None  # the id of a reply a Ctrl-C left unread
+        self._owed_timeout = 0.0
         self.noise: list[str] = []  # what the login shell printed before the agent started
         deadline = time.monotonic() + 30
         # rc files (an `echo` in ~/.bashrc, conda, `module load`) print before the agent runs:
@@ -132,6 +134,16 @@ class Agent:
     def call(self, argv: Sequence[str], *, timeout: float, input: bytes | None,
              env: Mapping[str, str] | None, cwd: str | None) -> tuple[int, bytes, bytes]:
         with self._lock:
+            if self._owed is not None:
+                # a Ctrl-C left a reply owed: wait for it first (the command it belongs to,
+                # a server start say, has then finished, so a cleanup sees what it did)
+                try:
+                    self._reply(self._owed, deadline=time.monotonic() + self._owed_timeout)
+                except (AgentTimeout, AgentDead):
+                    self.broken = True
+                    raise AgentDead("the command interrupted by Ctrl-C did not finish")
+                finally:
+                    self._owed = None
             self._n += 1
             req: dict[str, Any] = {"id": self._n, "argv": list(argv), "timeout": timeout,
                                    "env": dict(env) if env else None, "cwd": cwd,
@@ -141,16 +153,28 @@ class Agent:
                 self.chan.sendall(json.dumps(req).encode() + b"\n")
             except (OSError, paramiko.SSHException) as e:
                 raise AgentDead(str(e)) from None
+            except BaseException:
+                self.broken = True  # a request cut mid-line: this agent cannot go on
+                raise
             try:
-                line = self._readline(deadline=time.monotonic() + timeout + 15)
+                res = self._reply(self._n, deadline=time.monotonic() + timeout + 15)
             except AgentTimeout:
                 self.broken = True  # the agent itself missed its own deadline: replace it
                 raise
-            res = json.loads(line)
+            except KeyboardInterrupt:
+                self._owed, self._owed_timeout = self._n, timeout + 15
+                raise
             if res.get("timeout"):
                 raise AgentTimeout()
             return (int(res["rc"]), base64.b64decode(res["out"] or ""),
                     base64.b64decode(res["err"] or ""))
+
+    def _reply(self, n: int, *, deadline: float) -> dict[str, Any]:
+        """The reply to request n (a stale reply to an earlier request is skipped)."""
+        while True:
+            res = json.loads(self._readline(deadline=deadline))
+            if not isinstance(res, dict) or res.get("id", n) >= n:
+                return res if isinstance(res, dict) else {}
 
     def close(self) -> None:
         try:

@@ -23,6 +23,7 @@ from typing import Any
 
 from ddprobe.effective import fetch_server_info, from_log, from_server_args
 from ddprobe.hosttext import file_part
+from ddprobe import interrupt
 from ddprobe.errors import RefusedError, RemoteCommandError, RemoteError
 from ddprobe.inventory import Host
 from ddprobe.probes.client import ProbeHTTPError
@@ -142,8 +143,10 @@ class _Cell:
                     self.cleanup()
         except BaseException:
             if self.started:  # Ctrl-C mid-cell: leave no half-started server behind
-                with contextlib.suppress(Exception):
+                with interrupt.shielded(), contextlib.suppress(Exception):
                     self.cleanup()
+                    interrupt.cleaned(f"stopped the server of {self.config.key} on "
+                                      f"{self.host.name}")
             raise
         self.timings["total"] = time.perf_counter() - t0
         self.timings["overhead"] = max(0.0, self.timings["total"] - self.waited)
@@ -176,9 +179,11 @@ class _Cell:
             return Verdict(Outcome.ERROR, error=f"the previous server did not stop cleanly: "
                                                 f"{stop.problem()}")
         rep.stage("start", self.config.key)
+        # started before the call returns: a Ctrl-C while the host launches it must still
+        # stop it (stopping a server that never started is a no-op)
+        self.started = True
         with self.timed("start"):
             start = mgr.start(launch)
-        self.started = True
         self.cell.log_path = start.log_path
         self.timings["restart"] = self.timings["stop"] + self.timings["start"]
         with self.r.tunnel(host.server.port, server_target(host)) as lport:

@@ -25,6 +25,7 @@ from typing import Generic, TypeVar
 import paramiko
 from fabric import Config, Connection
 
+from ddprobe import interrupt
 from ddprobe.agent import AGENT_SRC, MAX_REPLY_BYTES, Agent, AgentDead, AgentTimeout
 from ddprobe.errors import (ConfigError, DdprobeError, HostKeyError, RemoteCommandError,
                             RemoteError, RemoteTimeout, UnreachableError)
@@ -204,6 +205,7 @@ class LocalRemote(Remote):
             cwd: str | None = None) -> CmdResult:
         words = tuple(str(a) for a in argv)
         check_env_names(env)
+        interrupt.checkpoint()
         full_env = dict(os.environ)
         full_env.update(env or {})
         data = input.encode() if isinstance(input, str) else input
@@ -433,7 +435,11 @@ class SshRemote(Remote):
         if not words:
             raise ValueError("empty argv")
         check_env_names(env)
+        interrupt.checkpoint()
         limit = timeout or self.opts.command_timeout
+        if self._agent is not None and self._agent.broken:
+            self._agent.close()
+            self._agent = None
         agent = self._get_agent()
         if agent is not None:
             data = input.encode() if isinstance(input, str) else input

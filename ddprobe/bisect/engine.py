@@ -15,6 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from ddprobe import interrupt
 from ddprobe.bisect.cells import PlannedCell
 from ddprobe.bisect.executor import Executor, HostSession
 from ddprobe.bisect.hostgroups import HostGroup
@@ -70,6 +71,7 @@ class Journal:
             return
         if fresh:
             shutil.rmtree(self.store.dir, ignore_errors=True)
+            interrupt.clear_resume()  # nothing to resume: the run never started
         else:
             self.note(f"resume stopped before any cell: {why or type(why).__name__}")
 

@@ -8,6 +8,7 @@ failure of the server.
 """
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import time
@@ -19,6 +20,7 @@ from typing import Any
 
 from ddprobe.hosttext import file_part
 from ddprobe.bisect.cells import PlannedCell
+from ddprobe import interrupt
 from ddprobe.bisect.reconnect import RETRIES_PER_CELL, reconnect
 from ddprobe.errors import (DdprobeError, HostGone, LockedError, PatchError, RemoteError,
                             UsageError)
@@ -85,6 +87,16 @@ def stop_server(s: HostSession) -> str:
     if not st.was_running:
         return ""
     return f"{s.host.name}: server stopped" + ("" if st.clean else f" ({st.problem()})")
+
+
+def stop_all(sessions: dict[str, HostSession]) -> None:
+    """Ctrl-C: stop every host's last server (the interrupted cell stopped its own; the one a
+    finished cell left running for the next restart is stopped here)."""
+    with interrupt.shielded():
+        for sess in sessions.values():
+            msg = stop_server(sess)
+            if msg:
+                interrupt.cleaned(msg)
 
 
 def revert_leftovers(s: HostSession) -> list[str]:
@@ -218,7 +230,19 @@ class Executor:
                     return self._finish(s, cell, error_cell(s.host, cell.config,
                                                             f"patch: {e}"), t0, [])
             result = self._cell(s, cell)
-        finally:
+        except BaseException:
+            with interrupt.shielded():
+                if patch is not None and not applied and s.r.connected:
+                    # Ctrl-C during the apply: the host finished it (the agent waits for the
+                    # reply first), so look in the ledger
+                    with contextlib.suppress(DdprobeError):
+                        if patch.id in applied_ids(patch_status(s.r, host=s.host)):
+                            applied.append(patch.id)
+                for pid in applied:
+                    revert_patch(s.r, pid, host=s.host)
+                    interrupt.cleaned(f"reverted the temporary patch {pid} on {s.host.name}")
+            raise
+        else:
             for pid in applied:
                 # never leave a temporary patch behind: a failed revert stops the run
                 revert_patch(s.r, pid, host=s.host)

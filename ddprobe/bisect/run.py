@@ -19,7 +19,8 @@ from ddprobe.bisect.cells import PlannedCell
 from ddprobe.bisect.compare import disagreements
 from ddprobe.bisect.engine import EventSink, Event, GroupRun, Journal, drive, in_parallel, \
     is_restart, unfinished
-from ddprobe.bisect.executor import Executor, experiment_api, probe_options, stop_server
+from ddprobe.bisect.executor import (Executor, experiment_api, probe_options, stop_all,
+                                     stop_server)
 from ddprobe.bisect.hostgroups import HostGroup
 from ddprobe.bisect.latent import LatentOptions
 from ddprobe.bisect.planner import BisectSpec, PlanOptions, Planner, small_max_bs_for
@@ -27,6 +28,7 @@ from ddprobe.bisect.plantext import plan_lines
 from ddprobe.bisect.preflight import PlanPreflight, plan_preflight
 from ddprobe.bisect.session import StaticEvidence, open_hosts, static_evidence
 from ddprobe.bisect.verdicts import build_verdicts, exit_code, run_status
+from ddprobe import interrupt
 from ddprobe.errors import HostGone, UsageError
 from ddprobe.inventory import Host
 from ddprobe.results import Config, Verdict
@@ -188,6 +190,7 @@ def run_bisect(hosts: Sequence[Host], req: BisectRequest, *, root: Path | None =
     else:
         journal.note(f"resumed at {time.strftime('%Y-%m-%dT%H:%M:%S')}")
     emit(Event("run", "", f"run {store.run_id} ({store.dir})", {"run_id": store.run_id}))
+    interrupt.set_resume(f"ddprobe bisect --resume {store.run_id}")
     with ExitStack() as stack:
         try:
             opened = open_hosts(stack, hosts, command=_command_tag(store.run_id),
@@ -254,6 +257,9 @@ def run_bisect(hosts: Sequence[Host], req: BisectRequest, *, root: Path | None =
 
         try:
             runs = in_parallel([lambda g=g: go(g) for g in opened.groups])
+        except KeyboardInterrupt:
+            stop_all(opened.sessions)
+            raise
         except HostGone as e:
             raise unfinished(e, store.run_id, "bisect") from None
         outcomes: list[GroupOutcome] = []

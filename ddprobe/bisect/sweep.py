@@ -16,9 +16,10 @@ from typing import Any
 from ddprobe.bisect.cells import PlannedCell, observe
 from ddprobe.bisect.engine import Event, EventSink, GroupRun, Journal, drive, in_parallel, \
     is_restart, unfinished
-from ddprobe.bisect.executor import Executor, probe_options, stop_server
+from ddprobe.bisect.executor import Executor, probe_options, stop_all, stop_server
 from ddprobe.bisect.run import write_reports_if_available
 from ddprobe.bisect.session import open_hosts
+from ddprobe import interrupt
 from ddprobe.errors import HostGone, UsageError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.probes import differential
@@ -186,6 +187,7 @@ def run_sweep(hosts: Sequence[Host], req: SweepRequest, *, root: Path | None = N
         journal.append({"type": "plan", "cells": [c.to_dict() for c in cells],
                         "note": f"full matrix: {len(cells)} cells per host group"})
     emit(Event("run", "", f"run {store.run_id} ({store.dir})", {"run_id": store.run_id}))
+    interrupt.set_resume(f"ddprobe sweep --resume {store.run_id}")
     with ExitStack() as stack:
         try:
             opened = open_hosts(stack, hosts, command=f"ddprobe sweep (run {store.run_id})",
@@ -208,6 +210,9 @@ def run_sweep(hosts: Sequence[Host], req: SweepRequest, *, root: Path | None = N
             runs: list[GroupRun] = in_parallel([
                 lambda g=g: drive(g, plans[g.key], opened.sessions, executor, journal,
                                   on_event=on_event, record=resume) for g in opened.groups])
+        except KeyboardInterrupt:
+            stop_all(opened.sessions)
+            raise
         except HostGone as e:
             raise unfinished(e, store.run_id, "sweep") from None
         if not req.keep_server:

@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from ddprobe import __version__
+from ddprobe import __version__, interrupt
 from ddprobe.cli import common
 from ddprobe.errors import DdprobeError
 from ddprobe.exitcodes import ExitCode
@@ -146,22 +146,34 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in args
     cmd = _command_of(args)
     try:
-        mod = _COMMANDS.get(cmd or "")
-        _register([mod] if mod and "--help" not in args[:1] else _MODULES)
-        from ddprobe.cli import helpdoc
-        cmd = helpdoc.decorate(typer.main.get_command(app))
-        rv = cmd.main(args=args, prog_name="ddprobe", standalone_mode=False)
-        return int(rv or 0)
+        with interrupt.handling_sigint():
+            return _dispatch(args, cmd)
     except DdprobeError as e:
         if debug:
             traceback.print_exc()
         common.err.print(common.error_line(e), highlight=False)
         return int(e.exit_code)
     except KeyboardInterrupt:
-        common.err.print("interrupted")
+        common.err.print(interrupt.message(), highlight=False, markup=False)
         return int(ExitCode.INTERRUPTED)
+
+
+def _dispatch(args: list[str], cmd: str | None) -> int:
+    debug = "--debug" in args
+    try:
+        mod = _COMMANDS.get(cmd or "")
+        _register([mod] if mod and "--help" not in args[:1] else _MODULES)
+        from ddprobe.cli import helpdoc
+        cmd = helpdoc.decorate(typer.main.get_command(app))
+        rv = cmd.main(args=args, prog_name="ddprobe", standalone_mode=False)
+        if rv == ExitCode.INTERRUPTED and interrupt.stopping():
+            # typer turns Ctrl-C into a silent Exit(130): say what was cleaned up
+            raise KeyboardInterrupt
+        return int(rv or 0)
     except SystemExit as e:
         return int(e.code or 0) if not isinstance(e.code, str) else 1
+    except DdprobeError:
+        raise
     except Exception as e:  # noqa: BLE001 - the boundary: no tracebacks unless --debug
         name = type(e).__name__
         if name in ("UsageError", "NoSuchOption", "BadParameter", "MissingParameter",
@@ -174,9 +186,8 @@ def main(argv: list[str] | None = None) -> int:
             return int(getattr(e, "exit_code", ExitCode.USAGE))
         if name == "Exit":
             return int(getattr(e, "exit_code", 0))
-        if name == "Abort":
-            common.err.print("aborted")
-            return int(ExitCode.INTERRUPTED)
+        if name == "Abort":  # click's KeyboardInterrupt: say what was cleaned up
+            raise KeyboardInterrupt from e
         if debug:
             traceback.print_exc()
         else:

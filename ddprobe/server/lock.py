@@ -21,6 +21,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
+from ddprobe import interrupt
 from ddprobe.errors import LockedError, RemoteError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
@@ -257,6 +258,8 @@ class HostLock:
             return
         try:
             _call(self.r, "unlock", {"path": self.path, "token": token})
+            if interrupt.stopping():
+                interrupt.cleaned(f"released the lock on {self.host.name}")
         except RemoteError as e:
             # The connection is gone: the file stays. Keep its token so that this process can
             # take its own lock back; any other run will see it as stale once we exit.
