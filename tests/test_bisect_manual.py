@@ -212,3 +212,26 @@ def test_reports_of_the_seed_run_carry_each_failing_cells_evidence(seed_run: dic
         assert any(x.startswith("cell-") for x in links)
     for doc in (md, html):
         assert "garbage: garbage:" not in doc and "(none passed)" not in doc
+
+
+def test_readme_expected_output_is_what_the_seed_bisect_prints(seed_run: dict) -> None:
+    """The README's quick-start table (5 columns) against the real seed run: the same verdict,
+    decided-by and confidence per budget, and the same named buffer with its file:line."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    block = readme.split("## Quick start", 1)[1]
+    rows = [ln for ln in block.split("┡", 1)[1].split("└", 1)[0].splitlines()
+            if ln.startswith("│")]
+    assert "┃ budgets ┃ verdict ┃ what ┃ decided by ┃ confidence ┃" in \
+        " ".join(block.split()).replace("┃ ┃", "┃")
+    got = {}
+    for ln in rows:
+        cells = [c.strip() for c in ln.strip("│").split("│")]
+        got[cells[0]] = cells[1:]
+    want = {",".join(map(str, v["budgets"])): v for v in seed_run["verdicts"]}
+    assert set(got) == set(want)
+    for b, (kind, what, decided, conf) in got.items():
+        v = want[b]
+        assert (kind, decided, conf) == (v["label"] if "label" in v else v["kind"],
+                                         v["decided_by"], v["confidence"]), b
+        if (v.get("buffer") or {}).get("attr"):
+            assert what == f"{v['buffer']['attr']} ({v['buffer']['where']})"
