@@ -279,7 +279,7 @@ class _Run:
             cell.signature = refused_signature(str(e))
             return ""
         extra["launch"] = list(launch.argv)
-        extra["env"] = dict(launch.env)
+        extra["env"] = sorted(k for k, _ in launch.env)  # names only: journaled (values secret)
         extra["notes"] += list(launch.notes)
         t = time.perf_counter()
         stop = mgr.stop()
