@@ -235,3 +235,19 @@ def test_readme_expected_output_is_what_the_seed_bisect_prints(seed_run: dict) -
                                          v["decided_by"], v["confidence"]), b
         if (v.get("buffer") or {}).get("attr"):
             assert what == f"{v['buffer']['attr']} ({v['buffer']['where']})"
+
+
+def test_a_hand_named_suspect_is_not_dressed_up_as_analysis(session: Path,
+                                                           capsys: pytest.CaptureFixture[str]
+                                                           ) -> None:
+    assert main(["bisect", "start", "--budgets", "8,16", "--suspect", "mask@x/attn.py:7"]) == 0
+    for args in (["bad", "--mode", "crash cuda_illegal_address: boom"], ["good"],
+                 ["good", "16", "--oversize", "mask"]):
+        assert main(["bisect", *args]) == 0
+    capsys.readouterr()
+    code, doc = _json(capsys, "bisect", "next", "--json")
+    (v,) = [v for v in doc["verdicts"] if v["budgets"] == [16]]
+    static = next(e["summary"] for e in v["evidence"] if e["kind"] == "static")
+    assert "mask (x/attn.py:7): named as a suspect (--suspect)" in static
+    assert "`?`" not in static and "sizes ;" not in static and not static.endswith("sizes ")
+    assert v["kind"] == "buffer_sizing" and v["buffer"]["where"] == "x/attn.py:7"

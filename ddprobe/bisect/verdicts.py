@@ -94,6 +94,10 @@ def _static_evidence(p: Planner, lad: LadderState, budgets: Sequence[int]) -> Ev
     shown = [s for s in sus if s.attr in lad.naming] if lad.naming else list(sus)
     parts = []
     for s in shown[:4]:
+        if s.shape == "?" and not s.sizes:  # a suspect named by hand (manual mode, replay)
+            parts.append(f"{s.attr} ({s.where}): named as a suspect (--suspect), its "
+                         "allocation not analysed in this session")
+            continue
         use = s.growing_uses[0].split(": ", 1)[0] if s.growing_uses else ""
         why = (" does not grow with the budget while its use at " + use + " does"
                if s.tier == 1 and use else
