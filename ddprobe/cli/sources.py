@@ -254,7 +254,7 @@ def register(app: typer.Typer) -> None:
     @app.command("grep-buffers")
     def grep_buffers_cmd(
         host: str = common.HostOpt,
-        backend: str = typer.Option("all", "--backend", help="triton | flashinfer | fa3 | all"),
+        backend: str = typer.Option("all", "--backend", help="An --attention-backend name (its classes follow the install's hierarchy) or all"),
         max_bs: Optional[int] = typer.Option(None, "--max-bs", help="CUDA-graph max batch size."),
         budgets: Optional[str] = typer.Option(None, "--budgets", help="Draft budgets, e.g. "
                                               "8,16,32 (draft tokens = budget + 1)."),

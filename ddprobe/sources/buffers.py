@@ -15,12 +15,12 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ddprobe.errors import UsageError
+from ddprobe.sources.backends import ATTN, MODEL_RUNNER, backend_files, known_backends
 from ddprobe.sources.bufscan import Alloc, ModuleScan, scan_module
 from ddprobe.sources.bufeval import count_elements, dtype_bytes, evaluate
 from ddprobe.sources.bufsize import CONTEXT, DRAFT, MAX_BS, STEPS, TOPK, Resolver
 from ddprobe.sources.bufuse import Demand, Use, UseIndex, find_demands, find_uses
 
-ATTN = "srt/layers/attention"
 BACKEND_FILES: dict[str, tuple[str, ...]] = {
     "triton": (f"{ATTN}/triton_backend.py",),
     "flashinfer": (f"{ATTN}/flashinfer_backend.py",),
@@ -119,6 +119,7 @@ class BufferReport:
     rows: tuple[BufferRow, ...]
     params: SizingParams | None = None
     texts: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
+    notes: tuple[str, ...] = ()  # e.g. which classes the backend uses, by its hierarchy
 
     def find(self, attr: str) -> list[BufferRow]:
         return [r for r in self.rows if r.status == "found" and _matches(r, attr)]
@@ -127,7 +128,7 @@ class BufferReport:
         return {"package": self.package, "version": self.version, "backend": self.backend,
                 "files": list(self.files),
                 "params": asdict(self.params) if self.params else None,
-                "rows": [r.to_dict() for r in self.rows]}
+                "notes": list(self.notes), "rows": [r.to_dict() for r in self.rows]}
 
 
 def _matches(row: BufferRow, name: str) -> bool:
@@ -135,15 +136,33 @@ def _matches(row: BufferRow, name: str) -> bool:
 
 
 def wanted_files(backend: str) -> tuple[str, ...]:
-    """Package-relative paths/globs to read for a backend (`all` = every known backend)."""
+    """Package-relative paths/globs to read for a backend (`all` = every known backend).
+
+    A named backend reads every attention module and the backend registry: which of them it
+    uses follows the class hierarchy (`sources.backends`), decided once the texts are in."""
     if backend == "all":
         files = [f for fs in BACKEND_FILES.values() for f in fs]
-    elif backend in BACKEND_FILES:
-        files = list(BACKEND_FILES[backend])
-    else:
+        return (*files, *RUNNER_GLOBS)
+    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", backend):
         known = ", ".join([*BACKEND_FILES, "all"])
-        raise UsageError(f"unknown backend '{backend}' (known: {known})")
-    return (*files, *RUNNER_GLOBS)
+        raise UsageError(f"unknown backend '{backend}' (e.g. {known})")
+    return (f"{ATTN}/*.py", MODEL_RUNNER, *RUNNER_GLOBS)
+
+
+def backend_patterns(texts: Mapping[str, str], backend: str) -> tuple[list[str], list[str]]:
+    """(the primary files/globs for a backend in these texts, notes saying why)."""
+    if backend == "all":
+        return list(wanted_files("all")), []
+    files, notes = backend_files(texts, backend)
+    if not files:
+        table = list(BACKEND_FILES.get(backend, ()))
+        if not table:
+            names = known_backends(texts) or list(BACKEND_FILES)
+            raise UsageError(f"unknown backend '{backend}' (this install knows: "
+                             f"{', '.join(names)}, all)")
+        notes.append(f"taken from ddprobe's table instead: {', '.join(table)}")
+        files = table
+    return [*files, *RUNNER_GLOBS], notes
 
 
 def phase_of(func: str | None) -> str:
@@ -166,7 +185,7 @@ def analyse_buffers(texts: Mapping[str, str], *, package: str = "", version: str
                     backend: str = "all", params: SizingParams | None = None,
                     include_per_batch: bool = False) -> BufferReport:
     """Analyse the given module texts; rows for every buffer, plus 'not found' rows."""
-    patterns = wanted_files(backend)
+    patterns, notes = backend_patterns(texts, backend)
     primary = sorted(p for p in texts if any(fnmatch.fnmatch(p, g) for g in patterns))
     helpers = sorted(p for p in texts if p not in primary)
     scans = {p: scan_module(p, texts[p]) for p in primary}
@@ -196,7 +215,7 @@ def analyse_buffers(texts: Mapping[str, str], *, package: str = "", version: str
         rows.extend(_missing_buffers(p, s, rows))
     return BufferReport(package=package, version=version, backend=backend,
                         files=tuple([*primary, *helpers]), rows=tuple(rows), params=params,
-                        texts=dict(texts))
+                        texts=dict(texts), notes=tuple(notes))
 
 
 def _missing_file(path: str, texts: Mapping[str, str]) -> BufferRow:
