@@ -43,7 +43,7 @@ _KEYS: dict[str, tuple[str, ...]] = {
     "cuda_graph_bs": ("cuda_graph_bs_decode", "cuda_graph_bs"),
     "attention_backend": ("decode_attention_backend", "attention_backend"),
     "max_running_requests": ("max_running_requests",),
-    "context_length": ("context_length",),
+    "context_length": ("context_length", "_model_context_len"),
     "version": ("version",),
 }
 # any of these true (or the decode graph backend "disabled") means no decode CUDA graphs

@@ -225,3 +225,36 @@ def test_bisect_all_refused_is_config_error_before_any_restart(
         assert code == ExitCode.BISECT_SKIP
     finally:
         reap(tmp_path / "work")
+
+
+def test_a_hanging_argument_handler_is_not_an_infrastructure_error(tmp_path: Path) -> None:
+    site = _fake_install(tmp_path, "slowsgl", "import time\n"
+                         "def prepare_server_args(argv):\n    time.sleep(60)\n")
+    host = Host(name="h", python=sys.executable, package="slowsgl",
+                env=(("PYTHONPATH", str(site)),), server=ServerSettings(model_path="m"),
+                transport="local")
+    with remote.connect(host) as r:
+        res = run_preflight(r, host, [build_launch(host, Config(budget=8))], timeout=2)[0]
+    assert res.status == "not_run" and "did not answer within 2 s" in res.message
+
+
+def test_context_length_from_the_model_config_when_the_server_leaves_it_unset(
+        tmp_path: Path) -> None:
+    """Real ServerArgs keep context_length None unless given; SGLang reads the model's
+    config.json (max_position_embeddings x a rope factor): so does the preflight."""
+    site = _fake_install(tmp_path, "ctxsgl", (
+        "import dataclasses\n@dataclasses.dataclass\nclass ServerArgs:\n"
+        "    model_path: str = ''\n    context_length: int = None\n"
+        "def prepare_server_args(argv):\n    return ServerArgs(argv[1])\n"))
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({
+        "max_position_embeddings": 8192, "rope_scaling": {"rope_type": "yarn", "factor": 4}}))
+    host = Host(name="h", python=sys.executable, package="ctxsgl",
+                env=(("PYTHONPATH", str(site)),), server=ServerSettings(model_path=str(model)),
+                transport="local")
+    ln = build_launch(host, Config(budget=8))
+    with remote.connect(host) as r:
+        res = run_preflight(r, host, [ln])[0]
+    assert res.status == "ok" and res.effective is not None
+    assert res.effective.context_length == 32768

@@ -21,7 +21,9 @@ Interface (kept small so tests and other tools can call it directly):
       {"ok": true, "package": "sglang", "version": "0.5.2", "python": "3.11.9",
        "entry": "sglang.srt.server_args:prepare_server_args", "resolve": "resolve_once" | null,
        "results": [{"key": ..., "status": "ok" | "rejected" | "error",
-                    "values": {field: json value, ...},          # status ok
+                    "values": {field: json value, ...},          # status ok; plus
+                        # _model_context_len / _model_context_source when context_length is
+                        # unset (read from the model's config.json like get_context_length)
                     "warnings": ["speculative_num_draft_tokens is adjusted ...", ...],
                     "error": {"kind": "argparse" | "assertion" | "value" | "import" | "environment",
                               "type": "AssertionError", "message": ..., "where": "file:line",
@@ -158,6 +160,45 @@ def _values(args):
     return out
 
 
+_CONTEXT_KEYS = ("max_sequence_length", "seq_length", "max_seq_len", "model_max_length",
+                 "max_position_embeddings")
+
+
+def _model_context_len(model_path):
+    """The model's context length from its config.json (a local dir or the HF cache), the way
+    SGLang's get_context_length reads it; (value, path) or (None, why)."""
+    import glob
+    if not isinstance(model_path, str) or not model_path:
+        return None, "no model path"
+    cands = [os.path.join(model_path, "config.json")]
+    if not os.path.isdir(model_path) and model_path.count("/") == 1:
+        hub = os.environ.get("HF_HUB_CACHE") or os.path.join(
+            os.environ.get("HF_HOME") or os.path.expanduser("~/.cache/huggingface"), "hub")
+        cands += sorted(glob.glob(os.path.join(
+            hub, "models--" + model_path.replace("/", "--"), "snapshots", "*", "config.json")))
+    for path in cands:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                cfg = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if not isinstance(cfg, dict):
+            continue
+        text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+        rope = text.get("rope_scaling") if isinstance(text.get("rope_scaling"), dict) else None
+        factor = 1
+        if rope and "original_max_position_embeddings" not in rope and \
+                rope.get("rope_type") != "llama3":
+            factor = rope.get("factor", 1) if isinstance(rope.get("factor", 1), (int, float)) \
+                else 1
+        for k in _CONTEXT_KEYS:
+            v = text.get(k)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return int(factor * v), path
+        return None, "%s has none of %s" % (path, ", ".join(_CONTEXT_KEYS))
+    return None, "no config.json for %s" % model_path
+
+
 class _Collect(logging.Handler):
     def __init__(self):
         super().__init__(logging.WARNING)
@@ -224,6 +265,9 @@ def _one(parse, cfg, package, pkg_dir):
             else:
                 os.environ[k] = v
         sys.stderr.write(err.getvalue()[-20000:])
+    if values.get("context_length") is None:
+        ctx, where = _model_context_len(values.get("model_path"))
+        values["_model_context_len"], values["_model_context_source"] = ctx, where
     return {"key": key, "status": "ok", "values": values, "warnings": collect.lines}, resolve
 
 

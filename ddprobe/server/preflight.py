@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ddprobe.effective import EffectiveConfig, from_server_args
-from ddprobe.errors import RefusedError
+from ddprobe.errors import RefusedError, RemoteTimeout
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 
@@ -132,7 +132,13 @@ def _ask(r: Remote, host: Host, launches: Sequence[Any], timeout: float) -> list
     req = {"package": host.package,
            "configs": [{"key": ln.config.key, "argv": list(ln.server_args),
                         "env": dict(ln.env)} for ln in launches]}
-    res = r.python(["-c", program_source()], input=json.dumps(req), timeout=timeout)
+    try:
+        res = r.python(["-c", program_source()], input=json.dumps(req), timeout=timeout)
+    except RemoteTimeout:
+        # the host is there (the command ran); its argument handling hangs (e.g. fetching a
+        # model config without network): no answer, not an infrastructure failure
+        return [_not_run(f"preflight not run: {host.package}'s argument handling did not "
+                         f"answer within {timeout:.0f} s")] * len(launches)
     doc: dict[str, Any] | None = None
     for line in reversed(res.stdout.splitlines()):
         if line.startswith(MARK):
