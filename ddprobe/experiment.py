@@ -21,10 +21,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from ddprobe.effective import fetch_server_info, from_log, from_server_args
-from ddprobe.hosttext import file_part
 from ddprobe import interrupt
-from ddprobe.errors import RefusedError, RemoteCommandError, RemoteError
+from ddprobe.effective import fetch_server_info, from_log, from_server_args
+from ddprobe.errors import (DdprobeError, PatchError, RefusedError, RemoteCommandError,
+                            RemoteError)
+from ddprobe.hosttext import file_part
 from ddprobe.inventory import Host
 from ddprobe.probes.client import ProbeHTTPError
 from ddprobe.probes.coding import load_suite
@@ -42,6 +43,7 @@ from ddprobe.server.lock import HostLock
 from ddprobe.server.manager import Manager, get_manager
 from ddprobe.server.served import model_loaded
 from ddprobe.signatures.decode import decode_notes, summarise_decode
+from ddprobe.sources.patches import revert_temporary
 
 __all__ = ["Baseline", "CellReporter", "ProbeOptions", "run_cell", "run_sanitize_cell"]
 
@@ -75,7 +77,8 @@ def run_cell(r: Remote, host: Host, config: Config, *, probe: ProbeOptions = Pro
              reporter: CellReporter | None = None, lock: HostLock | None = None,
              break_lock: bool = False, health_timeout: float | None = None,
              keep_answers: bool = False, stop_after: bool = False,
-             launch_prefix: Sequence[str] = ()) -> CellResult:
+             launch_prefix: Sequence[str] = (), keep_patches: Sequence[str] = ()
+             ) -> CellResult:
     """Run one cell on a connected host and classify it. Raises LockedError when another run
     holds the host, ConfigError for a broken host entry; every other failure is in the cell.
 
@@ -87,7 +90,17 @@ def run_cell(r: Remote, host: Host, config: Config, *, probe: ProbeOptions = Pro
     run.prefix = tuple(launch_prefix)
     lk = lock if lock is not None else HostLock(r, host, break_lock=break_lock)
     with lk:
+        # a temporary patch an interrupted run left applied is reverted first, and the cell
+        # records every patch its install carries (`keep_patches`: the caller's own)
+        try:
+            pre_notes, on_install = revert_temporary(r, host, keep=keep_patches)
+        except PatchError:
+            raise
+        except DdprobeError as e:
+            pre_notes, on_install = [f"the patch ledger could not be read: {e}"], []
         cell = run.run()
+        cell.extra["notes"][:0] = pre_notes
+        cell.patches = sorted(set(cell.patches) | set(on_install))
         if stop_after and run.started and cell.outcome in (Outcome.OK, Outcome.GARBAGE,
                                                            Outcome.DEGRADED):
             run.cleanup()

@@ -30,11 +30,10 @@ from ddprobe.remote import Remote, connect
 from ddprobe.results import CellResult, Config, Outcome
 from ddprobe.sources.buffers import BufferReport
 from ddprobe.sources.oversize import make_oversize_patch
-from ddprobe.sources.patches import apply_patch, applied_ids, load_patch, patch_status, \
-    revert_patch
+from ddprobe.sources.patches import (apply_patch, applied_ids, load_patch, patch_status,
+                                     revert_patch, revert_temporary)
 
 log = logging.getLogger("ddprobe.bisect")
-OVERSIZE_PREFIX = "ddprobe-oversize-"
 LOG_CAP = 4 << 20
 
 
@@ -102,15 +101,11 @@ def stop_all(sessions: dict[str, HostSession]) -> None:
 def revert_leftovers(s: HostSession) -> list[str]:
     """Revert oversize patches an interrupted run left applied (they are ddprobe's own)."""
     try:
-        ids = [i for i in applied_ids(patch_status(s.r, host=s.host))
-               if i.startswith(OVERSIZE_PREFIX)]
+        return revert_temporary(s.r, s.host)[0]
+    except PatchError:
+        raise
     except DdprobeError as e:
         return [f"{s.host.name}: patch status unavailable: {e}"]
-    out = []
-    for pid in ids:
-        revert_patch(s.r, pid, host=s.host)
-        out.append(f"{s.host.name}: reverted leftover temporary patch {pid}")
-    return out
 
 
 def experiment_api() -> tuple[Callable[..., CellResult] | None, Callable[..., CellResult] | None,
@@ -229,7 +224,7 @@ class Executor:
                 except PatchError as e:
                     return self._finish(s, cell, error_cell(s.host, cell.config,
                                                             f"patch: {e}"), t0, [])
-            result = self._cell(s, cell)
+            result = self._cell(s, cell, keep=applied)
         except BaseException:
             with interrupt.shielded():
                 if patch is not None and not applied and s.r.connected:
@@ -248,13 +243,14 @@ class Executor:
                 revert_patch(s.r, pid, host=s.host)
         return self._finish(s, cell, result, t0, applied)
 
-    def _cell(self, s: HostSession, cell: PlannedCell) -> CellResult:
+    def _cell(self, s: HostSession, cell: PlannedCell, *, keep: list[str]) -> CellResult:
         fn = self._san if cell.purpose == "sanitize" else self._run
         if fn is None:
             return error_cell(s.host, cell.config, "no experiment cell available in this "
                               "ddprobe (ddprobe.experiment missing)", kind=cell.kind)
         log_dir = self.run_dir / "logs" if self.run_dir else None
-        wanted: dict[str, Any] = {"log_dir": log_dir, "lock": s.lock}
+        wanted: dict[str, Any] = {"log_dir": log_dir, "lock": s.lock,
+                                  "keep_patches": tuple(keep)}
         if cell.purpose in ("frontier", "eager", "sweep"):
             wanted["keep_answers"] = True  # for the graph-vs-eager differential
         if self.progress is not None:

@@ -1,6 +1,7 @@
 """`ddprobe patch apply|revert|status|diff|list|recover`: reversible edits of a host's install."""
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Optional
 
 import typer
@@ -45,6 +46,16 @@ def _patch_or_id(spec: str) -> Patch | str:
         return spec  # an id as recorded in the host's ledger
 
 
+def _locked(r: remote.Remote, h: Any, command: str, break_lock: bool,
+            dry_run: bool = False) -> Any:
+    """The host lock, as a run takes it: a patch never lands under a running bisect (issue
+    15). A dry run changes nothing and takes no lock."""
+    if dry_run:
+        return contextlib.nullcontext()
+    from ddprobe.server.lock import HostLock
+    return HostLock(r, h, command=command, break_lock=break_lock)
+
+
 def register(app: typer.Typer) -> None:
     papp = typer.Typer(help="Apply, revert and inspect patches of a host's install.",
                        no_args_is_help=True)
@@ -57,12 +68,14 @@ def register(app: typer.Typer) -> None:
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the diff, change nothing."),
         force: bool = typer.Option(False, "--force", help="Apply even if the file was edited "
                                    "or the version differs."),
+        break_lock: bool = typer.Option(False, "--break-lock", help="Take over a stale lock."),
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Apply a patch atomically (all files or none), recording it in the host's ledger."""
         h = common.one_host(host)
         p = load_patch(patch)
-        with remote.connect(h) as r:
+        with remote.connect(h) as r, _locked(r, h, f"ddprobe patch apply {p.id}",
+                                              break_lock, dry_run):
             res = apply_patch(r, p, host=h, dry_run=dry_run, force=force)
         if as_json:
             common.emit_json(res.to_dict())
@@ -84,6 +97,7 @@ def register(app: typer.Typer) -> None:
         all_: bool = typer.Option(False, "--all", help="Revert every applied patch."),
         force: bool = typer.Option(False, "--force", help="Restore even if the patched file "
                                    "changed since (the changed copy is kept beside the backup)."),
+        break_lock: bool = typer.Option(False, "--break-lock", help="Take over a stale lock."),
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Restore the originals byte for byte (sha256 checked) and drop the ledger entry."""
@@ -91,7 +105,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError("give a patch to revert, or --all (not both)")
         h = common.one_host(host)
         target = _patch_or_id(patch) if patch else None
-        with remote.connect(h) as r:
+        with remote.connect(h) as r, _locked(r, h, "ddprobe patch revert", break_lock):
             res = revert_patch(r, target, host=h, all_patches=all_, force=force)
         if as_json:
             common.emit_json(res.to_dict())

@@ -168,7 +168,8 @@ def op_status(req: Json) -> Json:
                 alive = err.errno == errno.EPERM
         out.append({"id": e["id"], "state": e.get("state"), "description": e.get("description"),
                     "applied_at": e.get("applied_at"), "who": e.get("who"),
-                    "version": e.get("version"), "files": files, "in_progress": alive})
+                    "version": e.get("version"), "files": files, "in_progress": alive,
+                    "source": e.get("source") or ""})
     return {"entries": out, "history": data.get("history", [])[-20:], "ledger": ledger.path,
             "ledger_exists": os.path.exists(ledger.path), "install": info}
 

@@ -56,6 +56,14 @@ def main(argv: list[str]) -> int:
     except patch_error as e:
         emit({"ok": False, "error": {"kind": "patch", "message": str(e), "path": e.path,
                                      "hunk": e.hunk}})
+    except OSError as e:
+        # a full disk, a read-only or odd path: one clear error, not a traceback (issue 15);
+        # the atomic writes have removed their temp files on the way out
+        what = "%s%s" % (e.strerror or type(e).__name__,
+                         (": %s" % e.filename) if getattr(e, "filename", None) else "")
+        kind = "patch" if op in ("apply", "revert") else "oserror"
+        emit({"ok": False, "error": {"kind": kind, "message": "%s failed: %s" % (op, what),
+                                     "errno": e.errno}})
     return 0
 
 

@@ -16,6 +16,9 @@ from ddprobe.sources.bufscan import _torch_names, allocator_name, shape_of
 from ddprobe.sources.buffers import BufferReport, BufferRow, _matches
 from ddprobe.sources.patchtext import Patch, format_patch, make_file_patch, parse_patch
 
+# temporary patches (an oversize experiment applies and reverts them): never left applied
+OVERSIZE_PREFIX = "ddprobe-oversize-"
+
 
 def make_oversize_patch(analysis_rows: BufferReport | Sequence[BufferRow], attrs: Sequence[str],
                         factor: int = 4, *, texts: Mapping[str, str] | None = None,
@@ -56,7 +59,7 @@ def make_oversize_patch(analysis_rows: BufferReport | Sequence[BufferRow], attrs
     if not files:
         raise PatchError("the oversize patch would change nothing")
     names = ",".join(sorted({r.attr for r in chosen}))
-    pid = patch_id or "ddprobe-oversize-x{}-{}".format(
+    pid = patch_id or OVERSIZE_PREFIX + "x{}-{}".format(
         factor, hashlib.sha1(f"{names}|{factor}".encode()).hexdigest()[:8])
     p = Patch(id=pid, files=tuple(files),
               description=f"temporary: allocate {names} x{factor} (ddprobe oversize experiment)",

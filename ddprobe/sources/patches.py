@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import getpass
 import os
+import shlex
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddprobe.errors import PatchError
+from ddprobe.errors import PatchError, RemoteCommandError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 from ddprobe.bundled_files import patch_dirs
@@ -95,13 +96,24 @@ class ApplyResult:
                 "install": self.install.to_dict() if self.install else None}
 
 
+def _patch_helper(r: Remote, op: str, req: dict[str, Any], h: Host) -> dict[str, Any]:
+    """The host's patch helper; one that died mid-way (killed, OOM, a reboot) is a patch error
+    that says where to look: each file is whole, `patch status` says which state."""
+    try:
+        return run_helper(r, op, req, timeout=300)
+    except RemoteCommandError as e:
+        raise PatchError(f"{h.name}: the patch helper died during {op} (exit {e.code}); each "
+                         f"file is original or patched, never half: run `ddprobe patch status "
+                         f"--host {h.name}` to see which, and finish or roll back") from None
+
+
 def apply_patch(r: Remote, patch: Patch, *, host: Host | None = None, dry_run: bool = False,
                 force: bool = False) -> ApplyResult:
     h = host if host is not None else r.host
     req = {"package": h.package, "patch_text": patch.text, "source": patch.source,
            "default_id": patch.id, "dry_run": dry_run, "force": force, "who": _who(),
            "pause_between_files": float(os.environ.get(PAUSE_ENV) or 0)}
-    res = run_helper(r, "apply", req, timeout=300)
+    res = _patch_helper(r, "apply", req, h)
     return ApplyResult(
         host=h.name, patch_id=res["id"], status=res["status"],
         files=tuple(FileChange(f["path"], f["state_before"], f["sha_before"], f["sha_after"])
@@ -136,7 +148,7 @@ def revert_patch(r: Remote, patch: Patch | str | None = None, *, host: Host | No
         req.update(id=patch.id, patch_text=patch.text, source=patch.source)
     elif patch is not None:
         req["id"] = patch
-    res = run_helper(r, "revert", req, timeout=300)
+    res = _patch_helper(r, "revert", req, h)
     return RevertResult(h.name, res["status"], tuple(
         (x["id"], tuple(x.get("restored") or ())) for x in res.get("reverted", [])),
         res.get("message", ""))
@@ -162,6 +174,23 @@ class PatchEntry:
     version: str | None
     files: tuple[FileStatus, ...]
     in_progress: bool = False  # an apply is running right now (its process is alive)
+    source: str = ""  # where the patch text came from when it was applied (a file path)
+    host: str = ""
+
+    @property
+    def _apply_arg(self) -> str:
+        """What `patch apply` needs to finish it: the file it came from, unless the id finds
+        it (a shipped patch), so the advice works for a patch from a file (issue 15)."""
+        try:
+            load_patch(self.id)
+            return self.id
+        except PatchError:
+            return shlex.quote(self.source) if self.source and self.source != "<patch>" \
+                else self.id
+
+    @property
+    def _on(self) -> str:
+        return f" --host {self.host}" if self.host else ""
 
     @property
     def verdict(self) -> str:
@@ -181,16 +210,17 @@ class PatchEntry:
         if v == "incomplete":
             n = sum(f.state == "patched" for f in self.files)
             return (f"apply was interrupted ({n} of {len(self.files)} files patched, the rest "
-                    f"original): `ddprobe patch apply {self.id}` to finish, or "
-                    f"`ddprobe patch revert {self.id}` to roll back")
+                    f"original): `ddprobe patch apply {self._apply_arg}{self._on}` to finish, "
+                    f"or `ddprobe patch revert {self.id}{self._on}` to roll back")
         if v == "interrupted-complete":
             return (f"all files patched but the apply was interrupted before it was recorded: "
-                    f"`ddprobe patch apply {self.id}` records it")
+                    f"`ddprobe patch apply {self._apply_arg}{self._on}` records it")
         if v == "drifted":
             bad = ", ".join(f"{f.path} ({f.state})" for f in self.files
                             if f.state not in ("patched",))
             return (f"changed since the patch was applied: {bad}; "
-                    f"`ddprobe patch revert {self.id} --force` restores the originals")
+                    f"`ddprobe patch revert {self.id}{self._on} --force` restores the "
+                    f"originals")
         return ""
 
 
@@ -222,7 +252,8 @@ def patch_status(r: Remote, *, host: Host | None = None) -> PatchStatus:
         applied_at=e.get("applied_at") or "", who=e.get("who") or "", version=e.get("version"),
         files=tuple(FileStatus(f["path"], f["state"], f["sha_before"], f["sha_after"],
                                f["backup"], bool(f["backup_ok"])) for f in e["files"]),
-        in_progress=bool(e.get("in_progress"))) for e in res["entries"])
+        in_progress=bool(e.get("in_progress")), source=str(e.get("source") or ""),
+        host=h.name) for e in res["entries"])
     return PatchStatus(h.name, Install.from_dict(res["install"]), res["ledger"], entries,
                        tuple(res.get("history") or ()), ledger_error=res.get("ledger_error"),
                        backups=tuple(res.get("backups") or ()))
@@ -247,3 +278,20 @@ def patch_diff(r: Remote, patch_id: str | None = None, *, host: Host | None = No
 
 def applied_ids(status: PatchStatus) -> Sequence[str]:
     return [e.id for e in status.entries]
+
+
+def revert_temporary(r: Remote, host: Host, *, keep: Sequence[str] = ()
+                     ) -> tuple[list[str], list[str]]:
+    """Revert ddprobe's own temporary patches (oversize experiments) that an interrupted run
+    left applied, except `keep` (the ones the caller applied for this cell). Returns (notes,
+    the patch ids still applied): a cell records what its install really carries (issue 15:
+    a killed bisect's oversize patch was measured as `patches: []`)."""
+    from ddprobe.sources.oversize import OVERSIZE_PREFIX
+    ids = list(applied_ids(patch_status(r, host=host)))
+    notes: list[str] = []
+    for pid in [i for i in ids if i.startswith(OVERSIZE_PREFIX) and i not in keep]:
+        revert_patch(r, pid, host=host)
+        ids.remove(pid)
+        notes.append(f"{host.name}: reverted leftover temporary patch {pid} (an interrupted "
+                     f"run left it applied)")
+    return notes, ids
