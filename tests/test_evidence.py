@@ -133,7 +133,8 @@ def test_fixed_size_suspect_cannot_rule_out_buffer_sizing() -> None:
 
 def test_oversize_escalates_to_cover_the_static_shortfall() -> None:
     """Truth: the mask is 8x too small at b16 (demand/elements = 7.5 from grep-buffers); x4
-    still crashes, x8 cures: buffer_sizing, never 'fixed-capacity workspace'."""
+    would still crash, x8 cures: the oversize starts at x8 (the static estimate), and the
+    verdict is buffer_sizing, never 'fixed-capacity workspace'."""
     sized = replace(MASK, sizes=({"budget": 16, "elements": 1000, "demand_elements": 7500},))
     assert needed_factor([sized], 16) == 8 and escalation([sized], 16, 4) == 8
     assert escalation([MASK], 16, 4) == 16 and escalation([MASK], 16, 16) is None
@@ -148,6 +149,7 @@ def test_oversize_escalates_to_cover_the_static_shortfall() -> None:
     v = next(v for v in build_verdicts(p) if v.kind != "ok")
     assert v.kind == "buffer_sizing" and v.buffer["attr"] == "cuda_graph_custom_mask"
     assert "b16-graph-bs64+oversize[cuda_graph_custom_mask]x8" in keys(rounds)
+    assert "b16-graph-bs64+oversize[cuda_graph_custom_mask]" not in keys(rounds)  # no x4
     assert any("x8" in e.summary and "passes" in e.summary for e in v.evidence)
 
 

@@ -197,9 +197,13 @@ def _cells(li: LadderInput, cls: str) -> _Cells:
         notes.append(why)
     M = PlannedCell(replace(cfg, max_bs=bs), "max_bs", label) if bs is not None else None
     names = tuple(s.attr for s in li.suspects)
-    O = PlannedCell(cfg, "oversize", label, buffers=names) if names else None
+    tier1 = [s for s in li.suspects if s.tier == 1]
+    # when grep-buffers evaluated the shortfall and x factor would not cover it, start there
+    need = needed_factor(tier1, cfg.budget)
+    f1 = min(MAX_FACTOR, 1 << (need - 1).bit_length()) if need and need > li.factor else None
+    O = PlannedCell(cfg, "oversize", label, buffers=names, factor=f1) if names else None
     O2 = spec2 = None
-    f2 = escalation([s for s in li.suspects if s.tier == 1], cfg.budget, li.factor)
+    f2 = escalation(tier1, cfg.budget, f1 or li.factor)
     if O is not None and f2 is not None:
         o = li.obs(O)
         if o.status == BAD and cured(o, mode).status == BAD:
