@@ -276,3 +276,37 @@ def test_differing_hosts_run_side_by_side_and_disagree(
     assert d["budget"] == 64 and d["per_group"] == {"b300": "buffer_sizing", "rtx": "ok"}
     assert "architecture-specific" in d["text"]
     assert code == 1
+
+
+def test_host_pair_with_different_gpus_never_shares_rounds(
+        sshd: object, sshd2: object, tmp_path: Path, runs: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Ground truth (the scenario headers, written first): `pair-b300-kernel` b8 ok, b16/b32/b64
+    kernel; `h200` all ok. No labels: only the facts (the testbed's nvidia-smi stand-in names
+    each scenario's GPU) keep the two apart, so each gets verdicts measured on itself."""
+    a = Site(sshd, tmp_path, name="b300", scenario="pair-b300-kernel")
+    b = Site(sshd2, tmp_path, name="h200", scenario="h200")
+    inv = write_inventory(tmp_path, a, b)
+    merged = tmp_path / "ssh_config"
+    merged.write_text(sshd.ssh_config.read_text().split("Host *")[0]  # type: ignore[attr-defined]
+                      + sshd2.ssh_config.read_text())  # type: ignore[attr-defined]
+    code, doc = bisect_json(capsys, inv, merged, "--host", "b300,h200", "--budgets",
+                            "8,16,32,64", "--thorough")
+    groups = {g["name"]: g for g in doc["groups"]}
+    assert set(groups) == {"b300", "h200"}
+    assert groups["b300"]["identity"]["gpu"] == "NVIDIA B300 SXM6 (10.3)"
+    assert groups["h200"]["identity"]["gpu"] == "NVIDIA H200 (9.0)"
+    assert {c["host"] for c in groups["b300"]["cells"]} == {"b300"}
+    assert {c["host"] for c in groups["h200"]["cells"]} == {"h200"}
+    per: dict[str, dict[int, str]] = {}
+    for v in doc["verdicts"]:
+        for x in v["budgets"]:
+            per.setdefault(v["host"], {})[x] = v["kind"]
+    assert per["b300"] == {8: "ok", 16: "kernel", 32: "kernel", 64: "kernel"}
+    assert per["h200"] == {8: "ok", 16: "ok", 32: "ok", 64: "ok"}
+    assert [d["budget"] for d in doc["disagreements"]] == [16, 32, 64]
+    assert all("architecture-specific" in d["text"] for d in doc["disagreements"])
+    assert any("do not share rounds: gpu differs" in n for n in doc["notes"])
+    assert code == 1
+    assert_clean(inv, a)
+    assert_clean(inv, b)
