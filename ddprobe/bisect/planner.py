@@ -128,6 +128,23 @@ def agrees(lad: LadderState, sig_mode: str, o: Obs) -> bool:
     return cured(o, sig_mode).status == GOOD
 
 
+def _between_disagreeing(plans: Sequence[ModePlan]) -> list[int]:
+    """Assumed budgets whose nearest diagnosed neighbours below and above got different kinds:
+    neither can be assumed for them."""
+    kind_at: dict[int, str] = {}
+    for mp in plans:
+        d = mp.ladder.decision
+        if d is not None and mp.ladder.done:
+            kind_at.update({i: d.kind for i in mp.covered})
+    out = []
+    for i in (i for mp in plans for i in mp.assumed):
+        lo = max((j for j in kind_at if j < i), default=None)
+        hi = min((j for j in kind_at if j > i), default=None)
+        if lo is not None and hi is not None and kind_at[lo] != kind_at[hi]:
+            out.append(i)
+    return out
+
+
 class Planner:
     def __init__(self, spec: BisectSpec) -> None:
         self.spec = spec
@@ -220,26 +237,14 @@ class Planner:
         """Budgets to restart beyond the binary search: every budget with --thorough; the
         smallest when the top fails before the model is loaded; an assumed budget between two
         budgets whose diagnoses disagree."""
-        n = len(row.budgets)
-        untested = [i for i in range(n) if row.obs[i].status == UNTESTED]
+        untested = [i for i in range(len(row.budgets)) if row.obs[i].status == UNTESTED]
         if self.spec.options.thorough:
             return tuple(untested)
         out: list[int] = []
         bads = [o.first for o in row.obs if o.status == BAD]
         if 0 in untested and bads and all(before_model_load(c) for c in bads):
             out.append(0)
-        kind_at: dict[int, str] = {}
-        for mp in plans:
-            d = mp.ladder.decision
-            if d is not None and mp.ladder.done:
-                for i in mp.covered:
-                    kind_at[i] = d.kind
-        for mp in plans:
-            for i in mp.assumed:
-                lo = max((j for j in kind_at if j < i), default=None)
-                hi = min((j for j in kind_at if j > i), default=None)
-                if lo is not None and hi is not None and kind_at[lo] != kind_at[hi]:
-                    out.append(i)
+        out += _between_disagreeing(plans)
         return tuple(sorted(set(out)))
 
     @property

@@ -146,25 +146,30 @@ def _cell_evidence(p: Planner, lad: LadderState, mode_budget: int,
                        buffers=list(c.buffers), patches=list(o.first.patches) if o.first else None))
     m = lad.cells.get("M")
     if m is not None and p.obs(m).decided:
-        o = p.obs(m)
-        bs = m.config.max_bs
-        ran = served_max_bs(o.first)
-        failed_at = served_max_bs(p.obs(p.frontier_cell(mode_budget)).first)
-        if ran is not None and failed_at is not None and ran >= failed_at:
-            txt = (f"b{mode_budget} with --cuda-graph-max-bs {bs}: the server still captured "
-                   f"max bs {ran}, as in the failing cell: the same config, no evidence")
-        elif o.status == GOOD or (o.status == BAD and o.mode != sig_mode):
-            txt = (f"b{mode_budget} with --cuda-graph-max-bs {bs} "
-                   f"{_verb(o, sig_mode, 'passes', 'still fails', known)} "
-                   f"({describe(o.first)}): "
-                   "the failure scales with max bs x draft tokens: a fixed-capacity workspace")
-        elif o.status == BAD:
-            txt = (f"b{mode_budget} with --cuda-graph-max-bs {bs} still fails "
-                   f"({describe(o.first)}): not a fixed-capacity workspace")
-        else:
-            txt = f"max-bs experiment: {o.status} ({describe(o.first)})"
-        out.append(_ev("max_bs", txt, [m]))
+        out.append(_max_bs_evidence(p, m, mode_budget, sig_mode, known))
     return out
+
+
+def _max_bs_evidence(p: Planner, m: PlannedCell, mode_budget: int, sig_mode: str,
+                     known: dict[str, int]) -> Evidence:
+    o = p.obs(m)
+    bs = m.config.max_bs
+    ran = served_max_bs(o.first)
+    failed_at = served_max_bs(p.obs(p.frontier_cell(mode_budget)).first)
+    if ran is not None and failed_at is not None and ran >= failed_at:
+        txt = (f"b{mode_budget} with --cuda-graph-max-bs {bs}: the server still captured "
+               f"max bs {ran}, as in the failing cell: the same config, no evidence")
+    elif o.status == GOOD or (o.status == BAD and o.mode != sig_mode):
+        txt = (f"b{mode_budget} with --cuda-graph-max-bs {bs} "
+               f"{_verb(o, sig_mode, 'passes', 'still fails', known)} "
+               f"({describe(o.first)}): "
+               "the failure scales with max bs x draft tokens: a fixed-capacity workspace")
+    elif o.status == BAD:
+        txt = (f"b{mode_budget} with --cuda-graph-max-bs {bs} still fails "
+               f"({describe(o.first)}): not a fixed-capacity workspace")
+    else:
+        txt = f"max-bs experiment: {o.status} ({describe(o.first)})"
+    return _ev("max_bs", txt, [m])
 
 
 def _verb(o: Obs, mode: str, good: str, bad: str, known: dict[str, int]) -> str:
