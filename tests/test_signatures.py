@@ -438,6 +438,7 @@ def test_every_catalogue_entry_is_exercised() -> None:
         "NVRM: Xid (PCI:0000:3b:00): 79, pid=1, GPU has fallen off the bus.",
         "Fatal Python error: Aborted", 'Thread 123 (idle): "MainThread"',
         "Received sigquit from a child process. It usually means the child failed.",
+        "[2024-12-13 01:47:34] Initialization failed. warmup error: Traceback",
     ]
     hit = {m.entry for s in samples for m in find_matches(s)}
     assert hit == {e.id for e in load_catalogue().entries}

@@ -26,8 +26,8 @@ from ddprobe.hosttext import clean
 from ddprobe.probes.runner import ProbeReport
 from ddprobe.results import Outcome, Signature
 from ddprobe.signatures.decode import summarise_decode
-from ddprobe.signatures import (LogMatch, best_match, classify_phase, find_matches, normalise,
-                                serving_start, strip_prefix)
+from ddprobe.signatures import (LogMatch, best_match, classify_phase, find_matches,
+                                load_catalogue, normalise, serving_start, strip_prefix)
 
 
 @dataclass(frozen=True)
@@ -130,14 +130,29 @@ def unknown_signature(log: str, during: str, kind: str = "exit") -> Signature:
                      tail[:500])
 
 
+def implied_phase(m: LogMatch) -> str:
+    """The phase the matched message itself implies (catalogue `phase`), or ""."""
+    try:
+        return load_catalogue().entry(m.entry).phase
+    except KeyError:
+        return ""
+
+
 def serving_failure(log: str) -> LogMatch | None:
     """The first catalogued failure logged after the server started serving (its ready line,
     first batch or request), of any severity: a traceback there is a crash while serving."""
     start = serving_start(log)
     if start is None:
         return None
+    # after the first line that says so (the ready line, a batch, a request); when a
+    # traceback's event-loop frames say it first, each match is judged on its own phase
+    ready = serving_start(log, frames=False)
+    since = ready if ready == start else 0
     lines = log.splitlines()
-    for m in find_matches(log, since=start):
+    matches = find_matches(log, since=since or 0)
+    if any(m.phase == "startup" and implied_phase(m) == "startup" for m in matches):
+        return None  # the message says start-up never finished (a failed warmup)
+    for m in matches:
         if m.outcome not in ("crash", "hang", "error") or m.phase == "startup":
             continue
         if m.severity != "fatal" and any(_BATCH.search(ln) for ln in lines[m.line_no:]):

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from ddprobe.results import Signature
 from ddprobe.server.classify import (argparse_refusal, classify_dead, evidence_notes,
-                                     launch_failure, serving_failure)
+                                     implied_phase, launch_failure, serving_failure)
 from ddprobe.signatures import LogMatch, classify_phase, find_matches, serving_start
 from ddprobe.signatures.decode import DecodeSummary, decode_notes, summarise_decode
 
@@ -47,8 +47,8 @@ class LogVerdict:
 def classify_log(text: str, *, package: str = "sglang") -> LogVerdict:
     """The outcome, signature, phase and hint of one log, and its decode lines."""
     decode = summarise_decode(text)
-    start = serving_start(text)
-    served = start is not None
+    served = serving_start(text) is not None and not any(
+        m.phase == "startup" and implied_phase(m) == "startup" for m in find_matches(text))
     v = _verdict(text, package, served)
     http_notes = decode_notes(decode, http_accept=None)
     return LogVerdict(v.outcome, v.phase, v.signature, v.hint, v.line_no, v.entry, v.details,

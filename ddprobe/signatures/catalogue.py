@@ -20,7 +20,7 @@ OUTCOMES: Final = ("crash", "refused", "garbage", "hang", "error")
 SEVERITIES: Final = ("fatal", "error", "warning")
 HANDLERS: Final = ("traceback",)
 _ENTRY_KEYS: Final = frozenset({"id", "kind", "outcome", "severity", "patterns", "handler",
-                                "suffix", "details", "hint", "key", "requires"})
+                                "suffix", "details", "hint", "key", "requires", "phase"})
 # ` #` starts a YAML comment inside a plain (unquoted) scalar: a hint written as
 # `... (sglang PR #19177)` silently ends at "(sglang PR". Comments must be whole lines.
 _BLOCK_START: Final = re.compile(r":\s*[>|][-+]?\d*\s*$")
@@ -59,6 +59,7 @@ class Entry:
     # different libraries (torch's `CUDA error:`, FlashInfer's `CUDA Error:`) give one key
     key: str = ""
     requires: Requires | None = None
+    phase: str = ""  # the phase the message itself implies ("" = from the log's markers)
 
 
 @dataclass(frozen=True)
@@ -187,10 +188,14 @@ def _entry(raw: Any, path: str, index: int) -> Entry:
         if field_name not in names or not all(field_name in rx.groupindex for rx in patterns):
             raise ConfigError(f"'key' uses {{{field_name}}}, which not every pattern captures",
                               path=path, line=line_of(raw, "key"), key="key")
+    phase = raw.get("phase", "")
+    if phase not in ("", "startup", "capture", "serving"):
+        raise ConfigError("'phase' must be startup, capture or serving", path=path,
+                          line=line_of(raw, "phase"), key="phase")
     return Entry(id=raw["id"], kind=raw["kind"], outcome=outcome, severity=severity,
                  patterns=patterns, handler=handler, suffix=suffix,
                  details=_details(raw.get("details") or {}, path, "details"),
-                 hint=" ".join(hint.split()), key=key, requires=requires)
+                 hint=" ".join(hint.split()), key=key, requires=requires, phase=phase)
 
 
 def _check_comments(path: str) -> None:

@@ -82,14 +82,27 @@ def find_matches(text: str, *, catalogue: Catalogue | None = None,
     cat = catalogue or load_catalogue()
     clean = _ANSI.sub("", text)
     lines = [strip_prefix(line) for line in clean.splitlines()]
-    out: list[LogMatch] = []
     # a line explains one failure: the highest-priority entry's; the source lines a traceback
-    # quotes (`raise RuntimeError(f"NCCL error: {error_str}")`) explain none
-    claimed: set[int] = source_lines(lines) | set(range(min(since, len(lines))))
+    # quotes (`raise RuntimeError(f"NCCL error: {error_str}")`) explain none, unless nothing
+    # else in the log does (an excerpt cut before the exception line)
+    before = set(range(min(since, len(lines))))
+    code = source_lines(lines)
+    out = _matches(cat, clean, lines, before | code, first_only)
+    if not out and code:
+        out = _matches(cat, clean, lines, before, first_only)
+    if not out:  # last: a traceback the log (or the excerpt) ends inside of
+        out = _matches(cat, clean, lines, before | code, first_only, truncated=True)
+    return out
+
+
+def _matches(cat: Catalogue, clean: str, lines: list[str], claimed: set[int],
+             first_only: bool, *, truncated: bool = False) -> list[LogMatch]:
+    out: list[LogMatch] = []
+    claimed = set(claimed)
     for entry in cat.entries:
         extra: tuple[tuple[str, str], ...] = ()
         if entry.handler == "traceback":
-            tb = _traceback_key(lines, claimed)
+            tb = _traceback_key(lines, claimed, truncated=truncated)
             if tb is None:
                 continue
             idx, key, frame, exc = tb
@@ -100,8 +113,8 @@ def find_matches(text: str, *, catalogue: Catalogue | None = None,
                 continue
             idx, key = found
         claimed.add(idx)
-        phase = _phase_at(cat, lines, idx)
-        if phase == "startup":
+        phase = entry.phase or _phase_at(cat, lines, idx)
+        if phase == "startup" and not entry.phase:
             phase = _phase_of_following_traceback(cat, lines, idx)
         if phase == "capture" and entry.kind != "capture":
             # the same error at capture time and at serving time are different failures
@@ -132,13 +145,20 @@ def source_lines(lines: list[str]) -> set[int]:
     return out
 
 
-def serving_start(text: str, *, catalogue: Catalogue | None = None) -> int | None:
+_PYSPY_FRAME: Final = re.compile(r"^\s+\S+ \([\w/.<>-]+:\d+\)\s*$")
+
+
+def serving_start(text: str, *, catalogue: Catalogue | None = None,
+                  frames: bool = True) -> int | None:
     """The 0-based index of the first line that says the server is serving (the ready line,
-    the first batch or request), or None when the log never got there."""
+    the first batch or request; with `frames`, also a traceback frame of the event loop), or
+    None when the log never got there."""
     cat = catalogue or load_catalogue()
     serving = _phase_regexes(cat)[2]
     for i, line in enumerate(_ANSI.sub("", text).splitlines()):
-        if serving.search(strip_prefix(line)):
+        line = strip_prefix(line)
+        if serving.search(line) and (frames or not (_FRAME.match(line)
+                                                    or _PYSPY_FRAME.match(line))):
             return i
     return None
 
@@ -223,18 +243,20 @@ def _literal_runs(seq: list[Any]) -> list[str]:
     return [r for r in runs if r]
 
 
-def _traceback_key(lines: list[str],
-                   claimed: set[int]) -> tuple[int, str, str, str] | None:
+def _traceback_key(lines: list[str], claimed: set[int], *,
+                   truncated: bool = False) -> tuple[int, str, str, str] | None:
     """Exception class + message + innermost frame of the first real traceback: (index of the
     exception line, key, the innermost frame as `package/relative/path.py:function`, the
     exception class)."""
     i, n = 0, len(lines)
+    # an excerpt cut above its `Traceback (most recent call last):` starts at its first frame
+    headless = not any(_TB_HEADER in ln for ln in lines)
     while i < n:
-        if _TB_HEADER not in lines[i]:
+        if _TB_HEADER not in lines[i] and not (headless and _FRAME.match(lines[i])):
             i += 1
             continue
         frame: re.Match[str] | None = None
-        j = i + 1
+        j = i + 1 if _TB_HEADER in lines[i] else i
         while j < n:
             t = lines[j]
             fm = _FRAME.match(t)
@@ -243,6 +265,13 @@ def _traceback_key(lines: list[str],
             elif not (t.startswith((" ", "\t")) or not t.strip()):
                 break
             j += 1
+        if truncated and j >= n and frame is not None and i not in claimed:
+            # the log (or the excerpt pasted from it) ends inside the traceback
+            last = j - 1
+            fname = frame.group("file")
+            where = f"{fname.rsplit('/', 1)[-1]}:{frame.group('func')}"
+            return last, f"truncated traceback (in {where})", \
+                f"{package_path(fname)}:{frame.group('func')}", ""
         if j < n and frame is not None:
             em = _EXC_LINE.match(lines[j].strip())
             if em and em.group("cls") not in _BENIGN and j not in claimed:
@@ -294,14 +323,15 @@ def _phase_at(cat: Catalogue, lines: list[str], idx: int) -> str:
 def _phase_of_following_traceback(cat: Catalogue, lines: list[str], idx: int) -> str:
     """`Scheduler hit an exception: Traceback ...`: the key line comes before the frames that
     say where the server was; read them (to the end of that traceback)."""
-    if _TB_HEADER not in lines[idx] and not (idx + 1 < len(lines)
-                                             and _TB_HEADER in lines[idx + 1]):
+    start = next((i for i in range(idx, min(idx + 12, len(lines))) if _TB_HEADER in lines[i]),
+                 None)
+    if start is None:
         return "startup"
-    end = idx + 1
+    end = start + 1
     while end < len(lines) and end - idx < 400 and (
             lines[end].startswith((" ", "\t")) or _TB_HEADER in lines[end]):
         end += 1
-    return _phase_at(cat, lines, end - 1) if end - 1 > idx else "startup"
+    return _phase_at(cat, lines, end - 1) if end - 1 > start else "startup"
 
 
 def _details(cat: Catalogue, entry: Entry, lines: list[str], idx: int,

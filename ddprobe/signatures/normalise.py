@@ -35,8 +35,9 @@ _PREFIXES: Final = (
     re.compile(r"^\((?:[A-Za-z_][\w.:-]*)?(?:,?\s*(?:pid|ip|rank|node_id)=[^\s),]+)+\)\s?"),
     re.compile(r"^\((?:raylet|gcs_server|autoscaler|monitor|dashboard)[^)]{0,40}\)\s?"),
     # vLLM: "INFO 08-05 12:34:56 [engine.py:123] ", "ERROR 08-05 12:34:56.789 [...] "
+    # (before 0.8 the file had no opening bracket: "ERROR 11-18 18:07:28 engine.py:366] ")
     re.compile(r"^(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?"
-               r"(?: \[[^\]]*\])?\s"),
+               r"(?: \[[^\]]*\]| [\w.]+:\d+\])?\s"),
     # vLLM worker prefixes: "(EngineCore_0 pid=12345) ", "(VllmWorker rank=1 pid=9) "
     re.compile(r"^\((?:EngineCore|VllmWorker|Worker|APIServer|RayWorker)[^)]*\)\s?"),
     # python logging default format: "ERROR:sglang.srt.managers.scheduler:"
