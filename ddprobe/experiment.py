@@ -296,7 +296,7 @@ class _Cell:
                 alive = self._settle()  # read the rest of the failure while it exits
             health = None
             if alive and any(t.errors and not t.text for t in report.results):
-                health = health_now(url)
+                health = health_now(url, timeout=min(30.0, self.opts.timeout))
                 self.extra["health_after_probes"] = health
             ratio = self.host.server.tok_s_min_ratio
             v = classify_served(report, alive=alive, log=self.log, package=self.host.package,

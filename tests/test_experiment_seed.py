@@ -167,3 +167,60 @@ def test_human_output(host: CliHost, capsys: pytest.CaptureFixture[str]) -> None
     assert "b64-graph-bs64: CRASH" in out and "cublas:" in out
     assert "timings: restart" in out and "ddprobe's own overhead" in out
     assert "log excerpt" in out and "CUBLAS_STATUS_EXECUTION_FAILED" in out
+
+
+def _scenario_with(tmp_path: Path, *, defects: str = "", server: str = "") -> Path:
+    """The seed scenario with extra keys under defects/server (a file, like a user's)."""
+    from ddprobe.testbed.scenario import resolve_scenario_path
+    text = resolve_scenario_path("seed").read_text()
+    text = text.replace("\ndefects:\n", f"\ndefects:\n{defects}", 1)
+    text = text.replace("\nserver:\n", f"\nserver:\n{server}", 1)
+    p = tmp_path / "scenario.yaml"
+    p.write_text(text)
+    return p
+
+
+def test_scheduler_death_with_the_front_up_is_the_same_crash(
+        sshd: SshServer, tb_prefix: Path, tmp_path: Path,  # noqa: F811
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Expected: b16 with graphs crashes on the first request (cudaErrorIllegalAddress). With the
+    HTTP front lingering 6 s after the scheduler dies (longer than the 2 s probe timeout), the
+    cell still says crash, with the same signature and phase as when the process dies at once;
+    the probes' timeouts are not a hang and not an infrastructure error."""
+    lingering = _scenario_with(tmp_path, defects="  front_linger_s: 6\n")
+    seen = []
+    for scenario in ("seed", str(lingering)):
+        (tmp_path / Path(scenario).stem).mkdir()
+        h = CliHost(sshd, tb_prefix, tmp_path / Path(scenario).stem, scenario=scenario)
+        try:
+            code, doc = h.run(capsys, "--budget", "16", "--probe-timeout", "2")
+        finally:
+            h.stop()
+            capsys.readouterr()
+        assert code == ExitCode.CRASH and doc["outcome"] == "crash", doc
+        seen.append((doc["signature"]["kind"], doc["signature"]["key"], doc["extra"]["phase"]))
+    assert seen[0] == seen[1] == ("cuda_illegal_address",
+                                  "CUDA error: an illegal memory access was encountered",
+                                  "serving")
+
+
+def test_decode_lines_follow_the_reported_version(
+        sshd: SshServer, tb_prefix: Path, tmp_path: Path,  # noqa: F811
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The testbed prints `Decode batch.` as its own 0.1.0 and `Decode batch,` when it reports
+    0.5.23; the cell reads acceptance and throughput from either (beside HTTP's)."""
+    newer = _scenario_with(tmp_path, server="  reported_version: 0.5.23\n")
+    for scenario, spelling in (("seed", "Decode batch."), (str(newer), "Decode batch,")):
+        (tmp_path / Path(scenario).stem).mkdir()
+        h = CliHost(sshd, tb_prefix, tmp_path / Path(scenario).stem, scenario=scenario)
+        try:
+            code, doc = h.run(capsys, "--budget", "8", "--extra", "--decode-log-interval 4")
+        finally:
+            h.stop()
+            capsys.readouterr()
+        assert code == ExitCode.OK, doc
+        d = doc["extra"]["decode"]
+        assert d["spellings"] == [spelling] and d["lines"] >= 1
+        assert d["cuda_graph"] == "True" and d["accept_len_mean"] > 2.0
+        assert d["gen_throughput_mean"] > 0
+        assert any(n.startswith("server log: ") for n in doc["extra"]["notes"])

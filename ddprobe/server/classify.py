@@ -142,12 +142,11 @@ def serving_failure(log: str) -> LogMatch | None:
     """The first catalogued failure logged after the server started serving (its ready line,
     first batch or request), of any severity: a traceback there is a crash while serving."""
     start = serving_start(log)
-    if start is None:
-        return None
     # after the first line that says so (the ready line, a batch, a request); when a
-    # traceback's event-loop frames say it first, each match is judged on its own phase
+    # traceback's event-loop frames say it first, or only the message itself does (`Decode out
+    # of memory`), each match is judged on its own phase
     ready = serving_start(log, frames=False)
-    since = ready if ready == start else 0
+    since = ready if ready is not None and ready == start else 0
     lines = log.splitlines()
     matches = find_matches(log, since=since or 0)
     if any(m.phase == "startup" and implied_phase(m) == "startup" for m in matches):
@@ -195,6 +194,19 @@ def _from_match(m: LogMatch | None, log: str, during: str) -> Verdict:
     return Verdict(Outcome.CRASH, m.signature, None, m, notes)
 
 
+def _last_event(log: str, m: LogMatch, *, slack: int = 5) -> bool:
+    """Nothing but the rest of its traceback (and a few lines) follows the match: the server
+    did not carry on after it."""
+    after = 0
+    for line in log.splitlines()[m.line_no:]:
+        t = strip_prefix(line)
+        if not t.strip() or t.startswith((" ", "\t")) or "Traceback (most recent" in t \
+                or t.startswith("During handling"):
+            continue
+        after += 1
+    return after <= slack
+
+
 def evidence_notes(log: str) -> tuple[str, ...]:
     """Lines that are evidence without being the key: the driver's Xid lines."""
     out = []
@@ -211,6 +223,11 @@ def classify_hang(log: str, timeout: float, *, stalled: float | None = None) -> 
         return _from_match(m, log, "start-up")
     why = f"not healthy after {timeout:g}s" if stalled is None else \
         f"the log stopped progressing for {stalled:g}s during start-up"
+    if m is not None and sig is not None and m.outcome == "crash" and _last_event(log, m):
+        # the log ends in a failure: the process outlived it (a parent waiting on a dead child)
+        return Verdict(Outcome.CRASH, sig, None, m, (
+            f"{why}: the process outlived the failure its log ends with",
+            *evidence_notes(log)))
     if sig is None or m is None or m.outcome not in ("hang", "crash"):
         phase = classify_phase(log) if log else "startup"
         tail = [ln for ln in log.splitlines() if ln.strip()]

@@ -63,6 +63,10 @@ class ServerDefaults:
     cuda_graph_max_bs: int = 64
     max_running_requests: int = 64
     mem_fraction_static: float = 0.85
+    # the SGLang version the server reports (/server_info "version") and logs like: before
+    # 0.5.5 the decode lines read `Decode batch. #running-req`, from 0.5.5 `Decode batch, ...`
+    # ("" = the testbed's own version)
+    reported_version: str = ""
 
 
 @dataclass(frozen=True)
@@ -136,6 +140,9 @@ class Defects:
     hang: str | None = None  # "load": never listens; "warmup": listens, never healthy
     hang_budget: int | None = None  # "warmup" hang only at this budget (draft tokens - 1)
     startup: str | None = None  # "import" | "nccl": dies before the weights are loaded
+    # seconds the HTTP front stays up after the scheduler died (SGLang's parent outliving its
+    # scheduler): requests hang, /health_generate fails, then the process is killed
+    front_linger_s: float = 0.0
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 import traceback
 from dataclasses import dataclass
 
@@ -49,6 +50,16 @@ def start_engine(server_args: ServerArgs, scenario: Scenario, clock: SimClock) -
     ready = threading.Event()
     box: dict[str, Scheduler] = {}
 
+    def scheduler_died() -> None:
+        # SGLang's parent can outlive its scheduler for a while (the HTTP front answers, its
+        # requests never complete); then SIGQUIT takes the whole process down
+        linger = scenario.defects.front_linger_s
+        if linger > 0:
+            for handler in logging.getLogger().handlers:
+                handler.flush()
+            time.sleep(linger)
+        die_like_sglang(logger)
+
     def scheduler_main() -> None:
         try:
             runner_cls: type[ModelRunner] = ModelRunner
@@ -58,8 +69,7 @@ def start_engine(server_args: ServerArgs, scenario: Scenario, clock: SimClock) -
                 runner_cls = CudaModelRunner
             model_runner = runner_cls(server_args, scenario, target, clock)
             worker = SpecWorker(model_runner, draft)
-            scheduler = Scheduler(server_args, model_runner, worker,
-                                  on_fatal=lambda: die_like_sglang(logger))
+            scheduler = Scheduler(server_args, model_runner, worker, on_fatal=scheduler_died)
         except BaseException:
             logger.error(f"Scheduler hit an exception: {traceback.format_exc()}")
             die_like_sglang(logger)

@@ -150,7 +150,7 @@ class _Handler(BaseHTTPRequestHandler):
             "max_total_num_tokens": runner.max_total_num_tokens,
             "max_req_input_len": runner.model_config.context_len - 1,
             "internal_states": [e.scheduler.get_internal_state()],
-            "version": __version__,
+            "version": e.scenario.server.reported_version or __version__,
         })
 
     def model_info(self) -> None:

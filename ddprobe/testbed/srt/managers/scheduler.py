@@ -17,6 +17,7 @@ from typing import Any
 from ..model_executor.model_runner import ModelRunner
 from ..server_args import ServerArgs
 from ..speculative.spec_worker import SpecWorker
+from ...version import __version__, decode_separator
 from ..utils import sleep_forever
 from .schedule_batch import Req
 
@@ -50,6 +51,8 @@ class Scheduler:
         ndt = server_args.speculative_num_draft_tokens
         self.hang_at_first_batch = d.hang == "warmup" or (
             d.hang_budget is not None and ndt is not None and ndt - 1 == d.hang_budget)
+        reported = model_runner.scenario.server.reported_version or __version__
+        self.decode_sep = decode_separator(reported)
 
     # -- API for the tokenizer manager ------------------------------------------------------
     def add_request(self, req: Req) -> None:
@@ -196,7 +199,8 @@ class Scheduler:
         pool = self.model_runner.token_to_kv_pool
         used = pool.used()
         usage = used / pool.size
-        msg = f"Decode batch. #running-req: {num_running}, #token: {used}, token usage: {usage:.2f}, "
+        msg = (f"Decode batch{self.decode_sep} #running-req: {num_running}, #token: {used}, "
+               f"token usage: {usage:.2f}, ")
         accept_length = accept_rate = 0.0
         if self.spec_enabled and self.spec_num_forward_ct > 0:
             accept_length = self.spec_num_accepted_tokens / self.spec_num_forward_ct

@@ -1,0 +1,124 @@
+"""The corpus of real log excerpts (tests/data/logs/, one file per excerpt with its source URL
+and expected class) through `ddprobe classify` and through real `run` cells: a stand-in server
+process (tests/logreplay.py) prints the excerpt the way the server did and then dies, hangs,
+lingers with its HTTP front up, or serves.
+
+Expected answers are in each file's header, written before the run. A crash must be the same
+crash whether the process exits at once or lingers with its front up past the probes' timeout.
+"""
+from __future__ import annotations
+
+import io
+import json
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from corpus_replay import CELL_OUTCOME, lingers, run_replay
+
+from ddprobe.cli import main
+from ddprobe.exitcodes import ExitCode
+from ddprobe.results import CellResult
+from ddprobe.server.logverdict import classify_log
+from ddprobe.signatures.corpus import CorpusLog, load_corpus, parse_corpus_file
+
+CORPUS_DIR = Path(__file__).parent / "data" / "logs"
+CORPUS = load_corpus(CORPUS_DIR)
+
+
+def _ids(logs: list[CorpusLog]) -> list[str]:
+    return [c.name for c in logs]
+
+
+def test_the_corpus_is_real_sized_and_well_formed() -> None:
+    assert len(CORPUS) >= 40
+    for c in CORPUS:
+        assert c.url.startswith("https://github.com/"), c.path
+        assert 1 <= c.lines <= 60, (c.path, c.lines)
+        assert (c.outcome == "ok") == (c.kind == ""), c.path
+    kinds = {c.kind for c in CORPUS}
+    assert {"cuda_illegal_address", "oom", "nccl", "exception", "refused", "port_in_use",
+            "hang", "traceback", "capture", "triton", "cublas", "cuda_error"} <= kinds
+    phases = {(c.outcome, c.phase) for c in CORPUS}
+    assert {("crash", "startup"), ("crash", "capture"), ("crash", "serving"),
+            ("hang", "serving"), ("ok", "serving"), ("refused", "startup"),
+            ("error", "startup")} <= phases
+    assert sum(c.outcome == "ok" for c in CORPUS) >= 8  # healthy logs of several releases
+
+
+def test_a_malformed_corpus_header_names_file_and_line(tmp_path: Path) -> None:
+    p = tmp_path / "x.log"
+    p.write_text("# source: https://example.com/x\n# expect: outcome=crash phase=startup\nboom\n")
+    with pytest.raises(ValueError, match=r"x\.log:1: "):
+        parse_corpus_file(p)
+    p.write_text("# source: https://github.com/a/b/issues/1\n# expect: outcome=fine phase=x\nb\n")
+    with pytest.raises(ValueError, match=r"x\.log:2: "):
+        parse_corpus_file(p)
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=_ids(CORPUS))
+def test_classify_gives_the_expected_class_and_phase(case: CorpusLog) -> None:
+    v = classify_log(case.text)
+    assert (v.outcome, v.phase) == (case.outcome, case.phase), v
+    assert (v.signature.kind if v.signature else "") == case.kind, v.signature
+    if case.outcome != "ok":
+        assert v.hint, v  # every failure comes with what to try
+
+
+def test_classify_cli_json_and_stdin(capsys: pytest.CaptureFixture[str],
+                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    case = next(c for c in CORPUS if c.name == "sglang-5491-flashinfer-ima-eagle")
+    code = main(["classify", str(case.path), "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == ExitCode.CRASH
+    assert doc["outcome"] == "crash" and doc["phase"] == "serving"
+    assert doc["signature"]["kind"] == "cuda_illegal_address" and doc["hint"]
+    healthy = next(c for c in CORPUS if c.name == "sglang-6081-healthy-mtp-dp-accept-len")
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(healthy.path.read_bytes())))
+    code = main(["classify", "-", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert code == ExitCode.OK and doc["outcome"] == "ok"
+    d = doc["decode"]
+    assert d["lines"] == 5 and d["spellings"] == ["Decode batch."] and d["cuda_graph"] == "True"
+    assert 2.5 < d["accept_len_mean"] < 3.0 and d["gen_throughput_mean"] > 150
+
+
+def test_classify_cli_terminal_output_and_a_missing_file(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    case = next(c for c in CORPUS if c.name == "sglang-4602-decode-out-of-memory-page-size")
+    code = main(["classify", str(case.path)])
+    out = capsys.readouterr().out
+    assert code == ExitCode.CRASH
+    assert "outcome: crash" in out and "signature: oom" in out and "lower the batch" in out
+    assert main(["classify", str(case.path) + ".missing"]) == ExitCode.USAGE
+    assert "no such file" in capsys.readouterr().err
+
+
+# --- replay through real cells ---------------------------------------------------------------
+
+REPLAYED = [(c, linger) for c in CORPUS for linger in lingers(c)]
+
+
+@pytest.fixture(scope="module")
+def cells() -> Iterator[dict[tuple[str, float], CellResult]]:
+    yield {}
+
+
+@pytest.mark.parametrize("case,linger", REPLAYED,
+                         ids=[f"{c.name}-linger{linger:g}" for c, linger in REPLAYED])
+def test_replayed_through_a_run_cell(case: CorpusLog, linger: float, tmp_path: Path,
+                                     cells: dict[tuple[str, float], CellResult]) -> None:
+    cell = run_replay(case, tmp_path / "work", linger=linger)
+    cells[(case.name, linger)] = cell
+    assert cell.outcome is CELL_OUTCOME[case.outcome], (cell.outcome, cell.signature,
+                                                        cell.error, cell.extra.get("notes"))
+    if case.outcome in ("crash", "hang", "refused"):
+        assert cell.signature is not None and cell.signature.kind == case.kind, cell.signature
+        assert cell.extra.get("phase") == case.phase, cell.extra.get("phase")
+    if case.outcome == "ok":
+        assert cell.signature is None and cell.probes is not None and cell.probes.passed == 1
+    others = [v for (name, lg), v in cells.items() if name == case.name and lg != linger]
+    for other in others:  # the same log gives the same outcome at any linger
+        assert (other.outcome, other.signature and other.signature.id) == \
+            (cell.outcome, cell.signature and cell.signature.id)
