@@ -149,6 +149,9 @@ def serving_failure(log: str) -> LogMatch | None:
     since = ready if ready is not None and ready == start else 0
     lines = log.splitlines()
     matches = find_matches(log, since=since or 0)
+    if since:  # a message that itself says "while serving" counts wherever it is
+        matches += [m for m in find_matches(log) if m.line_no - 1 < since
+                    and implied_phase(m) == "serving"]
     if any(m.phase == "startup" and implied_phase(m) == "startup" for m in matches):
         return None  # the message says start-up never finished (a failed warmup)
     for m in matches:
