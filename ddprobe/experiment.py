@@ -38,6 +38,7 @@ from ddprobe.server.classify import (Baseline, Verdict, classify_dead, classify_
                                      serving_failure)
 from ddprobe.server.health import HealthResult, fatal_match, health_now, wait_healthy
 from ddprobe.server.hostops import HostOpError
+from ddprobe.server.kernel_log import recent_xid_lines
 from ddprobe.server.lifecycle import prepared_launch, server_target
 from ddprobe.server.lock import HostLock
 from ddprobe.server.manager import Manager, get_manager
@@ -161,9 +162,23 @@ class _Cell:
                     interrupt.cleaned(f"stopped the server of {self.config.key} on "
                                       f"{self.host.name}")
             raise
+        if verdict.outcome in (Outcome.CRASH, Outcome.HANG):
+            self._kernel_log(time.perf_counter() - t0)
         self.timings["total"] = time.perf_counter() - t0
         self.timings["overhead"] = max(0.0, self.timings["total"] - self.waited)
         return self._finish(verdict)
+
+    def _kernel_log(self, elapsed: float) -> None:
+        """Xid lines the driver logged during the cell: evidence beside the server's log."""
+        with self.timed("kernel_log"):
+            try:
+                source, lines = recent_xid_lines(self.r, elapsed + 60.0)
+            except _INFRA:
+                return
+        if lines:
+            self.extra["xid"] = lines
+            self.extra["notes"].append(f"kernel log ({source}): {len(lines)} NVIDIA Xid "
+                                       f"line(s) during the cell; last: {lines[-1][:200]}")
 
     def _steps(self) -> Verdict:
         r, host, rep = self.r, self.host, self.rep

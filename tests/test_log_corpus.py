@@ -122,3 +122,34 @@ def test_replayed_through_a_run_cell(case: CorpusLog, linger: float, tmp_path: P
     for other in others:  # the same log gives the same outcome at any linger
         assert (other.outcome, other.signature and other.signature.id) == \
             (cell.outcome, cell.signature and cell.signature.id)
+
+
+def test_driver_xid_lines_during_a_crashed_cell_are_evidence(tmp_path: Path) -> None:
+    """Expected: a crashed cell reads the host's kernel log once and keeps the Xid line logged
+    during the cell (not the one from 2020), as a note; the outcome stays the log's crash. The
+    kernel cannot be made to log an Xid here, so `dmesg` is a stand-in on the host's PATH."""
+    import os
+    from dataclasses import replace
+
+    from corpus_replay import replay_host
+
+    from ddprobe.experiment import ProbeOptions, run_cell
+    from ddprobe.remote import connect
+    from ddprobe.results import Config, Outcome
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "dmesg").write_text(
+        "#!/bin/sh\n"
+        "echo '2020-01-01T00:00:00,000000+00:00 NVRM: Xid (PCI:0000:3b:00): 13, pid=1, old'\n"
+        "echo \"$(date +%Y-%m-%dT%H:%M:%S,%6N%:z) NVRM: Xid (PCI:0000:3b:00): 79, pid=4242, "
+        "GPU has fallen off the bus.\"\n")
+    (bindir / "dmesg").chmod(0o755)
+    case = next(c for c in CORPUS if c.name == "sglang-5285-capture-oom-deepep")
+    host = replay_host(case, tmp_path / "work", linger=0.0)
+    host = replace(host, env=(("PATH", f"{bindir}:{os.environ.get('PATH', '')}"),))
+    with connect(host) as r:
+        cell = run_cell(r, host, Config(budget=8), probe=ProbeOptions(tasks=("reverse_words",)))
+    assert cell.outcome is Outcome.CRASH and cell.signature is not None
+    assert cell.signature.kind == "oom"
+    assert len(cell.extra["xid"]) == 1 and "Xid (PCI:0000:3b:00): 79" in cell.extra["xid"][0]
+    assert any(n.startswith("kernel log (dmesg): 1 NVIDIA Xid") for n in cell.extra["notes"])
