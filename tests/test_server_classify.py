@@ -287,6 +287,10 @@ def test_port_in_use_is_infrastructure_and_xid_is_evidence() -> None:
                       package="sglang", during="serving")
     assert x.signature is not None and x.signature.kind == "cuda_illegal_address"
     assert any("NVRM: Xid 31" in n for n in x.notes)
+    # a refusal the process outlived is still a refusal, not a hang
+    hook = _tb([LAUNCH, PREPARE, (f"{SGL}/srt/arg_groups/speculative_hook.py",
+                                  "handle_speculative_decoding")], "ValueError: topk must be 1")
+    assert classify_hang(hook, 900, stalled=600).outcome is Outcome.REFUSED
 
 
 def test_a_stall_is_a_hang() -> None:

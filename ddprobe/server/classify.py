@@ -215,14 +215,14 @@ def evidence_notes(log: str) -> tuple[str, ...]:
     out = []
     for m in find_matches(log):
         if m.signature.kind == "xid":
-            out.append(f"kernel log: {m.signature.line[:200]} ({m.signature.key})")
+            out.append(f"driver Xid in the log: {m.signature.line[:200]} ({m.signature.key})")
     return tuple(dict.fromkeys(out))
 
 
 def classify_hang(log: str, timeout: float, *, stalled: float | None = None) -> Verdict:
     """Never healthy: the deadline passed, or (`stalled` seconds) the log stopped growing."""
     m, sig = _sig_from_log(log)
-    if m is not None and m.outcome == "error":
+    if m is not None and (m.outcome == "error" or is_refusal(m)):
         return _from_match(m, log, "start-up")
     why = f"not healthy after {timeout:g}s" if stalled is None else \
         f"the log stopped progressing for {stalled:g}s during start-up"
@@ -231,14 +231,18 @@ def classify_hang(log: str, timeout: float, *, stalled: float | None = None) -> 
         return Verdict(Outcome.CRASH, sig, None, m, (
             f"{why}: the process outlived the failure its log ends with",
             *evidence_notes(log)))
-    if sig is None or m is None or m.outcome not in ("hang", "crash"):
+    notes = evidence_notes(log)
+    if m is not None and m.outcome == "crash":
+        # the server carried on after it: not what it hangs on
+        notes = (f"logged during start-up and survived: {m.signature.line[:200]}", *notes)
+    if sig is None or m is None or m.outcome != "hang":
         phase = classify_phase(log) if log else "startup"
         tail = [ln for ln in log.splitlines() if ln.strip()]
         key = f"not healthy before the deadline ({phase})" if stalled is None else \
             f"start-up stalled ({phase})"
         sig = Signature("hang", key, tail[-1].strip()[:500] if tail else "")
         m = None
-    return Verdict(Outcome.HANG, sig, why, m, evidence_notes(log))
+    return Verdict(Outcome.HANG, sig, why, m, notes)
 
 
 def garbage_signature(report: ProbeReport, log: str = "") -> Signature:
