@@ -18,15 +18,15 @@ HERE = Path(__file__).resolve().parent
 REPLAY = HERE / "logreplay.py"
 SUITE = HERE.parent / "ddprobe" / "probes" / "suites" / "coding.json"
 TASK = "reverse_words"
-PROBE_TIMEOUT = 2.0
+PROBE_TIMEOUT = 3.0
 # what the stand-in prints before it starts serving: up to the first line a real server prints
 # once it is up (independent of ddprobe's own phase markers)
 _UP = re.compile(r"fired up and ready|Uvicorn running|Application startup complete|"
                  r"Starting vLLM|Decode batch|Prefill batch|\"POST ")
 # linger 0: the process exits with the log. At start-up 3 s outlives the cell's 2 s settle
-# after a fatal line; while serving 5 s outlives the probes' timeout with the HTTP front up
+# after a fatal line; while serving 6 s outlives the probes' timeout with the HTTP front up
 # (SGLang's parent outliving its scheduler)
-LINGERS = {"exit": (0.0, 3.0), "serve-then-exit": (0.0, 5.0)}
+LINGERS = {"exit": (0.0, 3.0), "serve-then-exit": (0.0, 6.0)}
 CELL_OUTCOME = {"ok": Outcome.OK, "crash": Outcome.CRASH, "hang": Outcome.HANG,
                 "refused": Outcome.REFUSED, "error": Outcome.ERROR, "garbage": Outcome.GARBAGE}
 
