@@ -48,6 +48,11 @@ def by_cell(c: CorpusLog, linger: float, work: Path) -> Got:
     cell = run_replay(c, work, linger=linger)
     phase = str(cell.extra.get("phase") or ("serving" if cell.outcome.value == "ok" else "?"))
     sig = cell.signature
+    if cell.outcome.value == "error" and sig is None:
+        # an infrastructure cell carries no signature by design (never blamed on the server):
+        # its class is the outcome and the catalogue entry that said so
+        logged = str(cell.extra.get("log_signature") or "")
+        return Got("error", phase, logged.split(":", 1)[0], logged)
     return Got(cell.outcome.value, phase, sig.kind if sig and cell.outcome.value != "ok" else "",
                sig.id if sig else "")
 

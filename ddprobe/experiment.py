@@ -350,6 +350,7 @@ class _Cell:
             self.extra["notes"] += decode_notes(decode, http_accept=http)
         if v.match is not None:
             self.extra["phase"] = v.match.phase
+            self.extra["log_signature"] = v.match.signature.id  # also for an infra cell
             if v.match.hint:
                 self.extra["hint"] = v.match.hint
             if v.match.details:
