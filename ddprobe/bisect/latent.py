@@ -23,6 +23,7 @@ measured); a clean report -> "memcheck clean" on the `ok`; a cell that could not
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -307,7 +308,28 @@ def apply(verdicts: list[Verdict], row: Row, base: Config, suspects: Sequence[Su
                       "buffer: read the sanitize cell's log (the kernel and allocation it "
                       "names), and do not deploy this budget with CUDA graphs meanwhile"))
     found.sort(key=lambda v: v.budgets[0])
+    if removed:
+        _safer_next_steps(out, sorted(removed), ok.budgets if ok is not None else [])
     return out[:at] + found + out[at:]
+
+
+_KEEP = re.compile(r"(budgets up to|budget <=) (\d+)")
+
+
+def _safer_next_steps(verdicts: list[Verdict], latent_budgets: list[int],
+                      clean: list[int]) -> None:
+    """Next steps that advise a budget found latent advise the largest one still ok."""
+    safe = max(clean) if clean else None
+
+    def fix(m: re.Match[str]) -> str:
+        b = int(m.group(2))
+        if b not in latent_budgets:
+            return m.group(0)
+        if safe is None:
+            return f"{m.group(1)} {b} (b{b} passes but writes out of bounds: none is safe)"
+        return f"{m.group(1)} {safe} (b{b} passes but writes out of bounds)"
+    for v in verdicts:
+        v.next_step = _KEEP.sub(fix, v.next_step)
 
 
 def _findings(j: Judgement, obs: Callable[[PlannedCell], Obs]) -> Any:
