@@ -12,7 +12,7 @@
 # `ssh` client is put on PATH, so ddprobe resolves the host with paramiko's config parser.
 # Steps of issue 12: `latent` = `ddprobe bisect -b $BUDGETS` with the latent check (on by
 # default: the host's facts show compute-sanitizer); `differential` = `ddprobe run
-# --differential` at b8 and b16 on the `stale` scenario (defect (e): a stale scalar in the
+# --differential` at b8 and b16 on the `stale` scenario (defect (g): a stale scalar in the
 # captured graph).
 #
 # Needs: an NVIDIA GPU, python3 with torch + triton (the `gpu` extra), compute-sanitizer
@@ -269,7 +269,7 @@ EOF
 fi
 
 if step differential; then
-  # issue 12: defect (e) on the GPU: graph vs eager at b8 (no defect) and b16 (stale scalar)
+  # issue 12: defect (g) on the GPU: graph vs eager at b8 (no defect) and b16 (stale scalar)
   for b in 8 16; do
     banner "ddprobe run -H h200-stale -b $b --differential --tasks 8"
     timeout $(cap 300) "${DD[@]}" run -H h200-stale -b $b --differential --tasks \

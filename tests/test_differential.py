@@ -1,7 +1,7 @@
 """The graph-vs-eager differential (ddprobe/probes/differential.py) and `run --differential`.
 
 Pure comparisons on hand-made answers first; then the CPU testbed's `stale` scenario (defect
-(e): the verify pass's logit scale captured into the graph from the dummy batch) run for real.
+(g): the verify pass's logit scale captured into the graph from the dummy batch) run for real.
 
 Expected answers, written before the runs:
   * identical answers -> `same`; the graph cell keeps its outcome.

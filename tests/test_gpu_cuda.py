@@ -174,7 +174,7 @@ def test_server_eager_b16_is_right(prefix: Path) -> None:
     assert "def fizzbuzz" in out["text"] and _accept(out) > 4.0
 
 
-# -- defect (e): a stale scalar captured into the graph (issue 12) ----------------------------
+# -- defect (g): a stale scalar captured into the graph (issue 12) ----------------------------
 def test_a_captured_graph_replays_the_scalar_it_was_captured_with() -> None:
     """The verify kernel's logit scale is a launch parameter: a graph captured with the dummy
     batch's value keeps it on replay, while an eager launch uses the live one (1.0)."""

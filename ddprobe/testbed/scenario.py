@@ -120,7 +120,7 @@ class EagerOnlyDefect:
 
 @dataclass(frozen=True)
 class StaleScalarDefect:
-    """(e) a scalar of the verify pass (its logit scale) captured into the graph from the
+    """(g) a scalar of the verify pass (its logit scale) captured into the graph from the
     capture's dummy batch: replay keeps the stale value, which flips near-tie tokens (a
     one-space vs two-space choice inside a code line) at one position in `every`, for trees of
     at least `min_draft_tokens`. Eager passes the live value: only graph output changes."""

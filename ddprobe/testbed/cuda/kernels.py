@@ -45,7 +45,7 @@ def verify_kernel(mask_ptr, base_ptr, stride_ptr, seq_lens_ptr, kv_indptr_ptr, k
     i = tl.program_id(0)
     r = tl.program_id(1)
     # the logit scale is a launch parameter: a captured graph replays the value it had at
-    # capture (defect (e) leaves the dummy batch's there); it is written back per row
+    # capture (defect (g) leaves the dummy batch's there); it is written back per row
     tl.store(scale_ptr + i * ndt + r, logit_scale)
     seq_len = tl.load(seq_lens_ptr + i)
     live = seq_len > 0  # padding slots of a padded graph batch: nothing to read

@@ -121,7 +121,7 @@ class ModelRunner:
         return self.target.sample(ctx, (), temperature, seed)
 
     def capture_logit_scale(self, num_draft_tokens: int) -> float:
-        """The logit scale a graph captured for this verify width holds. Defect (e): the
+        """The logit scale a graph captured for this verify width holds. Defect (g): the
         value of the capture's dummy batch, not the live one."""
         st = self.scenario.defects.stale_scalar
         if st.min_draft_tokens is not None and num_draft_tokens >= st.min_draft_tokens:
