@@ -47,8 +47,8 @@ def test_identical_answers_are_the_same_and_change_nothing() -> None:
     d = D.apply(g, e)
     assert d.status == D.SAME and d.compared == 1 and d.tokens_compared == 3
     assert g.outcome is Outcome.OK and g.signature is None
-    assert d.summary == ("graph vs eager: the 1 greedy answers are identical (3 /generate "
-                         "tokens compared id by id)")
+    assert d.summary == ("graph vs eager: greedy answers identical in all 1 tasks (3 "
+                         "/generate tokens compared id by id)")
 
 
 def test_a_flipped_token_makes_the_graph_cell_garbage_even_with_coding_passing() -> None:
@@ -168,3 +168,12 @@ def test_run_differential_refuses_a_baseline(tmp_path: Path) -> None:
     base = tmp_path / "b.json"
     base.write_text("{}")
     assert main(["run", "--host", "testbed", "--differential", "--baseline", str(base)]) == 2
+
+
+def test_the_testbed_takes_sglangs_deterministic_inference_flag() -> None:
+    """The differential's advice (`--extra '--enable-deterministic-inference'`) must not be
+    refused by the stand-in: SGLang's ServerArgs has the flag, so the testbed has it too."""
+    from ddprobe.testbed.srt.server_args import prepare_server_args
+    args = prepare_server_args(["--model-path", "sim", "--enable-deterministic-inference"])
+    assert args.enable_deterministic_inference is True
+    assert prepare_server_args(["--model-path", "sim"]).enable_deterministic_inference is False

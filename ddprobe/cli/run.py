@@ -14,6 +14,7 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich.text import Text
+from rich.text import Text
 
 from ddprobe import remote
 from ddprobe.cli import common
@@ -238,8 +239,8 @@ def _differential(h: Host, cfg: Config, opts: ProbeOptions, *, log_dir: Path | N
         render_cell(pair.eager, common.out)
         render_cell(pair.graph, common.out)
         col = {DIVERGED: "red", NOT_DECISIVE: "yellow"}.get(d.status, "green")
-        common.out.print(f"[{col}]differential[/{col}]: ", end="")
-        common.out.print(d.summary, markup=False, highlight=False)
+        common.out.print(Text.assemble(("differential", col), ": ", d.summary),
+                         highlight=False)
         for x in d.diverged[:8]:
             common.out.print(f"  - {x.line()}", markup=False, highlight=False)
         if d.determinism:

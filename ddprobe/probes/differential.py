@@ -97,7 +97,7 @@ class Differential:
         if self.status == INCOMPARABLE:
             return f"graph vs eager: not compared ({self.note})"
         if self.status == SAME:
-            return (f"graph vs eager: the {self.compared} greedy answers are identical"
+            return (f"graph vs eager: greedy answers identical in all {self.compared} tasks"
                     + (f" ({self.tokens_compared} /generate tokens compared id by id)"
                        if self.tokens_compared else ""))
         first = self.diverged[0]

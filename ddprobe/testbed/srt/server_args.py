@@ -70,6 +70,7 @@ class ServerArgs:
     cuda_graph_max_bs: Optional[int] = None
     cuda_graph_bs: Optional[List[int]] = None
     skip_server_warmup: bool = False
+    enable_deterministic_inference: bool = False
 
     # Testbed
     testbed_scenario: Optional[str] = None
@@ -264,6 +265,11 @@ class ServerArgs:
             "--disable-cuda-graph",
             action="store_true",
             help="Disable cuda graph.",
+        )
+        parser.add_argument(
+            "--enable-deterministic-inference",
+            action="store_true",
+            help="Enable deterministic inference mode with batch invariant ops.",
         )
         parser.add_argument(
             "--disable-cuda-graph-padding",
