@@ -34,6 +34,10 @@ REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
 TESTBED = REPO / "ddprobe" / "testbed"
 SEED_B16_MASK = 9 * 64 * (32768 + 9)  # the seed's custom mask at b16: sized for 9 draft tokens
+# the line grep-buffers must name: where the testbed allocates the mask (read, not hard-coded)
+MASK_LINE = next(i for i, ln in enumerate(
+    (TESTBED / "srt/layers/attention/triton_backend.py").read_text().splitlines(), 1)
+    if "self.cuda_graph_custom_mask = torch.zeros(" in ln)
 
 
 def _report(budget: int = 16, **extra: int) -> tuple[object, SizingParams]:
@@ -72,7 +76,7 @@ def test_name_buffer_solved_and_exact() -> None:
     buf, how = name_buffer(san, rep, params, 16)
     assert buf is not None and buf["attr"] == "cuda_graph_custom_mask"
     assert buf["solved"] == {"draft_model_config_num_draft_tokens": 9}
-    assert buf["file"].endswith("triton_backend.py") and buf["line"] == 118
+    assert buf["file"].endswith("triton_backend.py") and buf["line"] == MASK_LINE
     assert how == "size with draft_model_config_num_draft_tokens = 9"
     rep9, params9 = _report(draft_model_config_num_draft_tokens=9)
     buf, how = name_buffer(san, rep9, params9, 16)
@@ -123,7 +127,7 @@ def test_captured_h200_memcheck_of_the_cuda_testbed_names_the_custom_mask() -> N
     assert (f.allocation_size, f.distance, f.direction) == (65536, 1457057, "after")
     rep, params = _report()
     buf, how = name_buffer(san, rep, params, 16)
-    assert buf is not None and buf["attr"] == "cuda_graph_custom_mask" and buf["line"] == 118
+    assert buf is not None and buf["attr"] == "cuda_graph_custom_mask" and buf["line"] == MASK_LINE
     assert how.startswith("kernel write_tree_mask_kernel is the writer of the only flagged")
     assert "65,536 B, 1,457,057 B after it" in how
 
@@ -221,7 +225,7 @@ def test_captured_h200_memcheck_with_a_higher_print_limit_names_the_mask_by_size
     assert 18_879_552 in sizes and all(f.kernel == "write_tree_mask_kernel" for f in san.findings)
     rep, params = _report()
     buf, how = name_buffer(san, rep, params, 16)
-    assert buf is not None and buf["attr"] == "cuda_graph_custom_mask" and buf["line"] == 118
+    assert buf is not None and buf["attr"] == "cuda_graph_custom_mask" and buf["line"] == MASK_LINE
     assert buf["bytes"] == 18_879_552 and buf["solved"] == {"draft_model_config_num_draft_tokens": 9}
 
 
