@@ -1,0 +1,135 @@
+#!/usr/bin/env bash
+# Real SGLang 0.5.11 on a GPU host, then ddprobe against it (issue 17, stages 2-3).
+#
+#   WHL=/path/to/wheels OUT=/some/dir STEPS="env install model direct ddprobe" bash benchmarks/real_sglang_gpu.sh
+#
+# Wheels (all --no-deps, downloaded elsewhere for cp312 manylinux): sglang 0.5.11, a repacked
+# sglang-kernel 0.4.2 (flash_ops.abi3.so, sm100/, lib/mscclpp* and _mscclpp dropped: the
+# triton backend on sm_90 loads none of them; sgl_kernel imports flash_ops lazily, only from
+# sgl_kernel.flash_attn), what sglang's import chain needs beyond the image (fastapi 0.118,
+# starlette 0.48, pydantic, uvicorn, orjson, pyzmq, msgspec, setproctitle, pybase64, openai
+# 2.6.1, ipython, transformers 5.6.0 + tokenizers 0.22.2, ...), and paramiko/fabric for ddprobe.
+# Everything lands in /tmp/site (PYTHONPATH), the image's torch 2.11.0+cu130 / triton 3.6.0 stay.
+# The model is made here (benchmarks/make_tiny_llama.py: random weights, tokenizers-built BPE).
+# Speculative decoding without a trained drafter: --speculative-algorithm NGRAM, budget =
+# --speculative-num-draft-tokens. Output under $OUT: real.log (everything), server-*.log.
+set -u -o pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/real-sglang-out}
+WHL=${WHL:-$PWD/.whl}
+STEPS=${STEPS:-"env install model direct ddprobe"}
+TOTAL=${TOTAL:-540}
+PORT=${PORT:-30123}
+MODEL=${MODEL:-/tmp/tiny-llama}
+COMMON=(--attention-backend triton --sampling-backend pytorch --grammar-backend none
+        --mem-fraction-static 0.5 --max-running-requests 8 --cuda-graph-max-bs 8
+        --context-length 2048 --skip-server-warmup)
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/real.log") 2>&1
+export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONPATH=/tmp/site:$PWD
+START=$SECONDS
+left() { echo $(( TOTAL - (SECONDS - START) )); }
+step() { [[ " $STEPS " == *" $1 "* ]] && (( $(left) > 30 )); }
+banner() { echo; echo "===== $* ($(date -u +%H:%M:%S), $(( SECONDS - START )) s)"; }
+gpumem() { nvidia-smi --query-gpu=memory.used --format=csv,noheader; }
+
+if step env; then
+  banner env
+  nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total,memory.used --format=csv
+  python3 -c 'import sys, torch, triton; print("python", sys.version.split()[0], "torch", torch.__version__, "triton", triton.__version__)'
+fi
+
+if step install; then
+  banner install
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+    --target /tmp/site $(find "$WHL" -name '*.whl') 2>&1 | tail -5
+  python3 -c 'import sglang, sgl_kernel, transformers; print("sglang", sglang.__version__, "transformers", transformers.__version__, "sgl_kernel", sgl_kernel.__file__)' 2>&1 | tail -5
+fi
+
+if step model; then
+  banner model
+  python3 benchmarks/make_tiny_llama.py "$MODEL" 2>&1 | grep -v "Writing model" | tail -3
+fi
+
+# launch NAME ARGS...: start sglang.launch_server, wait for /health_generate, probe, stop
+launch() {
+  local name=$1; shift
+  local log=$OUT/server-$name.log t0=$SECONDS
+  banner "direct launch $name: $*"
+  echo "gpu memory before: $(gpumem)"
+  python3 -m sglang.launch_server --model-path "$MODEL" --port "$PORT" "${COMMON[@]}" "$@" >"$log" 2>&1 &
+  local pid=$! ok=0
+  for _ in $(seq 1 ${HEALTH_S:-150}); do
+    if ! kill -0 $pid 2>/dev/null; then echo "server exited: rc $(wait $pid; echo $?)"; break; fi
+    if curl -sf -m 5 "localhost:$PORT/health_generate" >/dev/null; then ok=1; break; fi
+    sleep 1
+  done
+  echo "healthy=$ok after $(( SECONDS - t0 )) s; gpu memory: $(gpumem)"
+  if (( ok )); then
+    for p in "def fib(n):" "for i in range(10):"; do
+      curl -s -m 60 "localhost:$PORT/generate" -H 'content-type: application/json' \
+        -d "{\"text\": \"$p\", \"sampling_params\": {\"temperature\": 0, \"max_new_tokens\": 64}}" \
+        | python3 -c 'import json,sys; d=json.load(sys.stdin); m=d.get("meta_info",{}); print("generate:", repr(d.get("text","")[:80]), {k: m.get(k) for k in sorted(m) if k not in ("output_token_logprobs",)})'
+    done
+    curl -s -m 30 "localhost:$PORT/v1/chat/completions" -H 'content-type: application/json' \
+      -d '{"model": "x", "messages": [{"role": "user", "content": "Write add(a, b)."}], "temperature": 0, "max_tokens": 32}' | head -c 600; echo
+    for ep in /server_info /get_server_info /get_model_info; do
+      echo "$ep: $(curl -s -m 10 -o /dev/null -w '%{http_code}' localhost:$PORT$ep)"
+    done
+    curl -s -m 10 "localhost:$PORT/server_info" | python3 -c 'import json,sys; d=json.load(sys.stdin); print("internal_states:", d.get("internal_states")); print({k: d.get(k) for k in ("version","speculative_algorithm","speculative_num_draft_tokens","speculative_eagle_topk","speculative_num_steps","cuda_graph_max_bs","cuda_graph_bs","disable_cuda_graph","attention_backend","max_running_requests","context_length")})' 2>&1 | tail -3
+  fi
+  kill -TERM $pid 2>/dev/null; local t1=$SECONDS
+  for _ in $(seq 1 30); do kill -0 $pid 2>/dev/null || break; sleep 1; done
+  kill -0 $pid 2>/dev/null && { echo "still alive 30 s after SIGTERM: SIGKILL"; kill -KILL $pid; }
+  sleep 2
+  echo "stopped after $(( SECONDS - t1 )) s; gpu memory after: $(gpumem); leftover: $(pgrep -fa 'sglang' | grep -v pgrep | head -3)"
+  grep -nE "Capture|capture|cuda graph|accept|Error|error|Traceback" "$log" | head -25
+  tail -5 "$log"
+}
+
+if step direct; then
+  launch ngram-b8-graph --speculative-algorithm NGRAM --speculative-num-draft-tokens 8
+  step direct && launch ngram-b8-eager --speculative-algorithm NGRAM --speculative-num-draft-tokens 8 --disable-cuda-graph
+fi
+
+if step ddprobe; then
+  banner ddprobe
+  INV=$OUT/hosts.yaml
+  cat > "$INV" <<EOF2
+hosts:
+  h200:
+    host: localhost
+    transport: local
+    python: ${HOSTPY:-$(command -v python3)}
+    package: sglang
+    env:
+      PYTHONPATH: /tmp/site
+      NCCL_NVLS_ENABLE: '0'
+      TORCH_SYMM_MEM_DISABLE_MULTICAST: '1'
+    server:
+      port: $PORT
+      model_path: $MODEL
+      algorithm: NGRAM
+      budget_flag: draft_tokens
+      budget: 7
+      max_bs: 8
+      args: [$(printf "'%s', " "${COMMON[@]}" | sed 's/, $//' | sed "s/'--cuda-graph-max-bs', '8', //")]
+      workdir: /tmp/ddprobe-work
+      health_timeout: 200
+EOF2
+  cat "$INV"
+  DD=(python3 -m ddprobe -i "$INV")
+  for c in "facts -H h200" "flags -H h200" "grep-buffers -H h200"; do
+    banner "ddprobe $c"; timeout 120 "${DD[@]}" $c 2>&1 | tail -40
+  done
+  for b in ${BUDGETS:-7 15}; do
+    for g in --graph --no-graph; do
+      step ddprobe || break
+      banner "ddprobe run -b $b $g"
+      timeout $(( $(left) - 10 )) "${DD[@]}" run -H h200 -b $b $g --tasks ${TASKS:-2} --max-tokens 64 --stop-after --break-lock --log-dir "$OUT/ddlogs" --json >"$OUT/run-b$b${g#--}.json" 2>"$OUT/run-b$b${g#--}.err"; echo "rc $?"
+      tail -15 "$OUT/run-b$b${g#--}.err"; head -c 3000 "$OUT/run-b$b${g#--}.json"; echo
+    done
+  done
+fi
+banner done
