@@ -111,7 +111,7 @@ if spec is not None:
             "source_hash": h.hexdigest()[:16] if nfiles else None, "source_files": nfiles}
 f["install"] = inst
 pk = {}
-for n in ["torch", "triton", "flashinfer-python", "flashinfer", "sgl-kernel", "sglang", "transformers", "vllm", pkg]:
+for n in ["torch", "triton", "flashinfer-python", "flashinfer", "sgl-kernel", "sglang-kernel", "sglang", "transformers", "vllm", pkg]:
     try:
         pk[n] = md.version(n)
     except md.PackageNotFoundError:

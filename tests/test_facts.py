@@ -31,6 +31,23 @@ def test_facts_find_sglang_without_importing_it(make_host, sglang_venv):
     assert d["server"]["listening"] is False
 
 
+
+def test_facts_name_the_kernel_package_by_both_distribution_names(make_host, sglang_venv, tmp_path):
+    """SGLang 0.5.11 depends on `sglang-kernel` (0.4.x; earlier releases on `sgl-kernel`): on the
+    H200 facts listed torch, triton, sglang, transformers and no kernel package at all."""
+    py = sglang_venv("0.5.10")
+    site = tmp_path / "site"
+    for dist, ver in (("sglang_kernel", "0.4.2"), ("sgl_kernel", "0.3.21")):
+        d = site / f"{dist}-{ver}.dist-info"
+        d.mkdir(parents=True)
+        (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\n"
+                                    f"Version: {ver}\n")
+    h = make_host(python=py, env={"PYTHONPATH": str(site)})
+    with remote.connect(h) as r:
+        f = gather_facts(r, h)
+    assert f.packages["sglang-kernel"] == "0.4.2"
+    assert f.packages["sgl-kernel"] == "0.3.21"
+
 def _inventory(tmp_path, sshd, py, extra=""):
     p = tmp_path / "hosts.yaml"
     p.write_text(f"hosts:\n  gpu-a:\n    python: {py}\n{extra}")

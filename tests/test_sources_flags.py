@@ -113,3 +113,19 @@ class ServerArgs:
     fs.check(["--dyn", "anything", "--n", "1", "2", "-n", "3", "--pick", "d"])
     with pytest.raises(RefusedError, match="'e' is not one of its choices"):
         fs.check(["--pick", "e"])
+
+
+def test_boolean_optional_action_adds_the_no_spelling() -> None:
+    """argparse.BooleanOptionalAction defines --no-NAME too (0.5.11's --record-nolora-graph);
+    the real parser's option strings were compared in tests/test_real_sglang_args.py."""
+    src = ("import argparse\n"
+           "def add_cli_args(parser):\n"
+           "    parser.add_argument('--record-nolora-graph', action=argparse.BooleanOptionalAction,"
+           " default=True, help='x')\n")
+    fs = parse_flags({SERVER_ARGS: src})
+    f = fs.get("--no-record-nolora-graph")
+    assert f is not None and f is fs.get("--record-nolora-graph")
+    assert not f.takes_value
+    fs.check(["--no-record-nolora-graph", "--record-nolora-graph"])
+    if "0.5.11" in SGLANG_VERSIONS:
+        assert flags_of("0.5.11").has("--no-experts-shared-outer-loras")

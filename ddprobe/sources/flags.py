@@ -21,7 +21,7 @@ from typing import Any
 from ddprobe.errors import RefusedError
 
 SERVER_ARGS = "srt/server_args.py"
-_NO_VALUE_ACTIONS = frozenset({"store_true", "store_false", "store_const", "count", "help",
+_NO_VALUE_ACTIONS = frozenset({"store_true", "BooleanOptionalAction", "store_false", "store_const", "count", "help",
                                "version", "append_const"})
 
 

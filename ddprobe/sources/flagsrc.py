@@ -130,8 +130,13 @@ def _argparse_flags(path: str, tree: ast.Module, consts: Mapping[str, ast.expr])
         choices = _strings(_kw(node, "choices"), consts)
         req = _kw(node, "required")
         help_s = _const_str(_kw(node, "help"))
+        spellings = longs + [n for n in names if n not in longs]
+        if action_s and action_s.rsplit(".", 1)[-1] == "BooleanOptionalAction":
+            # argparse adds --no-NAME for every --NAME (seen on 0.5.11: --no-record-nolora-graph)
+            action_s = "BooleanOptionalAction"
+            spellings += ["--no-" + n[2:] for n in longs if n.startswith("--")]
         out.append(Flag(
-            names=tuple(longs + [n for n in names if n not in longs]), dest=dest, file=path,
+            names=tuple(spellings), dest=dest, file=path,
             line=node.lineno, action=action_s,
             type=None if typ is None else ast.unparse(typ).rsplit(".", 1)[-1],
             choices=None if choices is None else tuple(choices),

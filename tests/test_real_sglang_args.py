@@ -1,0 +1,120 @@
+"""The REAL SGLang 0.5.11 argument handling (parser + ServerArgs.__post_init__) on a CPU.
+
+The venv's python is the host interpreter (tests/realsglang.py); this process never imports
+sglang. One host program runs every case in one process (importing sglang costs ~40 s on two
+cores) and prints JSON. `--device cuda` is passed because post-init's get_device() refuses a
+machine without an accelerator; with no GPU, get_device_memory_capacity() answers None, so the
+captured bs list is the one the release picks when it does not know the GPU's memory (named in
+each assertion that depends on it). Expected answers, written before the run, from reading
+0.5.11's server_args.py (_handle_speculative_decoding, lines 3440-3560):
+  * EAGLE, topk 1, steps 3, draft 16 -> draft rewritten to steps + 1 = 4, with a warning;
+  * EAGLE with steps unset but topk/draft set -> a bare AssertionError (no message);
+  * --speculative-algorithm DDTREE -> argparse "invalid choice" (exit 2): 0.5.11 has no DDTREE;
+  * --cuda-graph-max-bs 64 -> cuda_graph_bs is the release's list cut at 64, and max_running
+    requests is reset to 48 for speculative decoding;
+  * ddprobe's static flag reader finds exactly the option strings the real parser defines.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from realsglang import sglang_runtime_python
+
+HOST_PROGRAM = r'''
+import argparse, contextlib, io, json, logging, sys, tempfile, os
+model = tempfile.mkdtemp()
+json.dump({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+           "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
+           "num_hidden_layers": 2, "vocab_size": 1024, "max_position_embeddings": 4096,
+           "torch_dtype": "bfloat16"}, open(os.path.join(model, "config.json"), "w"))
+import sglang.srt.server_args as sa
+out = {"file": sa.__file__}
+p = argparse.ArgumentParser(); sa.ServerArgs.add_cli_args(p)
+out["options"] = sorted(s for a in p._actions for s in a.option_strings)
+out["algorithms"] = next(list(a.choices) for a in p._actions
+                         if "--speculative-algorithm" in a.option_strings)
+base = ["--model-path", model, "--device", "cuda"]
+for name, argv in json.loads(sys.argv[1]).items():
+    logs = io.StringIO(); h = logging.StreamHandler(logs); lg = logging.getLogger(sa.__name__)
+    lg.addHandler(h)
+    err = io.StringIO(); r = {}
+    try:
+        with contextlib.redirect_stderr(err):
+            a = sa.prepare_server_args(base + [model if w == "{model}" else w for w in argv])
+        r = {k: getattr(a, k) for k in ("speculative_algorithm", "speculative_num_steps",
+             "speculative_eagle_topk", "speculative_num_draft_tokens", "cuda_graph_bs",
+             "cuda_graph_max_bs", "max_running_requests", "disable_cuda_graph")}
+    except SystemExit as e:
+        r = {"exit": e.code}
+    except Exception as e:
+        r = {"raised": type(e).__name__, "message": str(e)}
+    lg.removeHandler(h)
+    r["log"] = logs.getvalue(); r["stderr"] = err.getvalue()[-400:]
+    out[name] = r
+print("JSON" + json.dumps(out))
+'''
+
+EAGLE = ["--speculative-algorithm", "EAGLE", "--speculative-draft-model-path"]
+CASES = {
+    "topk1": ["--speculative-num-steps", "3", "--speculative-eagle-topk", "1",
+              "--speculative-num-draft-tokens", "16"],
+    "steps_unset": ["--speculative-eagle-topk", "4", "--speculative-num-draft-tokens", "16"],
+    "ddtree": ["--speculative-algorithm", "DDTREE", "--speculative-num-draft-tokens", "16"],
+    "maxbs64": ["--speculative-num-steps", "3", "--speculative-eagle-topk", "4",
+                "--speculative-num-draft-tokens", "16", "--cuda-graph-max-bs", "64"],
+}
+
+
+@pytest.fixture(scope="module")
+def real() -> dict:
+    py = sglang_runtime_python()
+    cases = {k: (v if k == "ddtree" else EAGLE + ["{model}"] + v) for k, v in CASES.items()}
+    p = subprocess.run([str(py), "-c", HOST_PROGRAM, json.dumps(cases)], capture_output=True, text=True,
+                       timeout=600)
+    line = next((ln for ln in p.stdout.splitlines() if ln.startswith("JSON")), None)
+    assert line, f"host program failed (rc {p.returncode}): {p.stderr[-2000:]}"
+    return json.loads(line[4:])
+
+
+def test_eagle_topk1_rewrites_draft_tokens_to_steps_plus_one(real: dict) -> None:
+    r = real["topk1"]
+    assert (r["speculative_eagle_topk"], r["speculative_num_steps"]) == (1, 3)
+    assert r["speculative_num_draft_tokens"] == 4  # asked for 16
+    assert "adjusted to speculative_num_steps + 1" in r["log"]
+
+
+def test_steps_unset_with_topk_set_is_a_bare_assertion(real: dict) -> None:
+    assert real["steps_unset"]["raised"] == "AssertionError"
+    assert real["steps_unset"]["message"] == ""
+
+
+def test_ddtree_is_refused_by_the_parser(real: dict) -> None:
+    assert "DDTREE" not in real["algorithms"] and "NGRAM" in real["algorithms"]
+    assert real["ddtree"]["exit"] == 2
+    assert "invalid choice: 'DDTREE'" in real["ddtree"]["stderr"]
+
+
+def test_captured_bs_list_stops_at_max_bs(real: dict) -> None:
+    r = real["maxbs64"]  # gpu memory unknown here (no GPU): the release's list without a size
+    assert r["cuda_graph_max_bs"] == 64 and max(r["cuda_graph_bs"]) == 64
+    assert r["cuda_graph_bs"][:8] == [1, 2, 3, 4, 5, 6, 7, 8]
+    assert r["cuda_graph_bs"] == sorted(set(r["cuda_graph_bs"]))
+    assert r["max_running_requests"] == 48  # reset for speculative decoding
+    assert (r["speculative_eagle_topk"], r["speculative_num_draft_tokens"]) == (4, 16)
+
+
+def test_static_flag_reader_matches_the_real_parser(real: dict) -> None:
+    from ddprobe.sources.flagsrc import parse_flags
+    root = Path(real["file"]).parent.parent  # .../site-packages/sglang
+    texts = {str(p.relative_to(root)): p.read_text() for p in (root / "srt").glob("*.py")}
+    flags = parse_flags(texts, package="sglang", version="0.5.11")
+    static = {n for f in flags.flags for n in f.names}
+    real_opts = set(real["options"]) - {"-h", "--help"}
+    assert sorted(real_opts - static) == []
+    assert sorted(static - real_opts) == []
+    algo = flags.get("--speculative-algorithm")
+    assert algo is not None and set(algo.choices or ()) == set(real["algorithms"])
