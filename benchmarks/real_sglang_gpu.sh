@@ -8,7 +8,10 @@
 # triton backend on sm_90 loads none of them; sgl_kernel imports flash_ops lazily, only from
 # sgl_kernel.flash_attn), what sglang's import chain needs beyond the image (fastapi 0.118,
 # starlette 0.48, pydantic, uvicorn, orjson, pyzmq, msgspec, setproctitle, pybase64, openai
-# 2.6.1, ipython, transformers 5.6.0 + tokenizers 0.22.2, ...), and paramiko/fabric for ddprobe.
+# 2.6.1, ipython, transformers 5.6.0 + tokenizers 0.22.2, jsonschema, soundfile, ...), and
+# paramiko/fabric for ddprobe. Also needed and not yet carried on the H200 (64 MiB per call):
+# flashinfer-python 0.6.8.post1 + apache-tvm-ffi 0.1.9 (srt/layers/attention/vision.py imports
+# flashinfer at module level). docs/gpu-results.md lists each wheel and how far a launch got.
 # Everything lands in /tmp/site (PYTHONPATH), the image's torch 2.11.0+cu130 / triton 3.6.0 stay.
 # The model is made here (benchmarks/make_tiny_llama.py: random weights, tokenizers-built BPE).
 # Speculative decoding without a trained drafter: --speculative-algorithm NGRAM, budget =
@@ -43,7 +46,7 @@ fi
 if step install; then
   banner install
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site $(find "$WHL" -name '*.whl') 2>&1 | tail -5
+    --target /tmp/site $(find "$WHL" -type f -name '*.whl') 2>&1 | tail -5
   python3 -c 'import sglang, sgl_kernel, transformers; print("sglang", sglang.__version__, "transformers", transformers.__version__, "sgl_kernel", sgl_kernel.__file__)' 2>&1 | tail -5
 fi
 
