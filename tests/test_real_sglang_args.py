@@ -118,3 +118,63 @@ def test_static_flag_reader_matches_the_real_parser(real: dict) -> None:
     assert sorted(static - real_opts) == []
     algo = flags.get("--speculative-algorithm")
     assert algo is not None and set(algo.choices or ()) == set(real["algorithms"])
+
+
+# ---- ddprobe's own preflight (ddprobe/server/preflight.py) against the real ServerArgs ----
+# Expected (written before running): without --device the release's get_device() refuses a
+# machine with no accelerator, so the preflight says not_run and names the assumption (never
+# rejected); with --device cuda in server.args it runs the real post-init: budget 16 under
+# topk 1 is refused (the server would run draft 4), steps unset is rejected at the assertion,
+# DDTREE is rejected by the parser, topk 4 runs as labelled with the captured bs list cut at
+# the max bs.
+
+def _pf_host(py: Path, model: Path, args: tuple[str, ...] = (), **server: object):
+    from ddprobe.inventory import Host, ServerSettings
+    fields: dict[str, object] = {"model_path": str(model), "algorithm": "EAGLE",
+                                 "draft_model_path": str(model), "steps": 3, "topk": 1,
+                                 "args": args, **server}
+    return Host(name="cpu-box", python=str(py), package="sglang",
+                server=ServerSettings(**fields),  # type: ignore[arg-type]
+                transport="local", source="test")
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("tiny-llama")
+    (d / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 256,
+        "intermediate_size": 512, "num_attention_heads": 4, "num_key_value_heads": 2,
+        "num_hidden_layers": 2, "vocab_size": 1024, "max_position_embeddings": 4096}))
+    return d
+
+
+def test_ddprobe_preflight_against_the_real_server_args(model_dir: Path) -> None:
+    from ddprobe import remote
+    from ddprobe.errors import RefusedError
+    from ddprobe.results import Config
+    from ddprobe.server.launch import build_launch
+    from ddprobe.server.preflight import clear_cache, preflight_launch, run_preflight
+    py = sglang_runtime_python()
+    clear_cache()
+    bare = _pf_host(py, model_dir)
+    cuda = ("--device", "cuda")
+    topk1 = _pf_host(py, model_dir, cuda)
+    unset = _pf_host(py, model_dir, cuda, steps=None, topk=4)
+    trees = _pf_host(py, model_dir, cuda, topk=4)
+    ddtree = _pf_host(py, model_dir, cuda, algorithm="DDTREE", draft_model_path="",
+                      steps=None, topk=None)
+    with remote.connect(bare) as r:
+        res = run_preflight(r, bare, [build_launch(bare, Config(budget=8))])[0]
+        assert res.status == "not_run", res
+        assert res.version == "0.5.11" and "assumption" in res.message
+        with pytest.raises(RefusedError, match="4"):
+            preflight_launch(r, topk1, build_launch(topk1, Config(budget=16)))
+        got = run_preflight(r, unset, [build_launch(unset, Config(budget=15))])[0]
+        assert got.status == "rejected" and "server_args.py" in got.where, got
+        got = run_preflight(r, ddtree, [build_launch(ddtree, Config(budget=15))])[0]
+        assert got.status == "rejected" and "DDTREE" in got.message, got
+        ok = preflight_launch(r, trees, build_launch(trees, Config(budget=15, max_bs=64)))
+        eff = ok.effective
+        assert eff is not None and eff.draft_tokens == 16 and eff.topk == 4
+        assert eff.cuda_graph_bs and max(eff.cuda_graph_bs) == 64
+    clear_cache()
