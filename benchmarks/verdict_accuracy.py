@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         inc = ", ".join(f"b{x.budget}" for x in graded if x.grade == "inconclusive")
         note = wrong + (f"  [inconclusive: {inc}]" if inc else "")
         print(f"{exp.label[:38]:38} {n['right']:>5} {n['wrong']:>5} {n['inconclusive']:>7} "
-              f"{assumed:>7} {used:>8} {sweep:>5} {mn:>4} {used / mn:>5.2f}  {note}")
+              f"{assumed:>7} {used:>8} {sweep:>5} {mn:>4} {(used / mn if mn else 1.0):>5.2f}  {note}")
         for k in ("right", "wrong", "inconclusive"):
             tot[k] += n[k]
         tot["assumed"] += assumed

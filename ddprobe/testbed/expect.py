@@ -108,10 +108,12 @@ def minimum_restarts(exp: Expectation) -> int:
     Per run of one kind, at its first budget, the experiment that decides it when the answer is
     known: kernel 1 (eager control), buffer sizing 1 (one oversize at a curing factor, or the
     smaller max bs), graph capture 2 (eager control + one oversize at the escalated factor),
-    anything else 2. Every other restarted failing budget of a decided run: its own control
+    anything else 2 (a config every budget refuses: 0). Every other restarted failing budget of a decided run: its own control
     (1); the largest budget counts as restarted."""
     b = exp.budgets
     kinds = {x: exp.truth[x].kinds[0] for x in b}
+    if all(k == "config_error" for k in kinds.values()):
+        return 0  # refused by the flags check / preflight: no restart at all
     fails = [x for x in b if kinds[x] != "ok"]
     runs: list[list[int]] = []
     for x in b:
