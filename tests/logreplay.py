@@ -53,15 +53,17 @@ class _State:
         self.started = False
 
     def first_request(self) -> None:
+        # under the lock: a request arriving beside the first one (chat and /generate go
+        # together) waits until the failure is printed and then sees it, never an answer
         with self.lock:
             if self.started:
                 return
             self.started = True
-        _emit(self.rest)
-        if self.mode in ("serve-then-exit", "serve-then-hang"):
-            self.failed.set()
-            if self.mode == "serve-then-exit":
-                threading.Thread(target=self._exit_later, daemon=True).start()
+            if self.mode in ("serve-then-exit", "serve-then-hang"):
+                self.failed.set()
+            _emit(self.rest)
+        if self.mode == "serve-then-exit":
+            threading.Thread(target=self._exit_later, daemon=True).start()
 
     def _exit_later(self) -> None:
         time.sleep(max(0.0, self.linger))
