@@ -88,7 +88,8 @@ def test_max_bs_experiment_that_ran_the_failing_max_bs_is_no_evidence() -> None:
 
     p, _ = simulate(s, answer)
     v = next(v for v in build_verdicts(p) if v.kind != "ok")
-    assert v.kind == "graph_capture"
+    # a capacity error with no smaller max bs really run: a workspace is not ruled out
+    assert v.kind == "inconclusive"
     mb = [e.summary for e in v.evidence if e.kind == "max_bs"]
     assert not mb or "no evidence" in mb[0]
 

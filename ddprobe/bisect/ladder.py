@@ -318,6 +318,8 @@ def _decide(mode: str, cls: str, eo: Obs, oo: Obs, o2: Obs, mo: Obs, *, has_susp
                         workspace=True)
     if e != GOOD:
         return None  # eager untested, or failing differently: not a graph-only failure yet
+    if cls == "capacity" and m != BAD:
+        return None  # no smaller max bs really ran: a fixed workspace is not ruled out
     oversize_ruled_out = tier1 and o == BAD and not escalate_pending and \
         o2.status in (BAD, "none")
     m_done = m in (BAD, "none", "same") or not m_possible
