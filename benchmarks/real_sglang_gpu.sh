@@ -130,7 +130,7 @@ EOF2
     for g in --graph --no-graph; do
       step ddprobe || break
       banner "ddprobe run -b $b $g"
-      timeout $(( $(left) - 10 )) "${DD[@]}" run -H h200 -b $b $g --tasks ${TASKS:-2} --max-tokens 64 --stop-after --break-lock --log-dir "$OUT/ddlogs" --json >"$OUT/run-b$b${g#--}.json" 2>"$OUT/run-b$b${g#--}.err"; echo "rc $?"
+      timeout $(( $(left) - 10 )) "${DD[@]}" run -H h200 -b $b $g ${TASKS:+--tasks $TASKS} --max-tokens 64 --stop-after --break-lock --log-dir "$OUT/ddlogs" --json >"$OUT/run-b$b${g#--}.json" 2>"$OUT/run-b$b${g#--}.err"; echo "rc $?"
       tail -15 "$OUT/run-b$b${g#--}.err"; head -c 3000 "$OUT/run-b$b${g#--}.json"; echo
     done
   done

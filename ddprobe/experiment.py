@@ -85,6 +85,9 @@ def run_cell(r: Remote, host: Host, config: Config, *, probe: ProbeOptions = Pro
 
     `launch_prefix` wraps the launch command (e.g. `compute-sanitizer --tool memcheck`); the
     flag check still sees only the server's own flags."""
+    # the probe options are the user's input: a bad suite or task id is refused here, before
+    # the lock, the flag check or a restart touch the host (it was found after the launch)
+    load_suite(probe.suite).select(list(probe.tasks) if probe.tasks else None)
     rep = reporter or CellReporter()
     base = Baseline.from_cell(baseline) if isinstance(baseline, CellResult) else baseline
     run = _Cell(r, host, config, probe, base, rep, health_timeout, keep_answers)

@@ -144,3 +144,19 @@ def test_launch_prefix_wraps_the_command(make_host: Callable[..., Host],
     assert cell.extra["launch"][:3] == ["env", "WRAPPED_BY=ddprobe", sys.executable]
     assert cell.outcome is Outcome.CRASH and cell.signature is not None
     assert cell.signature.kind == "cublas" and cell.extra["flags_checked"] is True
+
+
+def test_unknown_task_id_is_refused_before_the_host_is_touched(
+        make_host: Callable[..., Host], tb_prefix: Path, tmp_path: Path) -> None:  # noqa: F811
+    """Found on the H200 against real SGLang 0.5.11: `--tasks 2` (a count, where task ids are
+    expected) was refused only after the server had been restarted. Bad probe options are the
+    user's input: a ConfigError naming the suite, and no server, lock or log on the host."""
+    from ddprobe.errors import ConfigError
+    work = tmp_path / "w"
+    host: Host = make_host("gpu-a", python=sys.executable, package="ddtestbed",
+                           env=tb_env(tb_prefix), server=tb_server(free_port(), work))
+    with remote.connect(host) as r, pytest.raises(ConfigError) as err:
+        run_cell(r, host, Config(budget=8), probe=ProbeOptions(tasks=("2",)))
+    assert "unknown task id(s) 2" in str(err.value)
+    assert not (work / "server.json").exists()
+    assert not work.exists() or not any(work.rglob("*.log"))
