@@ -7,6 +7,7 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -147,9 +148,19 @@ def tb_host(make_host: Callable[..., Host], tb_prefix: Path,
     reap(tmp_path / "work")
 
 
-def test_procs_with_finds_this_process() -> None:
-    me = procs_with(sys.executable)
-    assert os.getpid() in me
+def test_procs_with_finds_a_process_by_its_environment() -> None:
+    """A child started with a unique variable is found, and nothing else is (the old form looked
+    for sys.executable, which is not in the command line when pytest runs as `python -m`)."""
+    import uuid
+    needle = f"DDPROBE_TEST_NEEDLE={uuid.uuid4().hex}"
+    child = subprocess.Popen(["sleep", "30"], env={**os.environ, needle.split("=")[0]:
+                                                  needle.split("=")[1]})
+    try:
+        assert procs_with(needle) == [child.pid]
+    finally:
+        child.kill()
+        child.wait()
+    assert procs_with(needle) == []
     assert procs_with("no-such-needle-4f1c2a") == []
 
 

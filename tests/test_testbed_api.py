@@ -44,10 +44,12 @@ def server(prefix: Path) -> Iterator[TestbedServer]:
         yield s
 
 
-def test_starts_in_under_3s_at_test_scale(prefix: Path) -> None:
+def test_starts_in_seconds_at_test_scale(prefix: Path) -> None:
     with running_testbed(prefix, *ddtree(8), scenario="seed", startup_scale=None) as s:
         elapsed = s.wait_healthy()
-    assert elapsed < 3.0, f"start-up took {elapsed:.2f}s"
+    # a generous behavioural bound (the seed's real restart took six minutes; the testbed's
+    # speed is measured side by side in benchmarks/testbed_speed.py, not asserted here)
+    assert elapsed < 20.0, f"start-up took {elapsed:.2f}s"
 
 
 @needs_wheel
