@@ -99,13 +99,17 @@ def test_eager_b16_is_slower_than_graph_b8_degraded_against_it(
         sshd: SshServer, tb_prefix: Path, tmp_path: Path,  # noqa: F811
         capsys: pytest.CaptureFixture[str]) -> None:
     """Eager b16 is correct, accepts more, but is much slower than graph b8 (seed: 111 vs 285
-    tok/s): against b8 as the baseline it is `degraded`. At this time scale the simulated GPU
-    time, not the testbed's own Python, sets the tok/s."""
+    tok/s): against b8 as the baseline it is `degraded`. The testbed's speed ratio itself is
+    measured side by side in benchmarks/testbed_speed.py, not asserted here: on a loaded machine
+    the testbed's own Python sets part of the tok/s. So the baseline is b8's real answers with
+    its tok/s raised 4x, which puts eager b16 below the 0.75 ratio whatever the load, and the
+    test checks what ddprobe does with a slow, correct cell."""
     h = CliHost(sshd, tb_prefix, tmp_path, scale="0.5",
                 extra_server="      tok_s_min_ratio: 0.75\n")
     try:
         code, b8 = h.run(capsys, "--budget", "8", "--keep-answers")
         assert code == ExitCode.OK and set(b8["extra"]["answers"]) == set(TASKS)
+        b8["probes"]["tok_s"] = 4 * b8["probes"]["tok_s"]
         base = tmp_path / "b8.json"
         base.write_text(json.dumps(b8))
         code, e16 = h.run(capsys, "--budget", "16", "--no-graph", "--baseline", str(base))
@@ -114,7 +118,7 @@ def test_eager_b16_is_slower_than_graph_b8_degraded_against_it(
         assert e16["probes"]["passed"] == len(TASKS)
         assert e16["probes"]["divergence"] is None  # same greedy answers: correct, only slow
         assert e16["probes"]["accept_length"] > b8["probes"]["accept_length"]
-        assert e16["probes"]["tok_s"] < 0.75 * b8["probes"]["tok_s"]
+        assert e16["probes"]["tok_s"] < 0.75 * b8["probes"]["tok_s"]  # what made it degraded
     finally:
         h.stop()
 
