@@ -152,10 +152,18 @@ def test_advice_after_a_killed_apply_works_for_a_patch_file(sshd, tmp_path: Path
                                                             capsys) -> None:
     site = Site(sshd, tmp_path)
     inv = write_inventory(tmp_path, site)
-    src = load_patch("ddtestbed-custom-mask").text.replace(
-        "# id: ddtestbed-custom-mask", "# id: my-local-fix")
+    # a patch from a file, two files, so the host helper pauses between them (test hook)
+    from ddprobe.sources.patchtext import Patch, format_patch, make_file_patch
+    files = []
+    for rel in (TRITON, "srt/server_args.py"):
+        old = (site.prefix / "ddtestbed" / rel).read_text()
+        first = old.splitlines(keepends=True)[0]
+        fp = make_file_patch(rel, old, old.replace(first, first + "# my local fix\n", 1))
+        assert fp is not None
+        files.append(fp)
     pf = tmp_path / "my-local-fix.patch"
-    pf.write_text(src)
+    pf.write_text(format_patch(Patch("my-local-fix", tuple(files), "a local fix", "ddtestbed",
+                                     ("0.1.0",))))
     # the ledger entry an apply killed before it recorded its end leaves ("applying")
     from ddprobe.sources.patches import PAUSE_ENV
     env = dict(os.environ, **{PAUSE_ENV: "30"})
@@ -167,10 +175,15 @@ def test_advice_after_a_killed_apply_works_for_a_patch_file(sshd, tmp_path: Path
                             stderr=subprocess.PIPE, text=True)
     ledger = site.prefix / ".ddprobe" / "ledger.json"
     deadline = time.monotonic() + 60
-    while not (ledger.exists() and json.loads(ledger.read_text() or "{}").get("entries")):
-        assert time.monotonic() < deadline and proc.poll() is None
+    entry: dict = {}
+    while "pid" not in entry:  # the apply is between its two files
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.05)
-    entry = json.loads(ledger.read_text())["entries"][0]
+        try:
+            entries = json.loads(ledger.read_text()).get("entries") if ledger.exists() else []
+        except ValueError:
+            entries = []  # being written
+        entry = entries[0] if entries else {}
     os.kill(int(entry["pid"]), 9)  # the host helper dies mid-apply (OOM kill, reboot)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == int(ExitCode.PATCH), err
