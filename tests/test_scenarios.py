@@ -57,6 +57,9 @@ def test_scenario_verdicts_match_the_header(exp: Expectation, tmp_path: Path) ->
            for g in graded if g.grade != "right"]
     assert not bad, f"{exp.label}: " + "; ".join(bad)
     for g in graded:
-        if g.expected.assumed:
-            assert not g.tested and g.confidence == "low"
+        # a budget the header expects to be assumed may still be restarted (the restarts are
+        # weighed in benchmarks/verdict_accuracy.py); one that was not restarted is never
+        # stated above low confidence
+        if not g.tested:
+            assert g.confidence == "low", f"b{g.budget}: untested at {g.confidence}"
     assert rep.restarts_used <= rep.restarts_full_sweep + 2
