@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -310,3 +311,15 @@ def test_host_pair_with_different_gpus_never_shares_rounds(
     assert code == 1
     assert_clean(inv, a)
     assert_clean(inv, b)
+
+
+def lock_by_another_run(site: Site, pid: int, token: str = "0" * 32) -> Path:
+    """The lock file another live ddprobe run (pid) on this machine would hold on `site`."""
+    site.workdir.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    lock = site.workdir / "lock"
+    lock.write_text(json.dumps({"owner": "other@" + socket.gethostname(),
+                                "machine": socket.gethostname(), "pid": pid, "time": now,
+                                "since": now, "command": "ddprobe bisect (another run)",
+                                "token": token}))
+    return lock

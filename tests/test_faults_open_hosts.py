@@ -8,31 +8,17 @@ the locked host keeps the other run's lock untouched, and no run directory is le
 """
 from __future__ import annotations
 
-import json
-import socket
 import time
 from pathlib import Path
 
 import pytest
-from test_bisect_ssh import TASKS, Site, ddprobe, write_inventory
+from test_bisect_ssh import TASKS, Site, ddprobe, lock_by_another_run, write_inventory
 
 from ddprobe import remote
 from ddprobe.exitcodes import ExitCode
 from ddprobe.inventory import Host
 
 pytestmark = pytest.mark.ssh
-
-
-def _lock_by_another_run(site: Site, pid: int) -> Path:
-    """The lock file another live ddprobe run (pid) on this machine would hold."""
-    site.workdir.mkdir(parents=True, exist_ok=True)
-    now = time.time()
-    lock = site.workdir / "lock"
-    lock.write_text(json.dumps({"owner": "other@" + socket.gethostname(),
-                                "machine": socket.gethostname(), "pid": pid, "time": now,
-                                "since": now, "command": "ddprobe bisect (another run)",
-                                "token": "0" * 32}))
-    return lock
 
 
 @pytest.mark.parametrize("command", ["sweep", "bisect"])
@@ -49,7 +35,7 @@ def test_one_locked_host_leaves_the_others_unlocked(sshd, sshd2, tmp_path: Path,
     merged.write_text(sshd.ssh_config.read_text().split("Host *")[0]
                       + sshd2.ssh_config.read_text())
     site, other = (a, b) if locked == "gpu-a" else (b, a)
-    lock = _lock_by_another_run(site, sshd.pid)  # a live process that is not this one
+    lock = lock_by_another_run(site, sshd.pid)  # a live process that is not this one
     before = lock.read_text()
     code = ddprobe(inv, merged, command, "--host", "gpu-a,gpu-b", "--budgets", "8",
                    "--tasks", TASKS)

@@ -15,13 +15,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
-from test_bisect_ssh import TASKS, Site, ddprobe, write_inventory
+from test_bisect_ssh import TASKS, Site, ddprobe, lock_by_another_run, write_inventory
 
 from ddprobe import remote
 from ddprobe.exitcodes import ExitCode
@@ -34,23 +33,12 @@ pytestmark = pytest.mark.ssh
 TRITON = "srt/layers/attention/triton_backend.py"
 
 
-def _lock_by_another_run(site: Site, pid: int) -> Path:
-    site.workdir.mkdir(parents=True, exist_ok=True)
-    now = time.time()
-    lock = site.workdir / "lock"
-    lock.write_text(json.dumps({"owner": "other@" + socket.gethostname(),
-                                "machine": socket.gethostname(), "pid": pid, "time": now,
-                                "since": now, "command": "ddprobe bisect (another run)",
-                                "token": "1" * 32}))
-    return lock
-
-
 def test_patch_apply_and_revert_take_the_host_lock(sshd, tmp_path: Path, capsys) -> None:
     site = Site(sshd, tmp_path)
     inv = write_inventory(tmp_path, site)
     f = site.prefix / "ddtestbed" / TRITON
     before = f.read_bytes()
-    lock = _lock_by_another_run(site, sshd.pid)
+    lock = lock_by_another_run(site, sshd.pid, token="1" * 32)
     for args in (["patch", "apply", "ddtestbed-custom-mask"],
                  ["patch", "revert", "--all"]):
         code = ddprobe(inv, sshd.ssh_config, *args, "--host", "gpu")
