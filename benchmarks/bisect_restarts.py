@@ -31,8 +31,8 @@ sys.path.insert(0, str(REPO))
 from ddprobe.bisect.run import BisectRequest, run_bisect  # noqa: E402
 from ddprobe.bisect.sweep import SweepRequest, run_sweep  # noqa: E402
 from ddprobe.inventory import Host, ServerSettings  # noqa: E402
-from ddprobe.testbed.install import sync_testbed  # noqa: E402
-from ddprobe.testbed.scenario import SCENARIO_DIR  # noqa: E402
+from ddtestbed.install import sync_testbed  # noqa: E402
+from ddtestbed.scenario import SCENARIO_DIR  # noqa: E402
 
 RESTART_S = 360.0  # the seed's restart: about six minutes
 TASKS = ("reverse_words", "is_palindrome", "fizzbuzz")

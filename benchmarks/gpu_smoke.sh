@@ -167,7 +167,7 @@ if step facts; then
 fi
 
 if step sanitize; then
-  # one sanitize cell at graph b16, the seed's first failing budget (ddprobe.sanitize_cell)
+  # one sanitize cell at graph b16, the seed's first failing budget (ddprobe.cell.sanitize)
   banner "sanitize cell b16 (compute-sanitizer memcheck, PYTORCH_NO_CUDA_MEMORY_CACHING=1)"
   PATH=$PATH:/usr/local/cuda/bin timeout $(cap 480) python3 - "$INV" "$OUT" <<'EOF'
 import json, sys
@@ -175,7 +175,7 @@ from pathlib import Path
 from ddprobe.inventory import load_inventory
 from ddprobe.remote import connect
 from ddprobe.results import Config
-from ddprobe.sanitize_cell import run_sanitize_cell
+from ddprobe.cell.sanitize import run_sanitize_cell
 host = load_inventory(sys.argv[1]).get("h200")
 with connect(host) as r:
     cell = run_sanitize_cell(r, host, Config(budget=16), log_dir=Path(sys.argv[2]),
@@ -223,13 +223,13 @@ fi
 
 BISECT=(bisect -H h200 -b "$BUDGETS" --tasks "$TASKS" --break-lock)
 if step bisect-sanitize; then
-  # ddprobe.experiment does not re-export run_sanitize_cell yet: hand it to the bisect here
+  # ddprobe.cell.experiment does not re-export run_sanitize_cell yet: hand it to the bisect here
   banner "ddprobe bisect --sanitize"
   PATH=$PATH:/usr/local/cuda/bin timeout $(cap 900) python3 - "$INV" "${SSHCFG[@]}" "${BISECT[@]}" \
     > "$OUT/bisect-sanitize.json" <<'EOF'
 import sys
-import ddprobe.experiment as experiment
-from ddprobe.sanitize_cell import run_sanitize_cell
+import ddprobe.cell.experiment as experiment
+from ddprobe.cell.sanitize import run_sanitize_cell
 if not hasattr(experiment, "run_sanitize_cell"):
     experiment.run_sanitize_cell = run_sanitize_cell
 from ddprobe.cli import main

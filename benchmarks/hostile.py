@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import hostile_payloads  # noqa: E402
 import hostile_server  # noqa: E402
 
-from ddprobe import hosttext  # noqa: E402
+from ddprobe import untrusted as hosttext  # noqa: E402
 
 ROWS: list[tuple[str, str, str, str]] = []  # family, payload, leaked, note
 ESC_BYTES = re.compile("[\x1b\x07\x9b\x9d\x90\u202e]")

@@ -42,7 +42,7 @@ def start_testbed(budget: int, time_scale: float) -> tuple[subprocess.Popen[byte
     """Start the testbed server (the SGLang stand-in) from this checkout; wait until healthy."""
     port = _free_port()
     log = Path(tempfile.mkstemp(prefix="ddprobe-bench-testbed-", suffix=".log")[1])
-    argv = [sys.executable, "-m", "ddprobe.testbed", "--model-path", "ddtestbed/tiny-coder",
+    argv = [sys.executable, "-m", "ddtestbed", "--model-path", "ddtestbed/tiny-coder",
             "--port", str(port), "--speculative-algorithm", "DDTREE",
             "--speculative-ddtree-budget", str(budget), "--testbed-time-scale", str(time_scale)]
     with log.open("wb") as fh:

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from probe_concurrency import _free_port, stop  # noqa: E402
 
 from ddprobe.probes import load_suite  # noqa: E402
-from ddprobe.testbed.scenario import load_scenario  # noqa: E402
+from ddtestbed.scenario import load_scenario  # noqa: E402
 
 
 def start(budget: int, graph: bool, scale: float):  # type: ignore[no-untyped-def]
@@ -33,7 +33,7 @@ def start(budget: int, graph: bool, scale: float):  # type: ignore[no-untyped-de
     import time
     port = _free_port()
     log = Path(tempfile.mkstemp(prefix="ddprobe-bench-speed-", suffix=".log")[1])
-    argv = [sys.executable, "-m", "ddprobe.testbed", "--model-path", "ddtestbed/tiny-coder",
+    argv = [sys.executable, "-m", "ddtestbed", "--model-path", "ddtestbed/tiny-coder",
             "--port", str(port), "--speculative-algorithm", "DDTREE",
             "--speculative-ddtree-budget", str(budget), "--testbed-time-scale", str(scale),
             "--testbed-startup-scale", "0.001"] + ([] if graph else ["--disable-cuda-graph"])

@@ -7,7 +7,7 @@ Runs `ddprobe bisect` on the built-in (local) testbed host for each expectation,
 side by side per scenario: right / wrong / inconclusive budgets (and how many were assumed, not
 restarted), the confidence of each wrong one, and the restarts used vs the full sweep
 (budgets x {graph, eager}) vs the minimum an oracle that knows the truth needs under ddprobe's
-evidence rules (`ddprobe.testbed.expect.minimum_restarts` says how it is derived). The last
+evidence rules (`ddtestbed.expect.minimum_restarts` says how it is derived). The last
 lines are the totals. Every figure is measured in this one run.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ sys.path.insert(0, str(REPO))
 
 from ddprobe.bisect.run import BisectRequest, run_bisect  # noqa: E402
 from ddprobe.inventory import builtin_testbed  # noqa: E402
-from ddprobe.testbed.expect import Expectation, expectations, grade, minimum_restarts  # noqa: E402
+from ddtestbed.expect import Expectation, expectations, grade, minimum_restarts  # noqa: E402
 
 
 def request(exp: Expectation, tasks: str) -> BisectRequest:

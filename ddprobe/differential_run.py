@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from ddprobe.experiment import CellReporter, ProbeOptions, run_cell
+from ddprobe.cell.experiment import CellReporter, ProbeOptions, run_cell
 from ddprobe.inventory import Host
 from ddprobe.probes.differential import Differential, apply
 from ddprobe.remote import Remote

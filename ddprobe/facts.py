@@ -10,10 +10,10 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ddprobe.hosttext import clean
 from ddprobe.errors import RemoteError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
+from ddprobe.untrusted import clean
 
 _FACTS_SRC = r'''
 import importlib.metadata as md, importlib.util, json, os, platform, re, shutil, socket, subprocess, sys

@@ -27,8 +27,15 @@ from fabric import Config, Connection
 
 from ddprobe import interrupt
 from ddprobe.agent import AGENT_SRC, MAX_REPLY_BYTES, Agent, AgentDead, AgentTimeout
-from ddprobe.errors import (ConfigError, DdprobeError, HostKeyError, RemoteCommandError,
-                            RemoteError, RemoteTimeout, UnreachableError)
+from ddprobe.errors import (
+    ConfigError,
+    DdprobeError,
+    HostKeyError,
+    RemoteCommandError,
+    RemoteError,
+    RemoteTimeout,
+    UnreachableError,
+)
 from ddprobe.inventory import Host, env_name_problem
 from ddprobe.sshconfig import SshTarget, resolve
 
@@ -310,8 +317,8 @@ class SshRemote(Remote):
                         client.get_host_keys().load(f)
                 except (OSError, paramiko.SSHException) as e:
                     log.warning("cannot read known_hosts %s: %s", f, e)
-        if client._host_keys_filename is None:  # noqa: SLF001 - so accepted keys can be saved
-            client._host_keys_filename = t.known_hosts_files[0]  # noqa: SLF001
+        if client._host_keys_filename is None:
+            client._host_keys_filename = t.known_hosts_files[0]
         shkc = t.strict_host_key_checking
         if self.opts.accept_new_host_keys or shkc == "accept-new":
             client.set_missing_host_key_policy(_RecordingPolicy(t.known_hosts_files[0], save=True))
@@ -359,7 +366,7 @@ class SshRemote(Remote):
                 raise UnreachableError(f"{self.host.name}: authentication failed for {where}: "
                                        f"{msg or 'no accepted key'}") from None
             raise UnreachableError(f"{self.host.name}: ssh to {where} failed: {msg}") from None
-        except socket.timeout:
+        except TimeoutError:
             raise UnreachableError(f"{self.host.name}: connection to {where} timed out") from None
         except OSError as e:
             raise UnreachableError(f"{self.host.name}: cannot connect to {where}: "
@@ -631,14 +638,14 @@ class SshRemote(Remote):
                 try:
                     srv.settimeout(0.5)
                     sock, addr = srv.accept()
-                except socket.timeout:
+                except TimeoutError:
                     continue
                 except OSError:
                     return
                 try:
                     ch = transport.open_channel("direct-tcpip", (remote_host, remote_port), addr,
                                                 timeout=10)
-                except Exception:  # noqa: BLE001 - the port is closed on the host: drop the client
+                except Exception:
                     sock.close()
                     continue
                 threading.Thread(target=pump, args=(sock, ch), daemon=True).start()
@@ -724,7 +731,7 @@ def fan_out(hosts: Sequence[Host], fn: Callable[[Host], T], *, max_workers: int 
         except DdprobeError as e:
             results[i] = HostOutcome(hosts[i], "failed", error=str(e), exc=e,
                                      duration=time.monotonic() - starts.get(i, t_begin))
-        except Exception as e:  # noqa: BLE001 - one host's bug must not stop the others
+        except Exception as e:
             results[i] = HostOutcome(hosts[i], "failed", error=f"{type(e).__name__}: {e}", exc=e,
                                      duration=time.monotonic() - starts.get(i, t_begin))
     pool.shutdown(wait=False, cancel_futures=True)

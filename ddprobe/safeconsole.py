@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console, ConsoleOptions, RenderableType
 from rich.segment import Segment
 
-from ddprobe.hosttext import clean, is_clean
+from ddprobe.untrusted import clean, is_clean
 
 
 class SafeConsole(Console):

@@ -29,11 +29,11 @@ from typing import Any, Final
 from ddprobe.errors import ConfigError, DdprobeError, RefusedError, RemoteError, UsageError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.facts import Facts, gather_facts
-from ddprobe.hosttext import excerpt, for_xml
 from ddprobe.inventory import Host
 from ddprobe.remote import connect
 from ddprobe.results import CellResult, Config, Outcome
 from ddprobe.store import RunStore, runs_root
+from ddprobe.untrusted import excerpt, for_xml
 
 SEVERITY: Final = (ExitCode.CRASH, ExitCode.HANG, ExitCode.GARBAGE, ExitCode.DEGRADED,
                    ExitCode.REFUSED, ExitCode.SERVER, ExitCode.UNREACHABLE)
@@ -148,7 +148,7 @@ def smoke_host(host: Host, configs: Sequence[Config], *, log_dir: Path | None,
                probe: Any = None, baseline: Any = None,
                on_cell: Callable[[CellResult], None] | None = None) -> HostSmoke:
     """Run the smoke checks on one host (never raises for the host's own problems)."""
-    from ddprobe.experiment import run_cell
+    from ddprobe.cell.experiment import run_cell
     from ddprobe.server.launch import build_launch, check_launch, host_flags
     t0 = time.monotonic()
     hs = HostSmoke(host.name, timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))

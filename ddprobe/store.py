@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddprobe.hosttext import dumps_json, file_part
 from ddprobe.errors import ConfigError
 from ddprobe.results import CellResult, Verdict
+from ddprobe.untrusted import dumps_json, file_part
 
 
 def runs_root() -> Path:

@@ -8,7 +8,7 @@ import socket
 import sys
 from pathlib import Path
 
-from ddprobe.experiment import ProbeOptions, run_cell
+from ddprobe.cell.experiment import ProbeOptions, run_cell
 from ddprobe.inventory import Host, ServerSettings
 from ddprobe.remote import connect
 from ddprobe.results import CellResult, Config, Outcome

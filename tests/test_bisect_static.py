@@ -12,7 +12,7 @@ from ddprobe.sources.buffers import SizingParams, analyse_buffers, wanted_files
 from ddprobe.sources.oversize import make_oversize_patch
 
 PARAMS = SizingParams(max_bs=64, budgets=(8, 16, 32, 64), context_len=32768)
-TESTBED = Path(__file__).resolve().parents[1] / "ddprobe" / "testbed"
+TESTBED = Path(__file__).resolve().parents[1] / "ddtestbed"
 
 
 def _testbed_texts() -> dict[str, str]:

@@ -140,7 +140,7 @@ TASKS = ("fizzbuzz", "caesar_cipher", "is_palindrome", "binary_search")
 @pytest.mark.parametrize("budget", [8, 16])
 def test_stale_scenario_on_the_cpu_testbed(prefix: Path, tmp_path: Path, budget: int) -> None:
     from ddprobe.differential_run import run_differential
-    from ddprobe.experiment import ProbeOptions
+    from ddprobe.cell.experiment import ProbeOptions
     from ddprobe.remote import connect
     host = _stale_host(prefix, tmp_path)
     with connect(host) as r:
@@ -173,7 +173,7 @@ def test_run_differential_refuses_a_baseline(tmp_path: Path) -> None:
 def test_the_testbed_takes_sglangs_deterministic_inference_flag() -> None:
     """The differential's advice (`--extra '--enable-deterministic-inference'`) must not be
     refused by the stand-in: SGLang's ServerArgs has the flag, so the testbed has it too."""
-    from ddprobe.testbed.srt.server_args import prepare_server_args
+    from ddtestbed.srt.server_args import prepare_server_args
     args = prepare_server_args(["--model-path", "sim", "--enable-deterministic-inference"])
     assert args.enable_deterministic_inference is True
     assert prepare_server_args(["--model-path", "sim"]).enable_deterministic_inference is False

@@ -23,7 +23,7 @@ from testbed_util import free_port
 from ddprobe import remote
 from ddprobe.effective import (EffectiveConfig, captured_bs, describe, from_log,
                                from_server_args)
-from ddprobe.experiment import ProbeOptions, run_cell
+from ddprobe.cell.experiment import ProbeOptions, run_cell
 from ddprobe.inventory import Host
 from ddprobe.results import CellResult, Config, Outcome
 

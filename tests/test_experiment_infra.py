@@ -20,7 +20,7 @@ from testbed_util import free_port
 from ddprobe import remote
 from ddprobe.cli import main
 from ddprobe.exitcodes import ExitCode
-from ddprobe.experiment import CellReporter, ProbeOptions, run_cell
+from ddprobe.cell.experiment import CellReporter, ProbeOptions, run_cell
 from ddprobe.inventory import Host
 from ddprobe.results import Config, Outcome
 from ddprobe.server import get_manager

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import socket
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -158,7 +159,13 @@ def test_port_in_use_is_an_error_not_a_crash(host: CliHost,
 def test_broken_launch_command_is_an_error(sshd: SshServer, tb_prefix: Path,  # noqa: F811
                                            tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
-    h = CliHost(sshd, tmp_path / "no-testbed-here", tmp_path)  # PYTHONPATH without the package
+    # PYTHONPATH without the package, and a Python that sees no site-packages (ddtestbed is
+    # installed beside ddprobe in the venv the tests run in)
+    h = CliHost(sshd, tmp_path / "no-testbed-here", tmp_path)
+    bare = tmp_path / "python-S"
+    bare.write_text(f"#!/bin/sh\nexec {sys.executable} -S \"$@\"\n")
+    bare.chmod(0o755)
+    h.inv.write_text(h.inv.read_text().replace(f"python: {sys.executable}\n", f"python: {bare}\n"))
     code, doc = h.run(capsys, "--budget", "8")
     assert doc["outcome"] == "error" and code == ExitCode.SERVER, doc
     assert "No module named" in doc["error"] and doc["signature"] is None
@@ -175,7 +182,7 @@ def test_human_output(host: CliHost, capsys: pytest.CaptureFixture[str]) -> None
 
 def _scenario_with(tmp_path: Path, *, defects: str = "", server: str = "") -> Path:
     """The seed scenario with extra keys under defects/server (a file, like a user's)."""
-    from ddprobe.testbed.scenario import resolve_scenario_path
+    from ddtestbed.scenario import resolve_scenario_path
     text = resolve_scenario_path("seed").read_text()
     text = text.replace("\ndefects:\n", f"\ndefects:\n{defects}", 1)
     text = text.replace("\nserver:\n", f"\nserver:\n{server}", 1)

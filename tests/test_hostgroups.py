@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ddprobe.bisect.hostgroups import group_hosts, identity, why_apart
+from ddprobe.bisect.groups import group_hosts, identity, why_apart
 from ddprobe.facts import Facts, gather_facts
 from ddprobe.inventory import Host, builtin_testbed
 from ddprobe.remote import connect

@@ -17,7 +17,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from rich.text import Text
 
-from ddprobe import hosttext
+from ddprobe import untrusted as hosttext
 from ddprobe.cli import main
 from ddprobe.cli.common import make_console
 

@@ -31,8 +31,8 @@ from ddprobe.bisect.static import Suspect
 from ddprobe.bisect.verdicts import build_verdicts, exit_code
 from ddprobe.cli.bisect import what
 from ddprobe.results import CellResult, Config, Outcome, Signature
-from ddprobe.sanitize_cell import name_buffer
-from ddprobe.sanitizer import parse_memcheck
+from ddprobe.cell.sanitize import name_buffer
+from ddprobe.cell.memcheck import parse_memcheck
 from test_sanitize_cell import _report
 
 DATA = Path(__file__).resolve().parent / "data"

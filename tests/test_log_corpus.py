@@ -133,7 +133,7 @@ def test_driver_xid_lines_during_a_crashed_cell_are_evidence(tmp_path: Path) -> 
 
     from corpus_replay import replay_host
 
-    from ddprobe.experiment import ProbeOptions, run_cell
+    from ddprobe.cell.experiment import ProbeOptions, run_cell
     from ddprobe.remote import connect
     from ddprobe.results import Config, Outcome
     bindir = tmp_path / "bin"

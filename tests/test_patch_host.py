@@ -336,7 +336,7 @@ def test_testbed_install_is_analysed_and_patched_like_sglang(make_host, tmp_path
     # the testbed's package as it is installed on a host (`ddtestbed` on PYTHONPATH); the
     # host entry's `package` is all that differs
     site = tmp_path / "site"
-    shutil.copytree(REPO / "ddprobe" / "testbed", site / "ddtestbed",
+    shutil.copytree(REPO / "ddtestbed", site / "ddtestbed",
                     ignore=shutil.ignore_patterns("__pycache__"))
     h = make_host(python=sys.executable, package="ddtestbed", env={"PYTHONPATH": str(site)})
     f = site / "ddtestbed" / TRITON

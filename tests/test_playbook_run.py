@@ -20,7 +20,7 @@ from ddprobe.playbook.builtin import campaign_action
 from ddprobe.report.model import build_model
 from ddprobe.sources.patches import patch_status, revert_patch
 from ddprobe.store import RunRecord, load_run
-from ddprobe.testbed.install import sync_testbed
+from ddtestbed.install import sync_testbed
 from test_report import write_seed_run
 
 TRITON = "srt/layers/attention/triton_backend.py"

@@ -34,7 +34,7 @@ from ddprobe.bisect.preflight import plan_preflight
 from ddprobe.cli import main
 from ddprobe.errors import RefusedError
 from ddprobe.exitcodes import ExitCode
-from ddprobe.experiment import ProbeOptions, run_cell
+from ddprobe.cell.experiment import ProbeOptions, run_cell
 from ddprobe.inventory import Host, ServerSettings
 from ddprobe.results import Config, Outcome
 from ddprobe.server.launch import build_launch

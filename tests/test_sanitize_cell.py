@@ -22,9 +22,9 @@ import pytest
 from ddprobe.inventory import Host
 from ddprobe.remote import connect
 from ddprobe.results import Config, Outcome
-from ddprobe.sanitize_cell import (NO_CACHING, SANITIZER_ARGS, name_buffer, run_sanitize_cell,
+from ddprobe.cell.sanitize import (NO_CACHING, SANITIZER_ARGS, name_buffer, run_sanitize_cell,
                                    sanitized_launch, solve_row)
-from ddprobe.sanitizer import parse_memcheck
+from ddprobe.cell.memcheck import parse_memcheck
 from ddprobe.server.launch import Launch
 from ddprobe.sources import SizingParams, analyse_buffers
 from test_server_util import tb_env, tb_server
@@ -32,7 +32,7 @@ from testbed_util import free_port, install_prefix
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
-TESTBED = REPO / "ddprobe" / "testbed"
+TESTBED = REPO / "ddtestbed"
 SEED_B16_MASK = 9 * 64 * (32768 + 9)  # the seed's custom mask at b16: sized for 9 draft tokens
 # the line grep-buffers must name: where the testbed allocates the mask (read, not hard-coded)
 MASK_LINE = next(i for i, ln in enumerate(

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ddprobe.sanitizer import match_buffer, parse_memcheck
+from ddprobe.cell.memcheck import match_buffer, parse_memcheck
 
 DATA = Path(__file__).parent / "data"
 

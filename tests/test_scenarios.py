@@ -1,7 +1,7 @@
 """Every bundled testbed scenario against the ground truth written in its header (issue 10).
 
 Each scenario file states, before it was first run, what the bisect must answer per budget
-(`# expect: FLAGS => BUDGET:KIND ...`, see ddprobe/testbed/expect.py). This runs the bisect on
+(`# expect: FLAGS => BUDGET:KIND ...`, see ddtestbed/expect.py). This runs the bisect on
 a local testbed host for each expectation and asserts every budget's verdict: the right kind,
 an assumed (not restarted) budget only at low confidence, and `inconclusive` only where the
 header allows it. `benchmarks/verdict_accuracy.py` prints the same runs with restart counts.
@@ -16,7 +16,7 @@ from testbed_util import free_port, install_prefix
 
 from ddprobe.bisect.run import BisectRequest, run_bisect
 from ddprobe.inventory import builtin_testbed
-from ddprobe.testbed.expect import Expectation, expectations, grade
+from ddtestbed.expect import Expectation, expectations, grade
 
 pytestmark = pytest.mark.slow
 EXPECTATIONS = expectations()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ddprobe.probes.runner import ProbeReport, TaskResult, summarise
 from ddprobe.results import Outcome, Signature
-from ddprobe.server.classify import (Baseline, argparse_refusal, classify_dead, classify_hang,
+from ddprobe.cell.classify import (Baseline, argparse_refusal, classify_dead, classify_hang,
                                      classify_served, excerpt, launch_failure,
                                      refused_signature)
 

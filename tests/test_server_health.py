@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from testbed_util import free_port
 
-from ddprobe.server.health import fatal_match, last_line, wait_healthy
+from ddprobe.cell.health import fatal_match, last_line, wait_healthy
 from ddprobe.server.manager import Peek
 
 SERVER = r"""

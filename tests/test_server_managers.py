@@ -18,7 +18,8 @@ from ddprobe import remote
 from ddprobe.errors import ConfigError
 from ddprobe.inventory import Host, ServerSettings
 from ddprobe.results import Config
-from ddprobe.server import build_launch, get_manager, wait_healthy
+from ddprobe.cell.health import wait_healthy
+from ddprobe.server import build_launch, get_manager
 from ddprobe.server.docker import DockerManager, run_argv
 from ddprobe.server.systemd import dropin_text, env_line, parse_unit, systemd_quote
 

@@ -205,7 +205,7 @@ def test_oversize_patch_multiplies_named_buffers_and_applies() -> None:
 
 
 def test_testbed_layout_is_analysed_like_sglang() -> None:
-    root = Path(__file__).resolve().parents[1] / "ddprobe" / "testbed"
+    root = Path(__file__).resolve().parents[1] / "ddtestbed"
     src = root / TRITON
     if not src.exists():
         pytest.fail("the testbed's srt/layers/attention/triton_backend.py is missing")

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from ddprobe.testbed.install import sync_testbed
+from ddtestbed.install import sync_testbed
 
 REPO = Path(__file__).resolve().parents[1]
 REAL_SUITE = REPO / "ddprobe" / "probes" / "suites" / "coding.json"

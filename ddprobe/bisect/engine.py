@@ -18,7 +18,7 @@ from typing import Any, Protocol
 from ddprobe import interrupt
 from ddprobe.bisect.cells import PlannedCell
 from ddprobe.bisect.executor import Executor, HostSession
-from ddprobe.bisect.hostgroups import HostGroup
+from ddprobe.bisect.groups import HostGroup
 from ddprobe.errors import HostGone
 from ddprobe.results import CellResult
 from ddprobe.store import RunRecord, RunStore

@@ -1,6 +1,6 @@
 """Running one planned cell on one host: patches around it, the experiment cell, its log.
 
-The cell itself is `ddprobe.experiment.run_cell` (restart with the config, health wait, probes,
+The cell itself is `ddprobe.cell.experiment.run_cell` (restart with the config, health wait, probes,
 classification). Around it this module applies the cell's temporary patch (the oversize
 experiment's, or --confirm-patch's) and always reverts it, and copies the server log of the
 cell into the run directory. Infrastructure failures become an `error` cell (a skip), never a
@@ -18,20 +18,25 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ddprobe.hosttext import file_part
-from ddprobe.bisect.cells import PlannedCell
 from ddprobe import interrupt
+from ddprobe.bisect.cells import PlannedCell
 from ddprobe.bisect.reconnect import RETRIES_PER_CELL, reconnect
-from ddprobe.errors import (DdprobeError, HostGone, LockedError, PatchError, RemoteError,
-                            UsageError)
+from ddprobe.errors import DdprobeError, HostGone, LockedError, PatchError, RemoteError, UsageError
 from ddprobe.facts import Facts, gather_facts
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote, connect
 from ddprobe.results import CellResult, Config, Outcome
 from ddprobe.sources.buffers import BufferReport
 from ddprobe.sources.oversize import make_oversize_patch
-from ddprobe.sources.patches import (apply_patch, applied_ids, load_patch, patch_status,
-                                     revert_patch, revert_temporary)
+from ddprobe.sources.patches import (
+    applied_ids,
+    apply_patch,
+    load_patch,
+    patch_status,
+    revert_patch,
+    revert_temporary,
+)
+from ddprobe.untrusted import file_part
 
 log = logging.getLogger("ddprobe.bisect")
 LOG_CAP = 4 << 20
@@ -110,14 +115,14 @@ def revert_leftovers(s: HostSession) -> list[str]:
 
 def experiment_api() -> tuple[Callable[..., CellResult] | None, Callable[..., CellResult] | None,
                               str]:
-    """(run_cell, run_sanitize_cell or None, why-not) from ddprobe.experiment, if present."""
+    """(run_cell, run_sanitize_cell or None, why-not) from ddprobe.cell.experiment, if present."""
     try:
-        from ddprobe import experiment
+        from ddprobe.cell import experiment
     except ImportError as e:
-        return None, None, f"ddprobe.experiment is not available ({e})"
+        return None, None, f"ddprobe.cell.experiment is not available ({e})"
     run = getattr(experiment, "run_cell", None)
     san = getattr(experiment, "run_sanitize_cell", None)
-    return run, san, "" if san else "ddprobe.experiment has no sanitize support yet"
+    return run, san, "" if san else "ddprobe.cell.experiment has no sanitize support yet"
 
 
 def _kwargs(fn: Callable[..., Any], wanted: dict[str, Any]) -> dict[str, Any]:
@@ -135,7 +140,7 @@ def probe_options(tasks: tuple[str, ...] | list[str] = ()) -> Any:
     None: the experiment's default (the whole coding suite)."""
     if not tasks:
         return None
-    from ddprobe.experiment import ProbeOptions
+    from ddprobe.cell.experiment import ProbeOptions
     from ddprobe.probes.coding import load_suite
     ids = list(tasks)
     if len(ids) == 1 and ids[0].isdigit():
@@ -247,7 +252,7 @@ class Executor:
         fn = self._san if cell.purpose == "sanitize" else self._run
         if fn is None:
             return error_cell(s.host, cell.config, "no experiment cell available in this "
-                              "ddprobe (ddprobe.experiment missing)", kind=cell.kind)
+                              "ddprobe (ddprobe.cell.experiment missing)", kind=cell.kind)
         log_dir = self.run_dir / "logs" if self.run_dir else None
         wanted: dict[str, Any] = {"log_dir": log_dir, "lock": s.lock,
                                   "keep_patches": tuple(keep)}
@@ -302,7 +307,7 @@ class Executor:
 
 def _reporter(host: str, key: str, progress: Callable[[str], None]) -> Any:
     """An experiment.CellReporter that turns stages into progress lines (health throttled)."""
-    from ddprobe.experiment import CellReporter
+    from ddprobe.cell.experiment import CellReporter
 
     class _Rep(CellReporter):
         last = 0.0

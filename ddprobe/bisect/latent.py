@@ -5,7 +5,7 @@ maps the memory past it, the overrun lands in a neighbour, and the cell passes (
 issue 12: b16 "ok" while `write_tree_mask_kernel` made 474 out-of-bounds writes past
 `cuda_graph_custom_mask`). So when there is reason to suspect one, each passing graph budget is
 run again as a sanitize cell (compute-sanitizer memcheck, caching allocator off:
-`ddprobe.sanitize_cell`).
+`ddprobe.cell.sanitize`).
 
 When (`trigger`):
   * static: grep-buffers flags a captured buffer whose size does not follow the budget while

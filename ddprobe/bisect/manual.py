@@ -19,8 +19,14 @@ from pathlib import Path
 
 from ddprobe.bisect.cells import BAD, GOOD, PlannedCell, describe
 from ddprobe.bisect.planner import Planner
-from ddprobe.bisect.sessionlog import (MARK_OPTS, Session, mark_cell, mark_result, parse_log,
-                                       parse_opts)
+from ddprobe.bisect.sessionlog import (
+    MARK_OPTS,
+    Session,
+    mark_cell,
+    mark_result,
+    parse_log,
+    parse_opts,
+)
 from ddprobe.bisect.verdicts import build_verdicts
 from ddprobe.errors import ConfigError, UsageError
 from ddprobe.results import Verdict

@@ -22,11 +22,18 @@ from dataclasses import dataclass, field, replace
 from typing import Final
 
 from ddprobe.bisect import latent
-from ddprobe.bisect.cells import BAD, GOOD, PENDING, UNTESTED, Obs, PlannedCell, observe, \
-    same_failure
+from ddprobe.bisect.cells import (
+    BAD,
+    GOOD,
+    PENDING,
+    UNTESTED,
+    Obs,
+    PlannedCell,
+    observe,
+    same_failure,
+)
 from ddprobe.bisect.frontier import Row, build_row, probes
-from ddprobe.bisect.ladder import ORDERS, LadderInput, LadderState, cured, diagnose, \
-    small_max_bs
+from ddprobe.bisect.ladder import ORDERS, LadderInput, LadderState, cured, diagnose, small_max_bs
 from ddprobe.bisect.served import before_model_load, served_max_bs
 from ddprobe.bisect.static import Suspect
 from ddprobe.bisect.worstcase import Countdown, bound, worst_case
@@ -135,7 +142,7 @@ def _between_disagreeing(plans: Sequence[ModePlan]) -> list[int]:
     for mp in plans:
         d = mp.ladder.decision
         if d is not None and mp.ladder.done:
-            kind_at.update({i: d.kind for i in mp.covered})
+            kind_at.update(dict.fromkeys(mp.covered, d.kind))
     out = []
     for i in (i for mp in plans for i in mp.assumed):
         lo = max((j for j in kind_at if j < i), default=None)

@@ -22,8 +22,13 @@ from ddprobe.remote import Remote
 from ddprobe.results import Config
 from ddprobe.server.launch import build_launch, check_launch, host_flags
 from ddprobe.server.manager import get_manager
-from ddprobe.server.preflight import (PreflightResult, apply_result, not_applicable,
-                                     run_preflight, static_rules)
+from ddprobe.server.preflight import (
+    PreflightResult,
+    apply_result,
+    not_applicable,
+    run_preflight,
+    static_rules,
+)
 from ddprobe.server.prepare import prepare_host
 
 

@@ -15,20 +15,27 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddprobe import interrupt
 from ddprobe.bisect.cells import PlannedCell
 from ddprobe.bisect.compare import disagreements
-from ddprobe.bisect.engine import EventSink, Event, GroupRun, Journal, drive, in_parallel, \
-    is_restart, unfinished
-from ddprobe.bisect.executor import (Executor, experiment_api, probe_options, stop_all,
-                                     stop_server)
-from ddprobe.bisect.hostgroups import HostGroup
+from ddprobe.bisect.engine import (
+    Event,
+    EventSink,
+    GroupRun,
+    Journal,
+    drive,
+    in_parallel,
+    is_restart,
+    unfinished,
+)
+from ddprobe.bisect.executor import Executor, experiment_api, probe_options, stop_all, stop_server
+from ddprobe.bisect.groups import HostGroup
 from ddprobe.bisect.latent import LatentOptions
-from ddprobe.bisect.planner import BisectSpec, PlanOptions, Planner, small_max_bs_for
+from ddprobe.bisect.planner import BisectSpec, Planner, PlanOptions, small_max_bs_for
 from ddprobe.bisect.plantext import plan_lines
 from ddprobe.bisect.preflight import PlanPreflight, plan_preflight
 from ddprobe.bisect.session import StaticEvidence, open_hosts, static_evidence
 from ddprobe.bisect.verdicts import build_verdicts, exit_code, run_status
-from ddprobe import interrupt
 from ddprobe.errors import HostGone, UsageError
 from ddprobe.inventory import Host
 from ddprobe.results import Config, Verdict
@@ -313,7 +320,7 @@ def write_reports_if_available(run_dir: Path, notes: list[str]) -> None:
         return
     try:
         write_reports(load_run(run_dir))
-    except Exception as e:  # noqa: BLE001 - a report failure must not lose the run's verdicts
+    except Exception as e:
         notes.append(f"reports not written: {type(e).__name__}: {e}")
 
 
@@ -355,7 +362,7 @@ def _sanitize_support(req: BisectRequest, sessions: dict[str, Any], g: HostGroup
     if facts is None or not facts.compute_sanitizer:
         return False, f"no compute-sanitizer on {g.hosts[0].name}"
     if run_san is None:
-        return False, why or "no sanitize cell in ddprobe.experiment"
+        return False, why or "no sanitize cell in ddprobe.cell.experiment"
     return True, ""
 
 
@@ -376,7 +383,7 @@ def _latent_support(req: BisectRequest, sessions: dict[str, Any], g: HostGroup,
                                   f"{h.server.manager})")
     if run_san is None:
         return LatentOptions(enabled=True, available=False,
-                             note=why or "no sanitize cell in ddprobe.experiment")
+                             note=why or "no sanitize cell in ddprobe.cell.experiment")
     return LatentOptions(enabled=True, available=True)
 
 

@@ -1,7 +1,7 @@
 """Opening the hosts of a run: connections, facts, locks, leftovers, groups, static evidence.
 
 Shared by bisect, sweep and smoke. Everything here is I/O through `remote`, `sources` and
-`server.lock`; the decisions it feeds are pure (hostgroups, static).
+`server.lock`; the decisions it feeds are pure (groups, static).
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 from ddprobe.bisect.executor import HostSession, open_session, revert_leftovers
-from ddprobe.bisect.hostgroups import HostGroup, group_hosts, why_apart
+from ddprobe.bisect.groups import HostGroup, group_hosts, why_apart
 from ddprobe.bisect.static import Suspect, find_suspects
 from ddprobe.errors import DdprobeError, RemoteError
 from ddprobe.facts import gather_facts
@@ -67,7 +67,7 @@ def open_hosts(stack: ExitStack, hosts: Sequence[Host], *, command: str, paralle
                     failed[h.name] = str(e)
                     errors.append(e)
                     notes.append(f"{h.name}: unreachable, left out of this run: {e}")
-                except BaseException as e:  # noqa: BLE001 - LockedError, a bug: all fatal
+                except BaseException as e:
                     fatal = fatal or e
                     if not fut.done():  # Ctrl-C in this thread: the worker goes on; wait
                         continue

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ddprobe.bisect.cells import BAD, GOOD, REFUSED, PlannedCell, describe, status_of
-from ddprobe.bisect.planner import DEFAULT_SMALL_MAX_BS, BisectSpec, PlanOptions, Planner
+from ddprobe.bisect.planner import DEFAULT_SMALL_MAX_BS, BisectSpec, Planner, PlanOptions
 from ddprobe.bisect.static import Suspect
 from ddprobe.bisect.verdicts import build_verdicts
 from ddprobe.errors import ConfigError, DdprobeError

@@ -13,17 +13,25 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ddprobe import interrupt
 from ddprobe.bisect.cells import PlannedCell, observe
-from ddprobe.bisect.engine import Event, EventSink, GroupRun, Journal, drive, in_parallel, \
-    is_restart, unfinished
+from ddprobe.bisect.engine import (
+    Event,
+    EventSink,
+    GroupRun,
+    Journal,
+    drive,
+    in_parallel,
+    is_restart,
+    unfinished,
+)
 from ddprobe.bisect.executor import Executor, probe_options, stop_all, stop_server
 from ddprobe.bisect.run import write_reports_if_available
 from ddprobe.bisect.session import open_hosts
-from ddprobe import interrupt
 from ddprobe.errors import HostGone, UsageError
 from ddprobe.exitcodes import ExitCode
-from ddprobe.probes import differential
 from ddprobe.inventory import Host
+from ddprobe.probes import differential
 from ddprobe.results import CellResult, Config
 from ddprobe.store import RunRecord, RunStore, runs_root
 

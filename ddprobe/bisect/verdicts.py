@@ -8,7 +8,6 @@ buffer with file:line and evaluated sizes, and the next step.
 from __future__ import annotations
 
 import re
-
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any, Final

@@ -15,8 +15,6 @@ no search (every untested budget a new mode with a full diagnosis), and says so.
 """
 from __future__ import annotations
 
-from typing import Any
-
 import math
 from collections.abc import Callable
 from dataclasses import dataclass

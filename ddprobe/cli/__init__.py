@@ -20,11 +20,11 @@ app = typer.Typer(
     help="Diagnose speculative-decoding deployments on GPU hosts: restart, probe, bisect.")
 
 # Each module adds its commands with `register(app)`. One concept per module.
-_MODULES = ["hosts", "facts", "testbed", "sources", "patch", "server", "probe", "run", "bisect",
+_MODULES = ["inventory", "facts", "testbed", "sources", "patch", "server", "probe", "run", "bisect",
             "report", "playbook", "smoke", "classify"]
 # command -> module, so a command imports only what it needs (pandas, the AST analysis and the
 # bisect engine cost ~1 s of start-up together).
-_COMMANDS = {"hosts": "hosts", "facts": "facts", "testbed": "testbed", "grep": "sources",
+_COMMANDS = {"hosts": "inventory", "facts": "facts", "testbed": "testbed", "grep": "sources",
              "grep-buffers": "sources", "flags": "sources", "patch": "patch", "server": "server",
              "probe": "probe", "run": "run", "bisect": "bisect", "sweep": "bisect",
              "report": "report", "playbook": "playbook", "smoke": "smoke",
@@ -101,7 +101,7 @@ class _CleanFormatter(logging.Formatter):
     """Debug logs quote host text (commands' output, log lines): never raw to the terminal."""
 
     def format(self, record: logging.LogRecord) -> str:
-        from ddprobe.hosttext import clean
+        from ddprobe.untrusted import clean
         return clean(super().format(record))
 
 
@@ -174,7 +174,7 @@ def _dispatch(args: list[str], cmd: str | None) -> int:
         return int(e.code or 0) if not isinstance(e.code, str) else 1
     except DdprobeError:
         raise
-    except Exception as e:  # noqa: BLE001 - the boundary: no tracebacks unless --debug
+    except Exception as e:
         name = type(e).__name__
         if name in ("UsageError", "NoSuchOption", "BadParameter", "MissingParameter",
                     "BadOptionUsage", "BadArgumentUsage", "NoArgsIsHelpError"):

@@ -32,10 +32,16 @@ from ddprobe.bisect.run import BisectReport, BisectRequest, load_resume, run_bis
 from ddprobe.bisect.sessionlog import render_log, replay
 from ddprobe.bisect.sweep import SweepReport, SweepRequest, run_sweep
 from ddprobe.cli import common
-from ddprobe.report.style import failure_text
-from ddprobe.errors import ConfigError, DdprobeError, LockedError, RemoteError, ServerError, \
-    UsageError
+from ddprobe.errors import (
+    ConfigError,
+    DdprobeError,
+    LockedError,
+    RemoteError,
+    ServerError,
+    UsageError,
+)
 from ddprobe.exitcodes import ExitCode
+from ddprobe.report.style import failure_text
 from ddprobe.results import Verdict
 from ddprobe.safeconsole import SafeConsole
 from ddprobe.store import find_run, load_run

@@ -11,8 +11,8 @@ from rich.text import Text
 from ddprobe.cli import common
 from ddprobe.errors import UsageError
 from ddprobe.exitcodes import ExitCode
-from ddprobe.hosttext import clean
 from ddprobe.server.logverdict import LogVerdict, classify_log
+from ddprobe.untrusted import clean
 
 MAX_BYTES = 64 << 20  # a log bigger than this is read from its tail
 # the outcome's exit code, as `ddprobe run` gives it (incomplete: the log cannot decide)

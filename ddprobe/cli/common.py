@@ -7,21 +7,20 @@ from __future__ import annotations
 import json
 import os
 import sys
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import typer
 from rich.console import Console
+from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
-from rich.progress import (BarColumn, Progress, SpinnerColumn, TaskID, TextColumn,
-                           TimeElapsedColumn)
 
 from ddprobe import remote
 from ddprobe.errors import ConfigError
-from ddprobe.hosttext import clean, dumps_json
 from ddprobe.inventory import Host, Inventory, load_inventory
 from ddprobe.safeconsole import SafeConsole
+from ddprobe.untrusted import clean, dumps_json
 
 
 def _color() -> bool | None:

@@ -57,21 +57,11 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
 
 # option (long name) -> panel; options not listed stay in "Options"
 PANELS: dict[str, str] = {
-    **{o: "Hosts" for o in ("--host", "--limit", "--inventory", "--ssh-config",
-                            "--accept-new-host-keys", "--connect-timeout", "--break-lock",
-                            "--deadline", "--url")},
-    **{o: "Server config" for o in ("--budgets", "--budget", "--graph", "--max-bs",
-                                    "--backend", "--extra", "--env", "--health-timeout",
-                                    "--wait", "--keep-server", "--grace", "--stop-after")},
-    **{o: "Probes" for o in ("--tasks", "--suite", "--concurrency", "--max-tokens",
-                             "--accept-tokens", "--timeout", "--probe-timeout", "--baseline",
-                             "--save-baseline", "--keep-answers")},
-    **{o: "Bisect plan" for o in ("--repeat", "--graph-first", "--eager-first",
-                                  "--confirm-patch", "--no-latent-check", "--sanitize",
-                                  "--plan", "--resume", "--exit-protocol", "--no-parallel",
-                                  "--small-max-bs", "--suspect", "--order")},
-    **{o: "Output" for o in ("--json", "--junit", "--format", "--output", "--runs",
-                             "--log-dir", "--verbose", "--debug", "--version")},
+    **dict.fromkeys(("--host", "--limit", "--inventory", "--ssh-config", "--accept-new-host-keys", "--connect-timeout", "--break-lock", "--deadline", "--url"), "Hosts"),
+    **dict.fromkeys(("--budgets", "--budget", "--graph", "--max-bs", "--backend", "--extra", "--env", "--health-timeout", "--wait", "--keep-server", "--grace", "--stop-after"), "Server config"),
+    **dict.fromkeys(("--tasks", "--suite", "--concurrency", "--max-tokens", "--accept-tokens", "--timeout", "--probe-timeout", "--baseline", "--save-baseline", "--keep-answers"), "Probes"),
+    **dict.fromkeys(("--repeat", "--graph-first", "--eager-first", "--confirm-patch", "--no-latent-check", "--sanitize", "--plan", "--resume", "--exit-protocol", "--no-parallel", "--small-max-bs", "--suspect", "--order"), "Bisect plan"),
+    **dict.fromkeys(("--json", "--junit", "--format", "--output", "--runs", "--log-dir", "--verbose", "--debug", "--version"), "Output"),
 }
 
 # option (long name) -> metavar
@@ -107,7 +97,7 @@ def complete_hosts(ctx: Any, param: Any, incomplete: str) -> list[str]:
         inv_path = root.params.get("inventory")
     try:
         inv = load_inventory(inv_path)
-    except Exception:  # noqa: BLE001 - completion never prints an error into the shell
+    except Exception:
         return []
     cut = max(incomplete.rfind(c) for c in ",:!&") + 1
     head, word = incomplete[:cut], incomplete[cut:]
@@ -118,6 +108,7 @@ def complete_hosts(ctx: Any, param: Any, incomplete: str) -> list[str]:
 def complete_runs(ctx: Any, param: Any, incomplete: str) -> list[str]:
     """Run ids under the runs directory (newest first), and `latest`."""
     from pathlib import Path
+
     from ddprobe.store import runs_root
     root = runs_root()
     if ctx is not None and ctx.params.get("runs"):
@@ -172,7 +163,7 @@ def decorate(cmd: Any) -> Any:
             h = c.get_help_option(Context(c, info_name=path[-1] if path else "ddprobe"))
             if h is not None:
                 h.metavar = ""
-        except Exception:  # noqa: BLE001 - a typer without the vendored click: labels only
+        except Exception:
             pass
         for p in c.params:
             complete = COMPLETERS.get(long_name(p)) or COMPLETERS.get(p.name or "")

@@ -12,8 +12,15 @@ from ddprobe import remote
 from ddprobe.cli import common
 from ddprobe.errors import PatchError, UsageError
 from ddprobe.exitcodes import ExitCode
-from ddprobe.sources.patches import (apply_patch, list_patches, load_patch, patch_diff,
-                                     patch_status, recover_patches, revert_patch)
+from ddprobe.sources.patches import (
+    apply_patch,
+    list_patches,
+    load_patch,
+    patch_diff,
+    patch_status,
+    recover_patches,
+    revert_patch,
+)
 from ddprobe.sources.patchtext import Patch
 
 

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, Optional
 
 import typer
 from rich.text import Text
@@ -10,8 +10,16 @@ from rich.text import Text
 from ddprobe.bundled_files import bundled_playbooks, resolve_playbook
 from ddprobe.cli import common
 from ddprobe.exitcodes import ExitCode
-from ddprobe.playbook import (Playbook, PlaybookResult, StepEvent, Template, builtin_registry,
-                              load_playbook, parse_var_overrides, run_playbook)
+from ddprobe.playbook import (
+    Playbook,
+    PlaybookResult,
+    StepEvent,
+    Template,
+    builtin_registry,
+    load_playbook,
+    parse_var_overrides,
+    run_playbook,
+)
 from ddprobe.playbook.schema import interpolate
 
 
@@ -103,7 +111,7 @@ def register(app: typer.Typer) -> None:
         host: str = common.HostOpt,
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the steps with variables "
                                      "resolved; run nothing."),
-        var: Optional[List[str]] = typer.Option(None, "--var", help="Override a variable: "
+        var: Optional[list[str]] = typer.Option(None, "--var", help="Override a variable: "
                                                 "NAME=VALUE (repeatable)."),
         keep_patches: bool = typer.Option(False, "--keep-patches", help="When a step fails, "
                                           "keep the patches the playbook applied."),

@@ -14,13 +14,12 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich.text import Text
-from rich.text import Text
 
 from ddprobe import remote
+from ddprobe.cell.experiment import Baseline, CellReporter, ProbeOptions, run_cell
 from ddprobe.cli import common
 from ddprobe.errors import ConfigError, UsageError
 from ddprobe.exitcodes import ExitCode
-from ddprobe.experiment import Baseline, CellReporter, ProbeOptions, run_cell
 from ddprobe.inventory import Host, env_name_problem
 from ddprobe.probes.runner import TaskResult
 from ddprobe.results import CellResult, Config, Outcome

@@ -12,7 +12,6 @@ import httpx
 import typer
 from rich.text import Text
 
-from ddprobe.hosttext import clean
 from ddprobe import remote
 from ddprobe.cli import common
 from ddprobe.cli.run import COLOR, EnvOpt, ExtraOpt, LiveReporter, make_config
@@ -20,6 +19,7 @@ from ddprobe.exitcodes import ExitCode
 from ddprobe.inventory import Host
 from ddprobe.server import HostLock, Manager, get_manager, read_lock
 from ddprobe.server.lifecycle import StartReport, server_target, start_server
+from ddprobe.untrusted import clean
 
 _START_EXIT = {"healthy": ExitCode.OK, "started": ExitCode.OK, "crash": ExitCode.CRASH,
                "hang": ExitCode.HANG, "refused": ExitCode.REFUSED, "error": ExitCode.SERVER}

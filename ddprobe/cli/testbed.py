@@ -7,9 +7,9 @@ from typing import Optional
 import typer
 from rich.text import Text
 
-from ddprobe.safeconsole import SafeConsole
 from ddprobe.errors import ConfigError, DdprobeError
-from ddprobe.testbed.install import InstallError, InstallResult, default_prefix, sync_testbed
+from ddprobe.safeconsole import SafeConsole
+from ddtestbed.install import InstallError, InstallResult, default_prefix, sync_testbed
 
 _console = SafeConsole()
 
@@ -51,7 +51,7 @@ def serve(ctx: typer.Context) -> None:
     Example: ddprobe testbed serve --model-path sim --port 30000 --speculative-algorithm DDTREE
     --speculative-ddtree-budget 16 --testbed-scenario seed
     """
-    from ddprobe.testbed.launch_server import main
+    from ddtestbed.launch_server import main
 
     try:
         code = main(list(ctx.args))

@@ -8,12 +8,16 @@ action's library function exists) and raises ConfigError with file:line before a
 """
 from __future__ import annotations
 
-from ddprobe.playbook.actions import (ActionRegistry, ActionResult, ActionSpec,
-                                      ActionUnavailable, Arg)
+from ddprobe.playbook.actions import (
+                                      ActionRegistry,
+                                      ActionResult,
+                                      ActionSpec,
+                                      ActionUnavailable,
+                                      Arg,
+)
 from ddprobe.playbook.builtin import StepFailed, builtin_registry
 from ddprobe.playbook.runner import PlaybookResult, StepEvent, StepOutcome, run_playbook
-from ddprobe.playbook.schema import (Playbook, StepSpec, Template, load_playbook,
-                                     parse_var_overrides)
+from ddprobe.playbook.schema import Playbook, StepSpec, Template, load_playbook, parse_var_overrides
 
 __all__ = ["ActionRegistry", "ActionResult", "ActionSpec", "ActionUnavailable", "Arg",
            "Playbook", "PlaybookResult", "StepEvent", "StepFailed", "StepOutcome", "StepSpec",

@@ -110,7 +110,7 @@ def resolve(target: str) -> Callable[..., Any]:
         mod = importlib.import_module(mod_name)
     except ModuleNotFoundError as e:
         raise ActionUnavailable(f"{target}: module {e.name} is not installed") from None
-    except Exception as e:  # noqa: BLE001 - a broken module must not stop the others
+    except Exception as e:
         raise ActionUnavailable(f"{target}: cannot import {mod_name}: "
                                 f"{type(e).__name__}: {e}") from None
     fn = getattr(mod, attr, None)

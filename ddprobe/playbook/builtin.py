@@ -11,8 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from ddprobe.errors import DdprobeError
-from ddprobe.playbook.actions import (ActionRegistry, ActionResult, ActionSpec, Arg, Lazy,
-                                      bind_call, resolve, to_plain)
+from ddprobe.playbook.actions import (
+    ActionRegistry,
+    ActionResult,
+    ActionSpec,
+    Arg,
+    Lazy,
+    bind_call,
+    resolve,
+    to_plain,
+)
 from ddprobe.playbook.context import StepContext
 from ddprobe.results import CellResult, Config
 from ddprobe.store import RunRecord, load_run
@@ -27,8 +35,8 @@ PATCH_REVERT = "ddprobe.sources.patches:revert_patch"
 PATCH_STATUS = "ddprobe.sources.patches:patch_status"
 LOAD_PATCH = "ddprobe.sources.patches:load_patch"
 PROBE = "ddprobe.probes.runner:run_probes"
-RUN_CELL = "ddprobe.experiment:run_cell"
-PROBE_OPTIONS = "ddprobe.experiment:ProbeOptions"
+RUN_CELL = "ddprobe.cell.experiment:run_cell"
+PROBE_OPTIONS = "ddprobe.cell.experiment:ProbeOptions"
 SWEEP = "ddprobe.bisect.sweep:run_sweep|ddprobe.bisect:run_sweep"
 SWEEP_REQUEST = "ddprobe.bisect.sweep:SweepRequest|ddprobe.bisect.run:BisectRequest"
 BISECT = "ddprobe.bisect.run:run_bisect"

@@ -198,7 +198,7 @@ def _run_step(step: StepSpec, ctx: StepContext, scope: dict[str, Any], path: str
         res = step.spec.run(ctx, args)
     except DdprobeError:
         raise
-    except Exception as e:  # noqa: BLE001 - a bug in an action still reverts the patches
+    except Exception as e:
         err = DdprobeError(f"{step.action} failed: {type(e).__name__}: {e}")
         err.exit_code = ExitCode.INTERNAL
         raise err from e
@@ -221,7 +221,7 @@ def _revert(ctx: StepContext, emit: Callable[[StepEvent], None]) -> tuple[list[s
     for pid, patch in reversed(list(ctx.applied)):
         try:
             resolve(PATCH_REVERT)(ctx.remote(), pid, host=ctx.host)
-        except Exception as e:  # noqa: BLE001 - try every patch; report each that stayed
+        except Exception as e:
             errors.append(f"{pid}: {e}")
             emit(StepEvent("revert-failed", None, f"{pid}: {e}"))
             continue

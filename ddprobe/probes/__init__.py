@@ -9,10 +9,23 @@ from __future__ import annotations
 from ddprobe.probes.client import Completion, ProbeClient, ProbeHTTPError
 from ddprobe.probes.coding import CodingTask, Suite, check_answer, extract_code, load_suite
 from ddprobe.probes.garbage import garbage_flags, garbage_signature
-from ddprobe.probes.runner import (ProbeReport, TaskResult, baseline_from_report, run_probes,
-                                   run_probes_async, summarise)
-from ddprobe.probes.sandbox import (SandboxLimits, SandboxResult, TestRun, run_code,
-                                    run_code_async, run_tests, run_tests_async)
+from ddprobe.probes.runner import (
+                                   ProbeReport,
+                                   TaskResult,
+                                   baseline_from_report,
+                                   run_probes,
+                                   run_probes_async,
+                                   summarise,
+)
+from ddprobe.probes.sandbox import (
+                                   SandboxLimits,
+                                   SandboxResult,
+                                   TestRun,
+                                   run_code,
+                                   run_code_async,
+                                   run_tests,
+                                   run_tests_async,
+)
 
 __all__ = ["CodingTask", "Completion", "ProbeClient", "ProbeHTTPError", "ProbeReport",
            "SandboxLimits", "SandboxResult", "Suite", "TaskResult", "TestRun",

@@ -242,7 +242,7 @@ def _init(cfg: dict, sbx_uid: int | None, status_fd: int, lifeline: int) -> None
     if pid == 0:
         try:
             _worker(cfg, sbx_uid)
-        except BaseException as e:  # noqa: BLE001 - report anything that stops the exec
+        except BaseException as e:
             _emit(status_fd, {"error": "%s: %s" % (type(e).__name__, e)})
         os._exit(126)
     while True:

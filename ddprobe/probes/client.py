@@ -17,7 +17,7 @@ from typing import Any, Final
 import httpx
 
 from ddprobe.errors import ServerError
-from ddprobe.hosttext import clean
+from ddprobe.untrusted import clean
 
 SRC_SPEC_ACCEPT_LENGTH: Final = "spec_accept_length"
 SRC_VERIFY_CT: Final = "completion_tokens/spec_verify_ct"

@@ -15,14 +15,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
-from ddprobe.hosttext import one_line
 from ddprobe.probes import garbage
-from ddprobe.probes.client import (MAX_ANSWER_BYTES, AnswerTooLarge, Completion, ProbeClient,
-                                   ProbeHTTPError, server_accept_length)
+from ddprobe.probes.client import (
+    MAX_ANSWER_BYTES,
+    AnswerTooLarge,
+    Completion,
+    ProbeClient,
+    ProbeHTTPError,
+    server_accept_length,
+)
 from ddprobe.probes.coding import CodingTask, check_answer, load_suite
 from ddprobe.probes.sandbox import SandboxLimits
 from ddprobe.results import ProbeSummary
-
+from ddprobe.untrusted import one_line
 
 # All answers in flight together stay under this; one answer never gets less than the floor.
 MAX_INFLIGHT_BYTES: Final = 64 << 20

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ddprobe.report.frame import cells_frame, render_csv
 from ddprobe.report.html import render_html
-from ddprobe.report.jsondoc import report_dict, render_json
+from ddprobe.report.jsondoc import render_json, report_dict
 from ddprobe.report.markdown import render_markdown
 from ddprobe.report.model import ReportModel, build_model
 from ddprobe.report.resolve import resolve_run

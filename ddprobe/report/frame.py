@@ -3,9 +3,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from ddprobe.hosttext import for_csv
 from ddprobe.results import Verdict
 from ddprobe.store import RunRecord
+from ddprobe.untrusted import for_csv
 
 COLUMNS: tuple[str, ...] = (
     "run_id", "index", "host", "key", "budget", "graph", "max_bs", "backend", "extra_args",
@@ -49,7 +49,7 @@ def cells_frame(rec: RunRecord) -> pd.DataFrame:
             "verdict": v.kind if v else "", "verdict_confidence": v.confidence if v else "",
             "verdict_tested": v.tested if v else None,
             "next_command": v.next_command if v else ""})
-    # host text (errors, signatures, paths): cleaned, formulas defused (ddprobe/hosttext.py)
+    # host text (errors, signatures, paths): cleaned, formulas defused (ddprobe/untrusted.py)
     df = pd.DataFrame([{k: for_csv(v) for k, v in r.items()} for r in rows],
                       columns=list(COLUMNS))
     # integer columns with gaps would otherwise turn into floats ("64.0") in the CSV

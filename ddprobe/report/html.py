@@ -9,12 +9,28 @@ from __future__ import annotations
 
 from html import escape
 
-from ddprobe.report.model import (LOG_LINES, CellView, HostMatrix, MatrixEntry, ReportModel,
-                                  build_model)
-from ddprobe.report.style import (OUTCOME_STYLE, buffer_shape, buffer_sizes, buffer_where,
-                                  fmt_accept, fmt_secs, fmt_tok_s,
-                                  outcome_colour, restarts_line, text_on, verdict_colour,
-                                  verdict_words)
+from ddprobe.report.model import (
+    LOG_LINES,
+    CellView,
+    HostMatrix,
+    MatrixEntry,
+    ReportModel,
+    build_model,
+)
+from ddprobe.report.style import (
+    OUTCOME_STYLE,
+    buffer_shape,
+    buffer_sizes,
+    buffer_where,
+    fmt_accept,
+    fmt_secs,
+    fmt_tok_s,
+    outcome_colour,
+    restarts_line,
+    text_on,
+    verdict_colour,
+    verdict_words,
+)
 from ddprobe.report.svg import bar_chart
 from ddprobe.results import Verdict
 from ddprobe.store import RunRecord

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddprobe.hosttext import dumps_json
 from ddprobe.report.model import ReportModel, build_model
 from ddprobe.store import RunRecord
+from ddprobe.untrusted import dumps_json
 
 SCHEMA_VERSION = 1
 

@@ -1,16 +1,29 @@
 """`report.md`: the run for a pull request or an issue: verdicts first, then the matrix."""
 from __future__ import annotations
 
-from ddprobe.hosttext import md_block, md_code, md_text
-from ddprobe.report.model import (LOG_LINES, CellView, HostMatrix, MatrixEntry, ReportModel,
-                                  build_model)
-from ddprobe.report.style import (buffer_shape, buffer_sizes, buffer_where, fmt_accept,
-                                  fmt_secs, fmt_tok_s, restarts_line, verdict_words)
+from ddprobe.report.model import (
+    LOG_LINES,
+    CellView,
+    HostMatrix,
+    MatrixEntry,
+    ReportModel,
+    build_model,
+)
+from ddprobe.report.style import (
+    buffer_shape,
+    buffer_sizes,
+    buffer_where,
+    fmt_accept,
+    fmt_secs,
+    fmt_tok_s,
+    restarts_line,
+    verdict_words,
+)
 from ddprobe.results import Verdict
 from ddprobe.store import RunRecord
+from ddprobe.untrusted import md_block, md_code, md_text
 
-
-_esc = md_text  # host text in a table cell or a list item (ddprobe/hosttext.py)
+_esc = md_text  # host text in a table cell or a list item (ddprobe/untrusted.py)
 
 
 def _matrix_cell(e: MatrixEntry) -> str:

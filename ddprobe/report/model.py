@@ -167,7 +167,8 @@ def _log_excerpt(c: CellResult, run_dir: Any) -> str:
     """The tail of a failing cell's server log: the copy in the run directory, else the lines
     the journal kept; bounded and cleaned (host text)."""
     from pathlib import Path
-    from ddprobe.hosttext import excerpt
+
+    from ddprobe.untrusted import excerpt
     if c.outcome is Outcome.OK:
         return ""
     text = ""

@@ -7,9 +7,19 @@ from rich.table import Table
 from rich.text import Text
 
 from ddprobe.report.model import HostMatrix, MatrixEntry, ReportModel, build_model
-from ddprobe.report.style import (buffer_shape, failure_text, buffer_sizes, buffer_where, fmt_accept,
-                                  fmt_secs, fmt_tok_s, outcome_rich, restarts_line, verdict_rich,
-                                  verdict_words)
+from ddprobe.report.style import (
+    buffer_shape,
+    buffer_sizes,
+    buffer_where,
+    failure_text,
+    fmt_accept,
+    fmt_secs,
+    fmt_tok_s,
+    outcome_rich,
+    restarts_line,
+    verdict_rich,
+    verdict_words,
+)
 from ddprobe.results import Verdict
 from ddprobe.store import RunRecord
 

@@ -7,24 +7,20 @@ host lock.
         launch = check_launch(build_launch(host, config, flags, template=mgr.template()), flags)
         mgr.stop(); mgr.start(launch)
         with r.tunnel(host.server.port) as port:
-            res = wait_healthy(f"http://127.0.0.1:{port}", mgr.peek, timeout=...)
+            res = wait_healthy(  # ddprobe.cell.health
+           f"http://127.0.0.1:{port}", mgr.peek, timeout=...)
 
-`ddprobe.experiment.run_cell` does all of that for one cell.
+`ddprobe.cell.experiment.run_cell` does all of that for one cell.
 """
 from __future__ import annotations
 
-from ddprobe.server.health import HealthReporter, HealthResult, wait_healthy
-from ddprobe.server.hostops import (AlreadyRunningError, DiskFullError, HostOpError,
-                                    PortInUseError)
+from ddprobe.server.hostops import AlreadyRunningError, DiskFullError, HostOpError, PortInUseError
 from ddprobe.server.launch import Launch, build_launch, check_launch, host_flags, server_args
-from ddprobe.server.lifecycle import StartReport, prepared_launch, start_server
 from ddprobe.server.lock import HostLock, LockInfo, read_lock
-from ddprobe.server.manager import (Manager, Peek, ServerStatus, StartInfo, StopInfo,
-                                    get_manager)
+from ddprobe.server.manager import Manager, Peek, ServerStatus, StartInfo, StopInfo, get_manager
 from ddprobe.server.prepare import prepare_host
 
-__all__ = ["AlreadyRunningError", "DiskFullError", "HealthReporter", "HealthResult", "HostLock",
+__all__ = ["AlreadyRunningError", "DiskFullError", "HostLock",
            "HostOpError", "Launch", "LockInfo", "Manager", "Peek", "PortInUseError",
-           "ServerStatus", "StartInfo", "StartReport", "StopInfo", "build_launch",
-           "check_launch", "get_manager", "host_flags", "prepare_host", "prepared_launch",
-           "read_lock", "server_args", "start_server", "wait_healthy"]
+           "ServerStatus", "StartInfo", "StopInfo", "build_launch",
+           "check_launch", "get_manager", "host_flags", "prepare_host", "read_lock", "server_args", "wait_healthy"]

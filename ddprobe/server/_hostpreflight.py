@@ -138,7 +138,7 @@ def _plain(v, depth=0):
         return [_plain(x, depth + 1) for x in list(v)[:512]]
     if depth < 2 and isinstance(v, dict):
         return {str(k)[:100]: _plain(x, depth + 1) for k, x in list(v.items())[:100]}
-    if hasattr(v, "value") and isinstance(getattr(v, "value"), (str, int)):  # enums
+    if hasattr(v, "value") and isinstance(v.value, (str, int)):  # enums
         return v.value
     return None
 
@@ -250,7 +250,7 @@ def _one(parse, cfg, package, pkg_dir):
                         "error": {"kind": "argparse", "type": "SystemExit",
                                   "message": msg[:_MAX_MSG], "where": "", "line": "",
                                   "missing": None, "exit_code": _plain(e.code)}}, resolve
-            except BaseException as e:  # noqa: BLE001 - every failure is reported, typed
+            except BaseException as e:
                 if isinstance(e, KeyboardInterrupt):
                     raise
                 d = _describe(e, pkg_dir)
@@ -282,7 +282,7 @@ def main():
         with contextlib.redirect_stdout(sys.stderr):
             import importlib
             mod = importlib.import_module(modname)
-    except BaseException as e:  # noqa: BLE001
+    except BaseException as e:
         if isinstance(e, KeyboardInterrupt):
             raise
         d = _describe(e, pkg_dir, kind="import" if isinstance(e, ImportError) else "environment")
@@ -306,7 +306,7 @@ def main():
 if __name__ == "__main__":
     try:
         out = main()
-    except BaseException as e:  # noqa: BLE001 - the answer line must always come
+    except BaseException as e:
         out = {"ok": False, "stage": "program", "error": {
             "kind": "environment", "type": type(e).__name__, "message": str(e)[:_MAX_MSG],
             "where": "", "line": "", "missing": None}}

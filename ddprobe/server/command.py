@@ -19,7 +19,6 @@ from ddprobe.server.launch import Launch
 from ddprobe.server.lock import redact_argv
 from ddprobe.server.manager import Manager, Peek, ServerStatus, StartInfo, StopInfo, stamp
 
-
 # The group leader is the server (its shell exec'd it): alive while /proc/PGID exists and is not
 # a zombie (an orphan's zombie may never be reaped where PID 1 is not an init). Whether the
 # server's port is listening yet (/proc/net/tcp: 1, 0, or -1 unknown), so that the health wait

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Final
 
-from ddprobe.hosttext import clean
 from ddprobe.remote import Remote
+from ddprobe.untrusted import clean
 
 MAX_LINES: Final = 20
 _SRC: Final = r"""

@@ -10,12 +10,12 @@ import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from ddprobe.cell.classify import classify_dead, classify_hang, excerpt, refused_signature
+from ddprobe.cell.health import HealthReporter, wait_healthy
 from ddprobe.errors import RefusedError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 from ddprobe.results import Config, Signature
-from ddprobe.server.classify import classify_dead, classify_hang, excerpt, refused_signature
-from ddprobe.server.health import HealthReporter, wait_healthy
 from ddprobe.server.launch import Launch, build_launch, check_launch, host_flags
 from ddprobe.server.manager import Manager, StartInfo, StopInfo, get_manager
 from ddprobe.server.preflight import preflight_launch

@@ -1,6 +1,6 @@
 """Classify a server log on its own, without running a cell (`ddprobe classify FILE|-`).
 
-The same rules as a cell (server/classify.py), with only the log to go on: no process to ask,
+The same rules as a cell (cell/classify.py), with only the log to go on: no process to ask,
 no probes, no health endpoint. What the log cannot say is said: a log that ends during start-up
 with no failure is `incomplete` (still starting, hung, or cut short), never `ok`.
 
@@ -12,9 +12,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ddprobe.cell.classify import (
+    argparse_refusal,
+    classify_dead,
+    evidence_notes,
+    implied_phase,
+    launch_failure,
+    serving_failure,
+)
 from ddprobe.results import Signature
-from ddprobe.server.classify import (argparse_refusal, classify_dead, evidence_notes,
-                                     implied_phase, launch_failure, serving_failure)
 from ddprobe.signatures import LogMatch, classify_phase, find_matches, serving_start
 from ddprobe.signatures.decode import DecodeSummary, decode_notes, summarise_decode
 

@@ -35,7 +35,7 @@ def _site_dir(host: Host) -> str:
 
 
 def _prepare_testbed(r: Remote, host: Host) -> str:
-    from ddprobe.testbed.install import InstallError, sync_testbed
+    from ddtestbed.install import InstallError, sync_testbed
 
     site = r.expand(_site_dir(host))
     try:

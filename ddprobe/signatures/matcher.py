@@ -219,7 +219,7 @@ def required_literal(rx: re.Pattern[str]) -> str | None:
         return None
     try:
         seq = _sre_parse.parse(rx.pattern)
-    except Exception:  # noqa: BLE001 - an optimisation only: fall back to the plain regex
+    except Exception:
         return None
     runs = [r for r in _literal_runs(list(seq)) if len(r) >= 3]
     return max(runs, key=len) if runs else None

@@ -19,8 +19,16 @@ from ddprobe.sources.flagsrc import parse_flags
 from ddprobe.sources.grep import GrepHit, GrepResult, compare, grep, grep_hosts
 from ddprobe.sources.hostprog import Install, find_install
 from ddprobe.sources.oversize import make_oversize_patch
-from ddprobe.sources.patches import (ApplyResult, PatchStatus, RevertResult, apply_patch,
-                                     load_patch, patch_diff, patch_status, revert_patch)
+from ddprobe.sources.patches import (
+                                     ApplyResult,
+                                     PatchStatus,
+                                     RevertResult,
+                                     apply_patch,
+                                     load_patch,
+                                     patch_diff,
+                                     patch_status,
+                                     revert_patch,
+)
 from ddprobe.sources.patchtext import Patch, PatchTextError, parse_patch
 
 __all__ = [

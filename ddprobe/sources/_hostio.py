@@ -85,7 +85,7 @@ def locate(pkg: str) -> Json:
         try:
             import importlib.metadata as md  # slow (scans every distribution): the fallback
             version = md.version(pkg)
-        except Exception:  # noqa: BLE001 - no metadata (e.g. on PYTHONPATH)
+        except Exception:
             version = None
     if version is None:  # read it from the source
         for name in ("version.py", "_version.py", "__init__.py"):

@@ -12,9 +12,17 @@ import re
 import time
 
 if "HelperError" not in globals():  # standalone (tests); on a host the parts are concatenated
-    from ddprobe.sources._hostio import (LEDGER_VERSION, HelperError, Json,  # noqa: F401
-                                         _sha_bytes, atomic_write, heartbeat, inside, locate)
-    from ddprobe.sources.patchtext import unified_diff  # noqa: F401
+    from ddprobe.sources._hostio import (
+        LEDGER_VERSION,
+        HelperError,
+        Json,
+        _sha_bytes,
+        atomic_write,
+        heartbeat,
+        inside,
+        locate,
+    )
+    from ddprobe.sources.patchtext import unified_diff
 
 
 class Ledger:

@@ -19,8 +19,7 @@ import sys
 from typing import Any
 
 if "emit" not in globals():  # standalone (tests); on a host the parts are concatenated
-    from ddprobe.sources._hostio import (HelperError, emit, locate, op_grep,  # noqa: F401
-                                         op_read)
+    from ddprobe.sources._hostio import HelperError, emit, locate, op_grep, op_read  # noqa: F401
     from ddprobe.sources._hostledger import op_diff, op_recover, op_status  # noqa: F401
     from ddprobe.sources._hostpatch import op_apply, op_revert  # noqa: F401
     from ddprobe.sources.patchtext import PatchTextError  # noqa: F401

@@ -7,13 +7,25 @@ import socket
 import time
 
 if "Ledger" not in globals():  # standalone (tests); on a host the parts are concatenated
-    from ddprobe.sources._hostio import (HelperError, Json, Write, _sha_bytes,  # noqa: F401
-                                         atomic_write, heartbeat, inside, locate,
-                                         _detach_from_caller)
-    from ddprobe.sources._hostledger import (Ledger, _file_bytes, _now,  # noqa: F401
-                                             _remove_pycache, _state_of)
-    from ddprobe.sources.patchtext import (Patch, PatchTextError, apply_file,  # noqa: F401
-                                           parse_patch, unified_diff)
+    from ddprobe.sources._hostio import (
+        HelperError,
+        Json,
+        Write,
+        _detach_from_caller,
+        _sha_bytes,
+        atomic_write,
+        heartbeat,
+        inside,
+        locate,
+    )
+    from ddprobe.sources._hostledger import Ledger, _file_bytes, _now, _remove_pycache, _state_of
+    from ddprobe.sources.patchtext import (
+        Patch,
+        PatchTextError,
+        apply_file,
+        parse_patch,
+        unified_diff,
+    )
 
 
 def _plan(patch: Patch, pkg_dir: str, force: bool) -> list[Json]:

@@ -16,8 +16,8 @@ from typing import Any
 
 from ddprobe.errors import UsageError
 from ddprobe.sources.backends import ATTN, MODEL_RUNNER, backend_files, known_backends
-from ddprobe.sources.bufscan import Alloc, ModuleScan, scan_module
 from ddprobe.sources.bufeval import count_elements, dtype_bytes, evaluate
+from ddprobe.sources.bufscan import Alloc, ModuleScan, scan_module
 from ddprobe.sources.bufsize import CONTEXT, DRAFT, MAX_BS, STEPS, TOPK, Resolver
 from ddprobe.sources.bufuse import Demand, Use, UseIndex, find_demands, find_uses
 

@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ddprobe.sources.bufeval import _FUNCS
-from ddprobe.sources.bufscan import Assignment, CallSite, FuncInfo, ModuleScan  # noqa: F401
+from ddprobe.sources.bufscan import Assignment, CallSite, FuncInfo, ModuleScan
 
 # canonical sizing variables (what --max-bs/--budgets/--context-len/--var set)
 MAX_BS = "max_bs"

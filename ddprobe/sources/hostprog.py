@@ -12,8 +12,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddprobe.errors import (ConfigError, DdprobeError, LockedError, PatchError,
-                            RemoteCommandError, UsageError)
+from ddprobe.errors import (
+    ConfigError,
+    DdprobeError,
+    LockedError,
+    PatchError,
+    RemoteCommandError,
+    UsageError,
+)
 from ddprobe.remote import Remote
 
 _HERE = Path(__file__).resolve().parent
@@ -30,7 +36,7 @@ _OP_PARTS = {"locate": ("_hostio.py", "_hostmain.py"), "read": ("_hostio.py", "_
              "diff": ("patchtext.py", "_hostio.py", "_hostledger.py", "_hostmain.py")}
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def helper_source(op: str | None = None) -> str:
     """The parts (all, or those `op` needs) as one program, one `from __future__` at the top."""
     parts = _OP_PARTS.get(op or "", _PARTS)

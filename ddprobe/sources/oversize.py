@@ -12,8 +12,8 @@ import hashlib
 from collections.abc import Mapping, Sequence
 
 from ddprobe.errors import PatchError
-from ddprobe.sources.bufscan import _torch_names, allocator_name, shape_of
 from ddprobe.sources.buffers import BufferReport, BufferRow, _matches
+from ddprobe.sources.bufscan import _torch_names, allocator_name, shape_of
 from ddprobe.sources.patchtext import Patch, format_patch, make_file_patch, parse_patch
 
 # temporary patches (an oversize experiment applies and reverts them): never left applied

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddprobe.bundled_files import patch_dirs
 from ddprobe.errors import PatchError, RemoteCommandError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
-from ddprobe.bundled_files import patch_dirs
 from ddprobe.sources.hostprog import Install, run_helper
 from ddprobe.sources.patchtext import Patch, PatchTextError, parse_patch
 

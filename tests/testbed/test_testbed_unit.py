@@ -13,18 +13,18 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ddprobe.testbed.device import AcceleratorError, DeviceArena, torch
-from ddprobe.testbed.install import default_prefix, sync_testbed
-from ddprobe.testbed.knowledge import load_tasks
-from ddprobe.testbed.model import DraftModel, TargetModel
-from ddprobe.testbed.scenario import ScenarioError, bundled_scenarios, load_scenario
-from ddprobe.testbed.srt.layers.linear import CUBLAS_WORKSPACE_BYTES, gemm_bf16
-from ddprobe.testbed.srt.server_args import prepare_server_args
-from ddprobe.testbed.srt.speculative.ddtree import accept, build_tree
-from ddprobe.testbed.tokenizer import IM_END_ID, Tokenizer
+from ddtestbed.device import AcceleratorError, DeviceArena, torch
+from ddtestbed.install import default_prefix, sync_testbed
+from ddtestbed.knowledge import load_tasks
+from ddtestbed.model import DraftModel, TargetModel
+from ddtestbed.scenario import ScenarioError, bundled_scenarios, load_scenario
+from ddtestbed.srt.layers.linear import CUBLAS_WORKSPACE_BYTES, gemm_bf16
+from ddtestbed.srt.server_args import prepare_server_args
+from ddtestbed.srt.speculative.ddtree import accept, build_tree
+from ddtestbed.tokenizer import IM_END_ID, Tokenizer
 from testbed_util import chat_text, write_fixture_suite
 
-TESTBED = Path(__file__).resolve().parents[1] / "ddprobe" / "testbed"
+TESTBED = Path(__file__).resolve().parents[2] / "ddtestbed"
 MIB = 1 << 20
 
 
@@ -293,7 +293,7 @@ def test_default_prefix_follows_xdg(monkeypatch: pytest.MonkeyPatch, tmp_path: P
 
 
 def test_fix_patch_applies_to_the_current_source(tmp_path: Path) -> None:
-    patch = TESTBED.parents[1] / "playbooks" / "patches" / "ddtestbed-custom-mask.patch"
+    patch = TESTBED.parent / "playbooks" / "patches" / "ddtestbed-custom-mask.patch"
     target = tmp_path / "srt/layers/attention/triton_backend.py"
     target.parent.mkdir(parents=True)
     target.write_bytes((TESTBED / "srt/layers/attention/triton_backend.py").read_bytes())

@@ -15,20 +15,20 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ddprobe.testbed.cuda import resolve_device
-from ddprobe.testbed.cuda import reference as ref
-from ddprobe.testbed.device import DeviceArena, torch
-from ddprobe.testbed.srt.layers.attention.triton_ops.tree_attention import (
+from ddtestbed.cuda import resolve_device
+from ddtestbed.cuda import reference as ref
+from ddtestbed.device import DeviceArena, torch
+from ddtestbed.srt.layers.attention.triton_ops.tree_attention import (
     MaskLayout,
     TreeAttentionKernel,
     write_kv_indices,
     write_tree_mask,
 )
-from ddprobe.testbed.srt.mem_cache.memory_pool import TokenToKVPool
-from ddprobe.testbed.srt.speculative.ddtree import DraftTree
+from ddtestbed.srt.mem_cache.memory_pool import TokenToKVPool
+from ddtestbed.srt.speculative.ddtree import DraftTree
 from testbed_util import ddtree, install_prefix, running_testbed
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HAS_GPU_NODE = bool(glob.glob("/dev/nvidia[0-9]*"))
 HAS_TORCH = importlib.util.find_spec("torch") is not None
 no_gpu = pytest.mark.skipif(HAS_GPU_NODE, reason="a GPU is present: auto would pick cuda here")
@@ -60,9 +60,9 @@ def test_cuda_without_torch_or_gpu_says_why() -> None:
 def test_cpu_mode_never_imports_torch() -> None:
     """Choosing the device (even auto) and importing the CUDA package's entry leave torch out
     when no GPU node exists; the CPU server path imports nothing of torch either."""
-    code = ("import sys; from ddprobe.testbed.cuda import resolve_device; "
+    code = ("import sys; from ddtestbed.cuda import resolve_device; "
             "d = resolve_device(None, None); "
-            "import ddprobe.testbed.srt.entrypoints.engine, ddprobe.testbed.launch_server; "
+            "import ddtestbed.srt.entrypoints.engine, ddtestbed.launch_server; "
             "print(d, 'torch' in sys.modules, 'triton' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True,
                          timeout=60, check=True).stdout.split()

@@ -10,7 +10,7 @@ Steps: lock -> build the config's launch with the server module (flags checked a
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 (under PyTorch's caching allocator an overrun stays inside one
 cudaMalloc'ed segment and memcheck sees nothing; see shared/docs/GPU_NOTES.md) -> restart ->
 wait for health -> send ONE request -> let the server die or finish -> stop -> parse the log
-(`ddprobe.sanitizer.parse_memcheck`) -> name the buffer: the grep-buffers row whose evaluated
+(`ddprobe.cell.memcheck.parse_memcheck`) -> name the buffer: the grep-buffers row whose evaluated
 size, for the running config, equals the "nearest allocation ... of size N bytes". When a row's
 size needs one value grep-buffers cannot know (e.g. the drafter's default draft-token count),
 the value that makes the sizes equal is solved for and reported: that is the sizing bug itself.
@@ -31,14 +31,13 @@ from typing import Any
 
 import httpx
 
+from ddprobe.cell.classify import classify_dead, classify_hang, excerpt, refused_signature
+from ddprobe.cell.health import wait_healthy
+from ddprobe.cell.memcheck import SanitizerReport, match_buffer, parse_memcheck
 from ddprobe.errors import DdprobeError, RefusedError, RemoteCommandError, RemoteError
-from ddprobe.hosttext import file_part
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 from ddprobe.results import CellResult, Config, Outcome
-from ddprobe.sanitizer import SanitizerReport, match_buffer, parse_memcheck
-from ddprobe.server.classify import classify_dead, classify_hang, excerpt, refused_signature
-from ddprobe.server.health import wait_healthy
 from ddprobe.server.hostops import HostOpError
 from ddprobe.server.launch import Launch
 from ddprobe.server.lifecycle import prepared_launch, server_target
@@ -46,6 +45,7 @@ from ddprobe.server.lock import HostLock
 from ddprobe.server.manager import Manager, Peek, get_manager
 from ddprobe.sources import BufferReport, BufferRow, SizingParams, grep_buffers
 from ddprobe.sources.bufeval import count_elements, dtype_bytes
+from ddprobe.untrusted import file_part
 
 # memcheck prints only the first N errors. On the H200 the first 20 of 474 were all writes of
 # one far row, attributed to an unrelated 64 KiB allocation 1.4 MB away; the writes just past

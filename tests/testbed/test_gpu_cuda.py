@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from ddprobe.testbed.cuda import cuda_unavailable_reason
+from ddtestbed.cuda import cuda_unavailable_reason
 
 WHY = cuda_unavailable_reason() if glob.glob("/dev/nvidia[0-9]*") else \
     "no GPU device node (/dev/nvidia*)"
@@ -21,9 +21,9 @@ pytestmark = pytest.mark.skipif(WHY is not None, reason=f"needs a CUDA GPU: {WHY
 if WHY is None:
     import torch
 
-    from ddprobe.testbed.cuda import forward as F
-    from ddprobe.testbed.cuda import reference as ref
-    from ddprobe.testbed.cuda.device import CudaDevice
+    from ddtestbed.cuda import forward as F
+    from ddtestbed.cuda import reference as ref
+    from ddtestbed.cuda.device import CudaDevice
 
 from testbed_util import (chat_text, ddtree, generate, install_prefix, installed_tasks,
                           running_testbed)

@@ -23,7 +23,7 @@ from .version import __version__
 
 PACKAGE = "ddtestbed"
 _SRC = Path(__file__).resolve().parent
-_SUITE = _SRC.parent / "probes" / "suites" / "coding.json"
+_SUITE = _SRC.parent / "ddprobe" / "probes" / "suites" / "coding.json"
 _SKIP_NAMES = {"install.py", "__pycache__"}
 
 

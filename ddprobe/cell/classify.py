@@ -22,12 +22,20 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddprobe.hosttext import clean
 from ddprobe.probes.runner import ProbeReport
 from ddprobe.results import Outcome, Signature
+from ddprobe.signatures import (
+    LogMatch,
+    best_match,
+    classify_phase,
+    find_matches,
+    load_catalogue,
+    normalise,
+    serving_start,
+    strip_prefix,
+)
 from ddprobe.signatures.decode import summarise_decode
-from ddprobe.signatures import (LogMatch, best_match, classify_phase, find_matches,
-                                load_catalogue, normalise, serving_start, strip_prefix)
+from ddprobe.untrusted import clean
 
 
 @dataclass(frozen=True)

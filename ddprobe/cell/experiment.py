@@ -22,21 +22,31 @@ from pathlib import Path
 from typing import Any
 
 from ddprobe import interrupt
+from ddprobe.cell.classify import (
+    Baseline,
+    Verdict,
+    classify_dead,
+    classify_hang,
+    classify_served,
+    excerpt,
+    refused_signature,
+    serving_failure,
+)
+from ddprobe.cell.health import HealthResult, fatal_match, health_now, wait_healthy
 from ddprobe.effective import fetch_server_info, from_log, from_server_args
-from ddprobe.errors import (DdprobeError, PatchError, RefusedError, RemoteCommandError,
-                            RemoteError)
-from ddprobe.hosttext import file_part
+from ddprobe.errors import DdprobeError, PatchError, RefusedError, RemoteCommandError, RemoteError
 from ddprobe.inventory import Host
 from ddprobe.probes.client import ProbeHTTPError
 from ddprobe.probes.coding import load_suite
-from ddprobe.probes.runner import (ProbeReport, TaskResult, baseline_from_report,
-                                   ids_from_report, run_probes)
+from ddprobe.probes.runner import (
+    ProbeReport,
+    TaskResult,
+    baseline_from_report,
+    ids_from_report,
+    run_probes,
+)
 from ddprobe.remote import Remote
 from ddprobe.results import CellResult, Config, Outcome
-from ddprobe.server.classify import (Baseline, Verdict, classify_dead, classify_hang,
-                                     classify_served, excerpt, refused_signature,
-                                     serving_failure)
-from ddprobe.server.health import HealthResult, fatal_match, health_now, wait_healthy
 from ddprobe.server.hostops import HostOpError
 from ddprobe.server.kernel_log import recent_xid_lines
 from ddprobe.server.lifecycle import prepared_launch, server_target
@@ -45,6 +55,7 @@ from ddprobe.server.manager import Manager, get_manager
 from ddprobe.server.served import model_loaded
 from ddprobe.signatures.decode import decode_notes, summarise_decode
 from ddprobe.sources.patches import revert_temporary
+from ddprobe.untrusted import file_part
 
 __all__ = ["Baseline", "CellReporter", "ProbeOptions", "run_cell", "run_sanitize_cell"]
 
@@ -375,4 +386,4 @@ def _copy_log(text: str, log_dir: Path, host: str, key: str) -> Path:
 
 
 # the sanitize cell (the failing config under compute-sanitizer) is the other kind of cell
-from ddprobe.sanitize_cell import run_sanitize_cell  # noqa: E402
+from ddprobe.cell.sanitize import run_sanitize_cell  # noqa: E402

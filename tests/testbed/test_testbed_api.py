@@ -238,8 +238,8 @@ def test_bad_scenario_flag_exits_2_naming_the_line(prefix: Path, tmp_path: Path)
 
 
 def test_in_tree_entry_point_help() -> None:
-    res = subprocess.run([sys.executable, "-m", "ddprobe.testbed", "--help"], capture_output=True,
-                         text=True, cwd=Path(__file__).resolve().parents[1], timeout=60)
+    res = subprocess.run([sys.executable, "-m", "ddtestbed", "--help"], capture_output=True,
+                         text=True, cwd=Path(__file__).resolve().parents[2], timeout=60)
     assert res.returncode == 0 and "--speculative-ddtree-budget" in res.stdout
 
 

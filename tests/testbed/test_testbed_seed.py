@@ -16,9 +16,9 @@ import pytest
 from testbed_util import (chat_text, coding_score, ddtree, generate, install_prefix,
                           installed_tasks, running_testbed)
 
-from ddprobe.testbed.scenario import load_scenario
+from ddtestbed.scenario import load_scenario
 
-PATCH = Path(__file__).resolve().parents[1] / "playbooks" / "patches" / "ddtestbed-custom-mask.patch"
+PATCH = Path(__file__).resolve().parents[2] / "playbooks" / "patches" / "ddtestbed-custom-mask.patch"
 MASK_SHAPE = "(num_tokens_per_bs * max_bs * (self.max_context_len + num_tokens_per_bs),)"
 ILLEGAL = "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
 

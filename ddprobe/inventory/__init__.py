@@ -101,7 +101,7 @@ class Inventory:
         """Hosts for a --host value, in Ansible's pattern language (see `hostpattern`):
         names, groups, `all`, globs, `~regex`, `!exclusion`, `&intersection`, joined by `,`
         or `:`; `limit` (--limit) is a second pattern the result is intersected with."""
-        from ddprobe.hostpattern import select
+        from ddprobe.inventory.pattern import select
         out = select(spec, self, key="--host")
         if limit:
             allowed = {h.name for h in select(limit, self, key="--limit")}
@@ -348,7 +348,7 @@ def parse_inventory(data: Any, path: str) -> Inventory:
         dserver = ps.server(defaults["server"], defaults, dserver)
     imported_groups: dict[str, tuple[str, ...]] = {}
     if data.get("ansible") is not None:
-        from ddprobe.ansible_inv import load_ansible
+        from ddprobe.inventory.ansible import load_ansible
         ref = ps.scalar(data["ansible"], (str,), data, "ansible")
         apath = Path(ref).expanduser()
         if not apath.is_absolute():
@@ -395,7 +395,7 @@ def load_inventory(explicit: str | None = None) -> Inventory:
     path = find_inventory(explicit)
     if path is None:
         return Inventory({TESTBED: builtin_testbed()}, {}, None)
-    from ddprobe.ansible_inv import is_ansible_yaml, load_ansible, sniff
+    from ddprobe.inventory.ansible import is_ansible_yaml, load_ansible, sniff
     kind = sniff(path, path.read_text(encoding="utf-8", errors="replace"))
     if kind in ("ini", "json"):
         return parse_inventory(load_ansible(path), str(path))
