@@ -37,7 +37,7 @@ def test_ci_installs_every_program_the_tests_run() -> None:
     progs = _programs()
     assert {"sshd", "rg", "bwrap", "xmllint", "chromium", "patch", "ssh-keygen"} <= progs
     used: set[str] = set()
-    for f in (ROOT / "tests").glob("*.py"):
+    for f in (ROOT / "tests").rglob("*.py"):
         src = f.read_text()
         used |= set(re.findall(r'ensure_program\("([\w.-]+)"', src))
         used |= set(re.findall(r'shutil\.which\("([\w.-]+)"', src))
