@@ -144,7 +144,7 @@ def test_changed_host_key_refused_even_with_accept_new(sshd, tmp_path):
 
 
 def test_ssh_config_alias_user_port_identity_resolved_by_openssh(sshd):
-    from ddprobe.sshconfig import resolve
+    from ddprobe.remote.sshconfig import resolve
     t = resolve(sshd.alias, config_file=str(sshd.ssh_config))
     assert (t.hostname, t.port, t.user) == ("127.0.0.1", sshd.port, sshd.user)
     assert str(sshd.key) in t.identity_files and t.identities_only

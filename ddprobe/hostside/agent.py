@@ -20,7 +20,10 @@ import paramiko
 AGENT_SRC = r'''
 import base64, json, os, signal, subprocess, sys
 out = sys.stdout.buffer
-out.write(json.dumps({"ready": 1, "nonce": sys.argv[1] if len(sys.argv) > 1 else ""}).encode() + b"\n"); out.flush()
+def b64(b):
+    return base64.b64encode(b).decode()
+nonce = sys.argv[1] if len(sys.argv) > 1 else ""
+out.write(json.dumps({"ready": 1, "nonce": nonce}).encode() + b"\n"); out.flush()
 for line in sys.stdin.buffer:
     req = json.loads(line)
     env = None
@@ -29,12 +32,13 @@ for line in sys.stdin.buffer:
     data = base64.b64decode(req["input"]) if req.get("input") is not None else None
     res = {"id": req["id"]}
     try:
-        p = subprocess.Popen(req["argv"], stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
+        p = subprocess.Popen(req["argv"],
+                             stdin=subprocess.PIPE if data is not None else subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
                              cwd=req.get("cwd"), start_new_session=True)
         try:
             o, e = p.communicate(data, timeout=req.get("timeout"))
-            res.update(rc=p.returncode, out=base64.b64encode(o).decode(), err=base64.b64encode(e).decode())
+            res.update(rc=p.returncode, out=b64(o), err=b64(e))
         except subprocess.TimeoutExpired:
             try:
                 os.killpg(p.pid, signal.SIGKILL)
@@ -44,11 +48,14 @@ for line in sys.stdin.buffer:
             res.update(timeout=1)
     except FileNotFoundError as ex:
         if req.get("cwd") and not os.path.isdir(req["cwd"]):
-            res.update(rc=125, out="", err=base64.b64encode(("cd: %s: No such file or directory\n" % req["cwd"]).encode()).decode())
+            msg = "cd: %s: No such file or directory\n" % req["cwd"]
+            res.update(rc=125, out="", err=b64(msg.encode()))
         else:
-            res.update(rc=127, out="", err=base64.b64encode(("%s: command not found\n" % req["argv"][0]).encode()).decode())
+            msg = "%s: command not found\n" % req["argv"][0]
+            res.update(rc=127, out="", err=b64(msg.encode()))
     except (NotADirectoryError, PermissionError) as ex:
-        res.update(rc=126 if isinstance(ex, PermissionError) else 125, out="", err=base64.b64encode((str(ex) + "\n").encode()).decode())
+        res.update(rc=126 if isinstance(ex, PermissionError) else 125, out="",
+                   err=b64((str(ex) + "\n").encode()))
     out.write(json.dumps(res).encode() + b"\n"); out.flush()
 '''
 
@@ -141,7 +148,7 @@ class Agent:
                     self._reply(self._owed, deadline=time.monotonic() + self._owed_timeout)
                 except (AgentTimeout, AgentDead):
                     self.broken = True
-                    raise AgentDead("the command interrupted by Ctrl-C did not finish")
+                    raise AgentDead("the command interrupted by Ctrl-C did not finish") from None
                 finally:
                     self._owed = None
             self._n += 1

@@ -46,7 +46,8 @@ def _ssh_g(alias: str, *, user: str | None, port: int | None, identity: str | No
     if identity:
         argv += ["-i", _expand(identity)]
     argv += ["--", alias]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=10, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=10,
+                          stdin=subprocess.DEVNULL)
     if proc.returncode != 0:
         msg = (proc.stderr.strip().splitlines() or ["ssh -G failed"])[-1]
         raise ConfigError(f"cannot resolve host '{alias}' through ssh config: {msg}",

@@ -1,0 +1,37 @@
+"""Remote execution: one connection per host, argv lists only, ssh or local, same interface.
+
+Every command is an argv list joined with shlex quoting at this boundary (base.build_command) and
+nowhere else. One module per concept (pyinfra's connectors/ is the model): base (the record, the
+options, the Remote interface), local, ssh, knownhosts, sshconfig, tunnel, fanout.
+"""
+from __future__ import annotations
+
+import logging
+
+from ddprobe.inventory import Host
+from ddprobe.remote.base import (
+    CmdResult,
+    Remote,
+    RemoteOptions,
+    build_command,
+    check_env_names,
+    default_options,
+    set_default_options,
+)
+from ddprobe.remote.fanout import HostOutcome, fan_out
+from ddprobe.remote.local import LocalRemote
+from ddprobe.remote.ssh import SshRemote
+
+# paramiko logs every refused tunnel channel at ERROR with no handler set: keep stderr clean
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+__all__ = ["CmdResult", "HostOutcome", "LocalRemote", "Remote", "RemoteOptions", "SshRemote",
+           "build_command", "check_env_names", "connect", "default_options", "fan_out",
+           "set_default_options"]
+
+
+def connect(host: Host, opts: RemoteOptions | None = None) -> Remote:
+    """Open one connection to a host (use as a context manager)."""
+    if host.transport == "local":
+        return LocalRemote(host)
+    return SshRemote(host, opts).connect()

@@ -1,0 +1,169 @@
+"""The base of every transport: the command record, the options, the one place argv becomes
+shell text, and the Remote interface the transports implement."""
+from __future__ import annotations
+
+import contextlib
+import shlex
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from ddprobe.errors import ConfigError, RemoteCommandError
+from ddprobe.inventory import Host, env_name_problem
+
+
+@dataclass(frozen=True)
+class CmdResult:
+    argv: tuple[str, ...]
+    exit_code: int
+    stdout: str
+    stderr: str
+    duration: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass(frozen=True)
+class RemoteOptions:
+    ssh_config: str | None = None
+    accept_new_host_keys: bool = False
+    connect_timeout: float = 15.0
+    command_timeout: float = 120.0
+    keepalive: int = 30
+    agent: bool = True  # one command runner alive per connection (ddprobe/hostside/agent.py)
+
+
+_defaults = RemoteOptions()
+
+
+def set_default_options(opts: RemoteOptions) -> None:
+    """Set by the CLI from --ssh-config / --accept-new-host-keys."""
+    global _defaults
+    _defaults = opts
+
+
+def default_options() -> RemoteOptions:
+    return _defaults
+
+
+def build_command(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
+                  cwd: str | None = None) -> str:
+    """The one place argv becomes shell text: every word quoted."""
+    words = [str(a) for a in argv]
+    if not words:
+        raise ValueError("empty argv")
+    check_env_names(env)
+    if env:
+        words = ["env"] + [f"{k}={v}" for k, v in env.items()] + words
+    if cwd:
+        words = ["sh", "-c", 'cd -- "$1" || exit 125; shift; exec "$@"', "sh", cwd] + words
+    return shlex.join(words)
+
+
+def check_env_names(env: Mapping[str, str] | None) -> None:
+    """Refuse a name `env`/execve would misread (an option, a second assignment, NUL) before
+    anything reaches the host; inventories and --env are checked earlier with file:line."""
+    for k in env or {}:
+        why = env_name_problem(str(k))
+        if why:
+            raise ConfigError(f"environment: {why}")
+
+
+class Remote:
+    """Base class: `run` is implemented by the transports, the rest is built on it."""
+
+    host: Host
+
+    def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = False,
+            input: str | bytes | None = None, env: Mapping[str, str] | None = None,
+            cwd: str | None = None) -> CmdResult:
+        raise NotImplementedError
+
+    def python(self, args: Sequence[str], *, timeout: float | None = None, check: bool = False,
+               input: str | bytes | None = None, env: Mapping[str, str] | None = None,
+               cwd: str | None = None) -> CmdResult:
+        """Run the host's interpreter (host.python) with the host's environment."""
+        e = dict(self.host.env)
+        e.update(env or {})
+        res = self.run([self.host.python, *args], timeout=timeout, check=False, input=input,
+                       env=e, cwd=cwd)
+        if res.exit_code in (126, 127) and self.host.python in res.stderr and \
+                any(w in res.stderr for w in ("not found", "No such file", "ermission denied")):
+            # a configuration error (exit 3), not an unreachable host (issue 15)
+            where = self.host.source if ":" in self.host.source else None
+            path, _, line = (where or "").rpartition(":")
+            raise ConfigError(f"{self.host.name}: the host's interpreter {self.host.python!r} "
+                              f"(key 'python') cannot be run there "
+                              f"({res.stderr.strip()[-120:]}); set `python` to an interpreter "
+                              f"path on the host",
+                              key="python", path=path or None,
+                              line=int(line) if line.isdigit() else None)
+        return self._checked(res, check)
+
+    def _checked(self, res: CmdResult, check: bool) -> CmdResult:
+        if check and not res.ok:
+            raise RemoteCommandError(self.host.name, res.argv, res.exit_code, res.stdout,
+                                     res.stderr)
+        return res
+
+    @property
+    def home(self) -> str:
+        if not hasattr(self, "_home"):
+            self._home = self.run(["sh", "-c", 'printf %s "$HOME"'], check=True).stdout
+        return self._home
+
+    def expand(self, path: str) -> str:
+        if path == "~" or path.startswith("~/"):
+            return self.home + path[1:]
+        return path
+
+    def read_bytes(self, path: str) -> bytes:
+        raise NotImplementedError
+
+    def read_text(self, path: str) -> str:
+        return self.read_bytes(path).decode("utf-8")
+
+    def write_bytes(self, path: str, data: bytes, *, mode: int | None = None) -> None:
+        raise NotImplementedError
+
+    def exists(self, path: str) -> bool:
+        return self.run(["test", "-e", self.expand(path)]).ok
+
+    @contextlib.contextmanager
+    def tunnel(self, remote_port: int, remote_host: str = "127.0.0.1") -> Iterator[int]:
+        """A local port that reaches remote_host:remote_port as seen from the host."""
+        raise NotImplementedError
+        yield 0  # pragma: no cover
+
+    def ping(self) -> float:
+        """Round-trip time of one protocol message, no shell started (seconds)."""
+        t0 = time.monotonic()
+        self.run(["true"], check=True, timeout=15)
+        return time.monotonic() - t0
+
+    def close(self) -> None:
+        pass
+
+    @property
+    def connected(self) -> bool:
+        """False once the transport is known to be gone (an SSH drop); local is always up."""
+        return True
+
+    def __enter__(self) -> Remote:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+
+def decode(b: bytes) -> str:
+    return b.decode("utf-8", errors="replace")
+
+
+def unframe(text: str, mark: str) -> str:
+    """The output after the frame line (what came before it is the login shell's)."""
+    head, sep, rest = text.partition(mark + "\n")
+    return rest if sep else text

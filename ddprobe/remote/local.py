@@ -1,0 +1,80 @@
+"""The local transport: commands run as subprocesses of ddprobe itself."""
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shlex
+import subprocess
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+
+from ddprobe import interrupt
+from ddprobe.errors import RemoteError, RemoteTimeout
+from ddprobe.inventory import Host
+from ddprobe.remote.base import CmdResult, Remote, check_env_names, decode, default_options
+
+log = logging.getLogger("ddprobe.remote")
+
+
+class LocalRemote(Remote):
+    """The local transport: the built-in testbed host, or ddprobe running on the GPU host."""
+
+    def __init__(self, host: Host) -> None:
+        self.host = host
+
+    def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = False,
+            input: str | bytes | None = None, env: Mapping[str, str] | None = None,
+            cwd: str | None = None) -> CmdResult:
+        words = tuple(str(a) for a in argv)
+        check_env_names(env)
+        interrupt.checkpoint()
+        full_env = dict(os.environ)
+        full_env.update(env or {})
+        data = input.encode() if isinstance(input, str) else input
+        t0 = time.monotonic()
+        log.debug("local: running %s (env: %s)", shlex.join(words), ",".join(env or {}) or "-")
+        try:
+            proc = subprocess.run(words, input=data, capture_output=True, env=full_env,
+                                  cwd=self.expand(cwd) if cwd else None,
+                                  timeout=timeout or default_options().command_timeout,
+                                  stdin=None if data is not None else subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise RemoteTimeout(f"{self.host.name}: command timed out after "
+                                f"{timeout or default_options().command_timeout:.0f}s: "
+                                f"{shlex.join(words)[:120]}") from None
+        except FileNotFoundError:
+            res = CmdResult(words, 127, "", f"{words[0]}: not found", time.monotonic() - t0)
+            return self._checked(res, check)
+        except NotADirectoryError:
+            res = CmdResult(words, 125, "", f"cd: {cwd}: not a directory", time.monotonic() - t0)
+            return self._checked(res, check)
+        res = CmdResult(words, proc.returncode, decode(proc.stdout), decode(proc.stderr),
+                        time.monotonic() - t0)
+        return self._checked(res, check)
+
+    @property
+    def home(self) -> str:
+        return str(Path.home())
+
+    def read_bytes(self, path: str) -> bytes:
+        try:
+            return Path(self.expand(path)).read_bytes()
+        except OSError as e:
+            raise RemoteError(f"{self.host.name}: cannot read {path}: {e.strerror}") from None
+
+    def write_bytes(self, path: str, data: bytes, *, mode: int | None = None) -> None:
+        p = Path(self.expand(path))
+        tmp = p.with_name(f".{p.name}.ddprobe-tmp")
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, p)
+
+    @contextlib.contextmanager
+    def tunnel(self, remote_port: int, remote_host: str = "127.0.0.1") -> Iterator[int]:
+        yield remote_port

@@ -1,0 +1,369 @@
+"""The SSH transport: one paramiko/fabric connection per host, resolved with `ssh -G`, commands
+through the agent (one per connection) or one exec channel each, files through sftp or commands."""
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import os
+import secrets
+import select
+import shlex
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+
+import paramiko
+from fabric import Config, Connection
+
+from ddprobe import interrupt
+from ddprobe.errors import (
+    HostKeyError,
+    RemoteError,
+    RemoteTimeout,
+    UnreachableError,
+)
+from ddprobe.hostside.agent import AGENT_SRC, MAX_REPLY_BYTES, Agent, AgentDead, AgentTimeout
+from ddprobe.inventory import Host
+from ddprobe.remote.base import (
+    CmdResult,
+    Remote,
+    RemoteOptions,
+    build_command,
+    check_env_names,
+    decode,
+    default_options,
+    unframe,
+)
+from ddprobe.remote.knownhosts import RecordingPolicy, known_host_name
+from ddprobe.remote.sshconfig import SshTarget, resolve
+from ddprobe.remote.tunnel import forward
+
+log = logging.getLogger("ddprobe.remote")
+
+
+class SshRemote(Remote):
+    def __init__(self, host: Host, opts: RemoteOptions | None = None) -> None:
+        self.host = host
+        self.opts = opts or default_options()
+        self.target = resolve(host.host or host.name, user=host.user, port=host.port,
+                              identity=host.identity_file, config_file=self.opts.ssh_config)
+        self._conn: Connection | None = None
+        self._gateways: list[Connection] = []
+        self._sftp: paramiko.SFTPClient | None = None
+        self._sftp_failed = False
+        self._agent: Agent | None = None
+        self._agent_failed = not self.opts.agent
+
+    # -- connection ------------------------------------------------------------------------
+    def _connection(self, t: SshTarget, gateway: Connection | None) -> Connection:
+        keys = [k for k in t.identity_files if os.path.isfile(k)]
+        ck: dict[str, object] = {
+            "key_filename": keys, "look_for_keys": not t.identities_only and not keys,
+            "allow_agent": not (t.identities_only and keys), "banner_timeout": 15,
+            "auth_timeout": 15, "channel_timeout": 15,
+        }
+        # runtime_ssh_path=None / an empty SSHConfig: we resolved everything with `ssh -G`.
+        c = Connection(t.hostname, user=t.user, port=t.port, gateway=gateway,
+                       connect_timeout=t.connect_timeout or self.opts.connect_timeout,
+                       config=Config(ssh_config=paramiko.SSHConfig()),
+                       connect_kwargs=ck)
+        client = c.client
+        for f in t.known_hosts_files:
+            if os.path.isfile(f):
+                try:
+                    client.load_host_keys(f) if f == t.known_hosts_files[0] else \
+                        client.get_host_keys().load(f)
+                except (OSError, paramiko.SSHException) as e:
+                    log.warning("cannot read known_hosts %s: %s", f, e)
+        if client._host_keys_filename is None:
+            client._host_keys_filename = t.known_hosts_files[0]
+        shkc = t.strict_host_key_checking
+        if self.opts.accept_new_host_keys or shkc == "accept-new":
+            client.set_missing_host_key_policy(RecordingPolicy(t.known_hosts_files[0], save=True))
+        elif shkc == "no":
+            client.set_missing_host_key_policy(RecordingPolicy(t.known_hosts_files[0],
+                                                                save=False))
+        else:
+            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        return c
+
+    def _open(self) -> Connection:
+        if self._conn is not None:
+            return self._conn
+        t = self.target
+        gateway = None
+        if t.proxy_jump:
+            for hop in t.proxy_jump.split(","):
+                user, _, rest = hop.rpartition("@")
+                hostpart, _, port = rest.partition(":")
+                if hostpart.startswith("["):
+                    hostpart = hostpart.strip("[]")
+                ht = resolve(hostpart, user=user or None, port=int(port) if port else None,
+                             config_file=self.opts.ssh_config)
+                gateway = self._connection(ht, gateway)
+                self._gateways.append(gateway)
+        conn = self._connection(t, gateway)
+        where = f"{t.user}@{t.hostname}:{t.port}"
+        try:
+            conn.open()
+        except paramiko.BadHostKeyException as e:
+            raise HostKeyError(
+                f"{self.host.name}: HOST KEY CHANGED for {where} (got {e.key.get_name()} "
+                f"{e.key.get_fingerprint().hex()}); refusing to connect. If the host was "
+                f"rebuilt, remove its old entry from {t.known_hosts_files[0]} "
+                f"(ssh-keygen -R '{known_host_name(t)}') and retry with "
+                f"--accept-new-host-keys") from None
+        except paramiko.SSHException as e:
+            msg = str(e)
+            if "not found in known_hosts" in msg:
+                raise HostKeyError(
+                    f"{self.host.name}: unknown host key for {where} (not in "
+                    f"{', '.join(t.known_hosts_files)}); check the fingerprint, then re-run with "
+                    f"--accept-new-host-keys to record it") from None
+            if isinstance(e, paramiko.AuthenticationException):
+                raise UnreachableError(f"{self.host.name}: authentication failed for {where}: "
+                                       f"{msg or 'no accepted key'}") from None
+            raise UnreachableError(f"{self.host.name}: ssh to {where} failed: {msg}") from None
+        except TimeoutError:
+            raise UnreachableError(f"{self.host.name}: connection to {where} timed out") from None
+        except OSError as e:
+            raise UnreachableError(f"{self.host.name}: cannot connect to {where}: "
+                                   f"{e.strerror or e}") from None
+        transport = conn.transport
+        assert transport is not None
+        transport.set_keepalive(t.server_alive_interval or self.opts.keepalive)
+        self._conn = conn
+        return conn
+
+    def connect(self) -> SshRemote:
+        self._open()
+        return self
+
+    @property
+    def connected(self) -> bool:
+        tr = self._conn.transport if self._conn is not None else None
+        return tr is not None and tr.is_active()
+
+    def ping(self) -> float:
+        # a global request the server must answer (OpenSSH replies "failure" to unknown ones):
+        # a true round trip through the authenticated connection, without starting a shell
+        transport = self._open().transport
+        assert transport is not None
+        t0 = time.monotonic()
+        transport.global_request("keepalive@openssh.com", wait=True)
+        if not transport.is_active():
+            raise UnreachableError(f"{self.host.name}: connection dropped")
+        return time.monotonic() - t0
+
+    def close(self) -> None:
+        if self._agent is not None:
+            self._agent.close()
+            self._agent = None
+        if self._sftp is not None:
+            with contextlib.suppress(Exception):
+                self._sftp.close()
+            self._sftp = None
+        for c in [self._conn, *reversed(self._gateways)]:
+            if c is not None:
+                with contextlib.suppress(Exception):
+                    c.close()
+        self._conn, self._gateways = None, []
+
+    # -- commands --------------------------------------------------------------------------
+    _LAUNCH = ('for p in "$2" python3 python; do if command -v "$p" >/dev/null 2>&1; then '
+               'exec "$p" -u -c "$1" "$3"; fi; done; echo "ddprobe: no python for the agent" >&2; '
+               'exit 127')
+
+    def _get_agent(self) -> Agent | None:
+        if self._agent is not None or self._agent_failed:
+            return self._agent
+        transport = self._open().transport
+        assert transport is not None
+        try:
+            chan = transport.open_session(timeout=self.opts.connect_timeout)
+            nonce = secrets.token_hex(8)
+            chan.exec_command(build_command(["sh", "-c", self._LAUNCH, "sh", AGENT_SRC,
+                                             self.host.python, nonce]))
+            self._agent = Agent(chan, nonce)
+            if self._agent.noise:
+                log.debug("%s: the login shell printed %d line(s) before the agent started "
+                          "(skipped)", self.host.name, len(self._agent.noise))
+        except (AgentDead, AgentTimeout, paramiko.SSHException, OSError) as e:
+            log.debug("%s: no agent (%s); one exec channel per command", self.host.name, e)
+            self._agent_failed = True
+        return self._agent
+
+    def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = False,
+            input: str | bytes | None = None, env: Mapping[str, str] | None = None,
+            cwd: str | None = None) -> CmdResult:
+        words = tuple(str(a) for a in argv)
+        if not words:
+            raise ValueError("empty argv")
+        check_env_names(env)
+        interrupt.checkpoint()
+        limit = timeout or self.opts.command_timeout
+        if self._agent is not None and self._agent.broken:
+            self._agent.close()
+            self._agent = None
+        agent = self._get_agent()
+        if agent is not None:
+            data = input.encode() if isinstance(input, str) else input
+            t0 = time.monotonic()
+            log.debug("%s: running %s (agent; env: %s)", self.host.name, shlex.join(words),
+                      ",".join(env or {}) or "-")
+            try:
+                rc, o, e = agent.call(words, timeout=limit, input=data, env=env,
+                                      cwd=self.expand(cwd) if cwd else None)
+                res = CmdResult(words, rc, decode(o), decode(e), time.monotonic() - t0)
+                return self._checked(res, check)
+            except AgentTimeout:
+                if agent.broken:
+                    agent.close()
+                    self._agent = None
+                raise RemoteTimeout(f"{self.host.name}: command timed out after {limit:.0f}s: "
+                                    f"{shlex.join(words)[:120]}") from None
+            except AgentDead as ex:
+                # never re-run the command: it may have had effects before the agent died
+                self._agent, self._agent_failed = None, True
+                agent.close()
+                tr = self._conn.transport if self._conn else None
+                if tr is None or not tr.is_active():
+                    raise UnreachableError(f"{self.host.name}: ssh connection lost during "
+                                           f"{shlex.join(words)[:80]}") from None
+                raise RemoteError(f"{self.host.name}: remote command runner died during "
+                                  f"{shlex.join(words)[:80]}: {ex}") from None
+        return self._run_exec(words, limit=limit, check=check, input=input, env=env, cwd=cwd)
+
+    def _run_exec(self, words: tuple[str, ...], *, limit: float, check: bool,
+                  input: str | bytes | None, env: Mapping[str, str] | None,
+                  cwd: str | None) -> CmdResult:
+        # a frame line on stdout and stderr: what the login shell's rc files print before it
+        # is not the command's output (issue 15)
+        mark = f"--ddprobe-{secrets.token_hex(8)}--"
+        cmd = build_command(["sh", "-c", 'printf "%s\\n" "$0"; printf "%s\\n" "$0" >&2; '
+                             'exec "$@"', mark, *words], env=env, cwd=cwd)
+        conn = self._open()
+        transport = conn.transport
+        if transport is None or not transport.is_active():
+            raise UnreachableError(f"{self.host.name}: ssh connection lost")
+        # environment values may be secrets (tokens): log their names only
+        log.debug("%s: running %s (env: %s)", self.host.name, shlex.join(words),
+                  ",".join(env or {}) or "-")
+        t0 = time.monotonic()
+        try:
+            chan = transport.open_session(timeout=self.opts.connect_timeout)
+            chan.exec_command(cmd)
+        except (paramiko.SSHException, EOFError, OSError) as e:
+            raise UnreachableError(f"{self.host.name}: ssh channel failed: {e}") from None
+        data = input.encode() if isinstance(input, str) else input
+        writer = None
+        if data:
+            def _write() -> None:
+                with contextlib.suppress(OSError, paramiko.SSHException):
+                    chan.sendall(data)
+                    chan.shutdown_write()
+            writer = threading.Thread(target=_write, daemon=True)
+            writer.start()
+        else:
+            chan.shutdown_write()
+        out, err = bytearray(), bytearray()
+        deadline = t0 + limit
+        try:
+            while True:
+                got = False
+                while chan.recv_ready():
+                    out += chan.recv(65536)
+                    got = True
+                while chan.recv_stderr_ready():
+                    err += chan.recv_stderr(65536)
+                    got = True
+                if len(out) + len(err) > MAX_REPLY_BYTES:
+                    raise RemoteError(f"{self.host.name}: {cmd[:80]} sent more than "
+                                      f"{MAX_REPLY_BYTES >> 20} MiB of output; not read further")
+                if chan.exit_status_ready() and not chan.recv_ready() \
+                        and not chan.recv_stderr_ready():
+                    break
+                if chan.closed and not got:
+                    break
+                if time.monotonic() > deadline:
+                    raise RemoteTimeout(f"{self.host.name}: command timed out after {limit:.0f}s:"
+                                        f" {cmd[:120]}")
+                if not got:
+                    select.select([chan], [], [], 0.02)
+            code = chan.recv_exit_status()
+            if code == -1:
+                if not transport.is_active():
+                    raise UnreachableError(f"{self.host.name}: ssh connection lost during "
+                                           f"{cmd[:80]}")
+                code = 255
+        finally:
+            chan.close()
+            if writer is not None:
+                writer.join(timeout=1)
+        res = CmdResult(words, code, unframe(decode(bytes(out)), mark),
+                        unframe(decode(bytes(err)), mark), time.monotonic() - t0)
+        return self._checked(res, check)
+
+    # -- files -----------------------------------------------------------------------------
+    def _sftp_client(self) -> paramiko.SFTPClient | None:
+        """sftp, or None where it does not work: a login shell that prints breaks the
+        sftp-server subsystem ("Garbage packet received"); files then go through commands."""
+        if self._sftp is None and not self._sftp_failed:
+            try:
+                self._sftp = self._open().client.open_sftp()
+            except (paramiko.SSHException, paramiko.sftp.SFTPError, EOFError, OSError) as e:
+                log.debug("%s: sftp unavailable (%s); files go through commands",
+                          self.host.name, e)
+                self._sftp_failed = True
+        return self._sftp
+
+    def read_bytes(self, path: str) -> bytes:
+        sftp = self._sftp_client()
+        if sftp is None:
+            res = self.run(["base64", "--", self.expand(path)], timeout=300)
+            if not res.ok:
+                raise RemoteError(f"{self.host.name}: cannot read {path}: "
+                                  f"{res.stderr.strip()[-200:]}")
+            return base64.b64decode(res.stdout)
+        try:
+            with sftp.open(self.expand(path), "rb") as fh:
+                data = fh.read(MAX_REPLY_BYTES + 1)
+        except OSError as e:
+            raise RemoteError(f"{self.host.name}: cannot read {path}: {e}") from None
+        if len(data) > MAX_REPLY_BYTES:
+            raise RemoteError(f"{self.host.name}: {path} is larger than "
+                              f"{MAX_REPLY_BYTES >> 20} MiB; not read")
+        return data
+
+    def write_bytes(self, path: str, data: bytes, *, mode: int | None = None) -> None:
+        p = self.expand(path)
+        d, _, name = p.rpartition("/")
+        tmp = f"{d}/.{name}.ddprobe-tmp"
+        sftp = self._sftp_client()
+        if sftp is None:
+            script = ('base64 -d > "$1" && { [ -z "$3" ] || chmod "$3" "$1"; } && '
+                      'mv -f -- "$1" "$2" || { rm -f -- "$1"; exit 1; }')
+            res = self.run(["sh", "-c", script, "sh", tmp, p,
+                            "" if mode is None else f"{mode:o}"],
+                           input=base64.b64encode(data), timeout=300)
+            if not res.ok:
+                raise RemoteError(f"{self.host.name}: cannot write {path}: "
+                                  f"{res.stderr.strip()[-200:]}")
+            return
+        try:
+            with sftp.open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+            if mode is not None:
+                sftp.chmod(tmp, mode)
+            sftp.posix_rename(tmp, p)
+        except OSError as e:
+            raise RemoteError(f"{self.host.name}: cannot write {path}: {e}") from None
+
+    @contextlib.contextmanager
+    def tunnel(self, remote_port: int, remote_host: str = "127.0.0.1") -> Iterator[int]:
+        transport = self._open().transport
+        assert transport is not None
+        with forward(transport, remote_port, remote_host) as port:
+            yield port
