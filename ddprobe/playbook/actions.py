@@ -1,8 +1,9 @@
 """The action registry: what a playbook step may call, its arguments, and how it is bound.
 
-An action names the library function it needs as "module:function" and imports it only when
-checked or run, so a module that is missing (or not written yet) gives "step N: action X not
-available: ..." before anything runs, never an ImportError when ddprobe starts.
+The built-in actions (builtin.py) call the library functions they import. An extension action
+may instead name the functions it needs as "module:function" (`ActionSpec.targets`): they are
+imported only when checked or run, so a missing module gives "step N: action X not available:
+..." before anything runs, never an ImportError when ddprobe starts.
 """
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ class ActionResult:
 class ActionSpec:
     name: str
     help: str
-    targets: tuple[str, ...]  # "module:function" this action needs
+    targets: tuple[str, ...]  # "module:function" an extension action needs (built-ins: ())
     run: Callable[[StepContext, dict[str, Any]], ActionResult]
     args: tuple[Arg, ...] = ()
     mutates: bool = False  # restarts a server or changes files on the host
@@ -87,24 +88,8 @@ class ActionRegistry:
         return ActionRegistry(dict(self.actions))
 
 
-class Lazy:
-    """A value `bind_call` computes only when the function asks for it (e.g. a connection)."""
-
-    def __init__(self, make: Callable[[], Any]) -> None:
-        self.make = make
-
-
 def resolve(target: str) -> Callable[..., Any]:
-    """'pkg.module:function' -> the function; ActionUnavailable says what is missing.
-    Alternatives separated by '|' are tried in order (the first that exists wins)."""
-    if "|" in target:
-        why = []
-        for alt in target.split("|"):
-            try:
-                return resolve(alt)
-            except ActionUnavailable as e:
-                why.append(str(e))
-        raise ActionUnavailable("; ".join(why))
+    """'pkg.module:function' -> the function; ActionUnavailable says what is missing."""
     mod_name, _, attr = target.partition(":")
     try:
         mod = importlib.import_module(mod_name)
@@ -116,7 +101,7 @@ def resolve(target: str) -> Callable[..., Any]:
     fn = getattr(mod, attr, None)
     if not callable(fn):
         raise ActionUnavailable(f"{target}: {mod_name} has no function {attr!r}")
-    return fn  # type: ignore[no-any-return]
+    return fn
 
 
 def bind_call(fn: Callable[..., Any], provided: Mapping[str, Any],
@@ -139,8 +124,6 @@ def bind_call(fn: Callable[..., Any], provided: Mapping[str, Any],
             continue
         if p.name in names and names[p.name] is not None:
             value = names[p.name]
-            if isinstance(value, Lazy):
-                value = value.make()
             if p.kind == p.POSITIONAL_ONLY:
                 args.append(value)
             else:

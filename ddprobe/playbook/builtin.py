@@ -1,49 +1,43 @@
 """The built-in playbook actions: thin adapters from a step's arguments to library calls.
 
-Each adapter imports its library function through `resolve` when the step runs, calls it,
-and returns plain data (for `register:` and conditions) plus a one-line summary.
+Each adapter calls the library function it imports, and returns plain data (for `register:`
+and conditions) plus a one-line summary. `campaign_action` is the one binding by name: an
+extension action that names its function as "module:function" (see `actions.resolve`).
 """
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ddprobe.errors import DdprobeError
+from ddprobe.bisect.run import BisectRequest, run_bisect
+from ddprobe.bisect.sweep import SweepRequest, run_sweep
+from ddprobe.cell.experiment import ProbeOptions, run_cell
+from ddprobe.errors import ConfigError, DdprobeError
+from ddprobe.facts import gather_facts
 from ddprobe.playbook.actions import (
     ActionRegistry,
     ActionResult,
     ActionSpec,
     Arg,
-    Lazy,
     bind_call,
     resolve,
     to_plain,
 )
 from ddprobe.playbook.context import StepContext
+from ddprobe.probes.runner import run_probes
+from ddprobe.report import write_reports
+from ddprobe.report.resolve import resolve_run
 from ddprobe.results import CellResult, Config
+from ddprobe.smoke import junit_xml, run_smoke
+from ddprobe.sources.buffers import SizingParams
+from ddprobe.sources.fetch import grep_buffers, read_flags
+from ddprobe.sources.grep import grep
+from ddprobe.sources.patches import apply_patch, load_patch, patch_status, revert_patch
 from ddprobe.store import RunRecord, load_run
 
-# The functions of other modules that actions bind to ("|" separates accepted alternatives).
-FACTS = "ddprobe.facts:gather_facts"
-GREP = "ddprobe.sources.grep:grep"
-GREP_BUFFERS = "ddprobe.sources.fetch:grep_buffers"
-READ_FLAGS = "ddprobe.sources.fetch:read_flags"
-PATCH_APPLY = "ddprobe.sources.patches:apply_patch"
-PATCH_REVERT = "ddprobe.sources.patches:revert_patch"
-PATCH_STATUS = "ddprobe.sources.patches:patch_status"
-LOAD_PATCH = "ddprobe.sources.patches:load_patch"
-PROBE = "ddprobe.probes.runner:run_probes"
-RUN_CELL = "ddprobe.cell.experiment:run_cell"
-PROBE_OPTIONS = "ddprobe.cell.experiment:ProbeOptions"
-SWEEP = "ddprobe.bisect.sweep:run_sweep|ddprobe.bisect:run_sweep"
-SWEEP_REQUEST = "ddprobe.bisect.sweep:SweepRequest|ddprobe.bisect.run:BisectRequest"
-BISECT = "ddprobe.bisect.run:run_bisect"
-BISECT_REQUEST = "ddprobe.bisect.run:BisectRequest"
-SMOKE = "ddprobe.smoke:run_smoke"
-WRITE_REPORTS = "ddprobe.report:write_reports"
-
+# The names a function bound by `campaign_action` may also use for what a step provides.
 _HOST_ALIASES = {"host": ("h",), "remote": ("r", "conn", "connection"),
                  "config": ("cfg",), "hosts": ("host_list",), "store": ("run_store",),
                  "request": ("req",), "runs_root": ("root",)}
@@ -53,8 +47,13 @@ class StepFailed(DdprobeError):
     """A step failed on purpose (`fail` action or an `assert:` that did not hold)."""
 
 
+def _given(**kw: Any) -> dict[str, Any]:
+    """The step arguments that were given (None means: the callee's default)."""
+    return {k: v for k, v in kw.items() if v is not None}
+
+
 def _facts(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
-    d = to_plain(resolve(FACTS)(ctx.remote(), ctx.host))
+    d = to_plain(gather_facts(ctx.remote(), ctx.host))
     gpus = d.get("gpus") or []
     inst = d.get("install") or {}
     py = (d.get("python") or {}).get("version", "?")
@@ -64,8 +63,8 @@ def _facts(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
 
 
 def _grep(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
-    res = resolve(GREP)(ctx.remote(), a["pattern"], host=ctx.host, subdir=a["path"],
-                        context=a["context"], fixed=a["fixed"], ignore_case=a["ignore_case"])
+    res = grep(ctx.remote(), a["pattern"], host=ctx.host, subdir=a["path"],
+               context=a["context"], fixed=a["fixed"], ignore_case=a["ignore_case"])
     d = to_plain(res)
     matches = [h for h in d.get("hits", []) if h.get("kind") == "match"]
     d["matches"] = matches
@@ -76,14 +75,12 @@ def _grep(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
 
 
 def _grep_buffers(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
-    from ddprobe.sources.buffers import SizingParams
-
     s = ctx.host.server
     budgets = tuple(a["budgets"] or ([s.budget] if s.budget else []))
     params = SizingParams(max_bs=a["max_bs"] or s.max_bs, budgets=budgets,
                           context_len=a["context_len"])
-    rep = resolve(GREP_BUFFERS)(ctx.remote(), ctx.host, backend=a["backend"], params=params,
-                                include_per_batch=a["include_per_batch"])
+    rep = grep_buffers(ctx.remote(), ctx.host, backend=a["backend"], params=params,
+                       include_per_batch=a["include_per_batch"])
     d = to_plain(rep)
     rows = [r for r in d.get("rows", []) if r.get("status") == "found"]
     flagged = [{"attr": r["attr"], "file": r["file"], "line": r["line"], "flags": r["flags"],
@@ -96,7 +93,7 @@ def _grep_buffers(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
 
 
 def _flags(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
-    fs = resolve(READ_FLAGS)(ctx.remote(), ctx.host)
+    fs = read_flags(ctx.remote(), ctx.host)
     d = {"package": fs.package, "version": fs.version, "count": len(fs.flags),
          "names": list(fs.names)}
     if a["check"]:
@@ -107,9 +104,9 @@ def _flags(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
 
 
 def _patch_apply(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
-    patch = resolve(LOAD_PATCH)(a["patch"])
-    res = resolve(PATCH_APPLY)(ctx.remote(), patch, host=ctx.host, dry_run=a["dry_run"],
-                               force=a["force"])
+    patch = load_patch(a["patch"])
+    res = apply_patch(ctx.remote(), patch, host=ctx.host, dry_run=a["dry_run"],
+                      force=a["force"])
     # only what this playbook changed is reverted on failure: not a patch that was already in
     if res.status in ("applied", "finished"):
         ctx.applied.append((res.patch_id, patch))
@@ -122,15 +119,15 @@ def _patch_apply(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
 def _patch_revert(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
     if bool(a["patch"]) == bool(a["all"]):
         raise DdprobeError("patch-revert: give `patch: ID` or `all: true` (not both)")
-    res = resolve(PATCH_REVERT)(ctx.remote(), a["patch"] or None, host=ctx.host,
-                                all_patches=a["all"], force=a["force"])
+    res = revert_patch(ctx.remote(), a["patch"] or None, host=ctx.host,
+                       all_patches=a["all"], force=a["force"])
     done = {pid for pid, _ in res.reverted}
     ctx.applied[:] = [(pid, p) for pid, p in ctx.applied if pid not in done and not a["all"]]
     return ActionResult(to_plain(res), f"reverted {', '.join(sorted(done)) or 'nothing'}")
 
 
 def _patch_status(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
-    st = resolve(PATCH_STATUS)(ctx.remote(), host=ctx.host)
+    st = patch_status(ctx.remote(), host=ctx.host)
     d = to_plain(st)
     d["applied"] = [e.id for e in st.entries]
     return ActionResult(d, f"{len(st.entries)} patch(es) applied"
@@ -138,7 +135,7 @@ def _patch_status(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
 
 
 @contextlib.contextmanager
-def _server_url(ctx: StepContext) -> Any:
+def _server_url(ctx: StepContext) -> Iterator[str]:
     s = ctx.host.server
     target = "127.0.0.1" if s.bind in ("", "0.0.0.0", "::", "[::]") else s.bind
     if ctx.host.transport == "local":
@@ -149,10 +146,9 @@ def _server_url(ctx: StepContext) -> Any:
 
 
 def _probe(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
-    fn = resolve(PROBE)
     with _server_url(ctx) as url:
-        rep = fn(url, suite=a["suite"], concurrency=a["concurrency"], timeout=a["timeout"],
-                 tasks=a["tasks"] or None)
+        rep = run_probes(url, suite=a["suite"], concurrency=a["concurrency"],
+                         timeout=a["timeout"], tasks=a["tasks"] or None)
     d = to_plain(rep)
     d.pop("results", None)
     s = rep.summary
@@ -174,30 +170,24 @@ def _cell_summary(c: CellResult) -> str:
     return out
 
 
-def cell_action(target: str) -> Callable[[StepContext, dict[str, Any]], ActionResult]:
-    """`run`: one cell through the experiment layer's function `target`."""
-    def run(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
-        cfg = Config(budget=a["budget"], graph=a["graph"], max_bs=a["max_bs"],
-                     backend=a["backend"], extra_args=tuple(a["extra_args"] or ()))
-        log_dir = ctx.store.dir / "logs" if ctx.store is not None else None
-        probe = None
-        if a.get("suite") or a.get("tasks"):
-            opts = resolve(PROBE_OPTIONS)
-            probe = opts(**{k: (tuple(v) if isinstance(v, list) else v)
-                            for k, v in (("suite", a.get("suite")), ("tasks", a.get("tasks")))
-                            if v})
-        cell = bind_call(resolve(target), {"host": ctx.host, "config": cfg,
-                                           "remote": Lazy(ctx.remote), "store": ctx.store,
-                                           "log_dir": log_dir, "probe": probe,
-                                           "stop_after": a.get("stop_after")}, _HOST_ALIASES)
-        if not isinstance(cell, CellResult):
-            raise DdprobeError(f"{target} returned {type(cell).__name__}, not a CellResult")
-        cell = ctx.add_cell(cell)
-        d = to_plain(cell)
-        d["key"] = cell.config.key
-        d["ok"] = cell.outcome.value == "ok"
-        return ActionResult(d, _cell_summary(cell))
-    return run
+def _probe_options(a: dict[str, Any]) -> ProbeOptions:
+    """The cell's probe options: the step's suite and tasks over the cell's defaults."""
+    return ProbeOptions(**_given(suite=a.get("suite") or None,
+                                 tasks=tuple(a["tasks"]) if a.get("tasks") else None))
+
+
+def _run(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
+    """`run`: one cell (restart with a config, probe, classify) joins the playbook's run."""
+    cfg = Config(budget=a["budget"], graph=a["graph"], max_bs=a["max_bs"],
+                 backend=a["backend"], extra_args=tuple(a["extra_args"] or ()))
+    log_dir = ctx.store.dir / "logs" if ctx.store is not None else None
+    cell = run_cell(ctx.remote(), ctx.host, cfg, probe=_probe_options(a), log_dir=log_dir,
+                    stop_after=bool(a.get("stop_after")))
+    cell = ctx.add_cell(cell)
+    d = to_plain(cell)
+    d["key"] = cell.config.key
+    d["ok"] = cell.outcome.value == "ok"
+    return ActionResult(d, _cell_summary(cell))
 
 
 def as_record(obj: Any, what: str) -> RunRecord:
@@ -227,41 +217,69 @@ def _record_data(rec: RunRecord) -> dict[str, Any]:
             "exit_code": end.get("exit_code")}
 
 
-def _request(cls: Any, a: dict[str, Any]) -> Any:
-    """The step's arguments as the request dataclass a campaign function takes (fields the
-    request does not have are left out; lists become tuples)."""
-    fields = getattr(cls, "__dataclass_fields__", None)
-    if fields is None:
-        raise DdprobeError(f"{cls!r} is not a request dataclass")
-    kw = {k: tuple(v) if isinstance(v, list) else v for k, v in a.items()
-          if k in fields and v is not None}
-    return cls(**kw)
+def _joined(ctx: StepContext, rec: RunRecord) -> ActionResult:
+    """A campaign's run: its cells and verdicts join the playbook's run."""
+    ctx.add_record(rec)
+    kinds = ", ".join(f"{v.kind} {','.join(map(str, v.budgets))}" for v in rec.verdicts)
+    return ActionResult(_record_data(rec), f"run {rec.run_id}: {len(rec.cells)} cell(s)"
+                                           + (f"; verdicts: {kinds}" if kinds else ""))
 
 
-def campaign_action(target: str, what: str, request: str | None = None
+def _on_event(ctx: StepContext) -> Callable[[Any], None]:
+    return lambda ev: ctx.progress(str(getattr(ev, "text", ev)))
+
+
+def _argv(what: str) -> list[str]:
+    return ["ddprobe", "playbook", what]
+
+
+def _sweep(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
+    req = SweepRequest(budgets=tuple(a["budgets"]), graph=a["graph"],
+                       max_bs=(a["max_bs"],), backends=(a["backend"],),
+                       **_given(repeat=a["repeat"]))
+    rep = run_sweep([ctx.host], req, root=ctx.runs_root, on_event=_on_event(ctx),
+                    argv=_argv("sweep"))
+    return _joined(ctx, load_run(rep.run_dir))
+
+
+def _bisect(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
+    req = BisectRequest(budgets=tuple(a["budgets"]),
+                        **_given(max_bs=a["max_bs"], backend=a["backend"], repeat=a["repeat"],
+                                 confirm_patch=a["confirm_patch"]))
+    rep = run_bisect([ctx.host], req, root=ctx.runs_root, on_event=_on_event(ctx),
+                     argv=_argv("bisect"))
+    return _joined(ctx, load_run(rep.run_dir))
+
+
+def _smoke(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
+    rep = run_smoke([ctx.host], budgets=a["budgets"] or (), root=ctx.runs_root,
+                    argv=_argv("smoke"))
+    if a["junit"]:
+        junit = Path(a["junit"])
+        try:
+            junit.parent.mkdir(parents=True, exist_ok=True)
+            junit.write_text(junit_xml(rep), encoding="utf-8")
+        except OSError as e:
+            raise ConfigError(f"cannot write the JUnit report: {e.strerror}",
+                              path=str(junit), key="junit") from None
+    return _joined(ctx, load_run(rep.run_dir))
+
+
+def campaign_action(target: str, what: str
                     ) -> Callable[[StepContext, dict[str, Any]], ActionResult]:
-    """`sweep` / `bisect` / `smoke`: a run of many cells through `target` (given a request
-    dataclass built from the step's arguments when `request` names one); the run's cells and
-    verdicts join the playbook's run."""
+    """An extension action: a run of many cells through the function `target` names
+    ("module:function"), called with what it asks for by parameter name (`bind_call`); the
+    run's cells and verdicts join the playbook's run."""
     def run(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
         provided: dict[str, Any] = {
             "host": ctx.host, "hosts": [ctx.host], "runs_root": ctx.runs_root,
-            "on_event": (lambda ev: ctx.progress(str(getattr(ev, "text", ev)))),
-            "argv": ["ddprobe", "playbook", what], **a}
-        if request is not None:
-            provided["request"] = _request(resolve(request), a)
-        rec = as_record(bind_call(resolve(target), provided, _HOST_ALIASES), what)
-        ctx.add_record(rec)
-        d = _record_data(rec)
-        kinds = ", ".join(f"{v.kind} {','.join(map(str, v.budgets))}" for v in rec.verdicts)
-        return ActionResult(d, f"run {rec.run_id}: {len(rec.cells)} cell(s)"
-                               + (f"; verdicts: {kinds}" if kinds else ""))
+            "on_event": _on_event(ctx), "argv": _argv(what), **a}
+        return _joined(ctx, as_record(bind_call(resolve(target), provided, _HOST_ALIASES),
+                                      what))
     return run
 
 
 def _report(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
-    from ddprobe.report.resolve import resolve_run
-
     if a["run"]:
         run_dir = resolve_run(a["run"], ctx.runs_root)
     elif ctx.store is not None:
@@ -270,7 +288,7 @@ def _report(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
     else:
         raise DdprobeError("report: no run to render (give `run: RUN_ID`)")
     formats = tuple(a["formats"] or ("md", "json", "csv", "html"))
-    paths = resolve(WRITE_REPORTS)(load_run(run_dir), formats)
+    paths = write_reports(load_run(run_dir), formats)
     return ActionResult({"run_id": run_dir.name, "dir": str(run_dir),
                          "files": {k: str(v) for k, v in paths.items()}},
                         f"{', '.join(p.name for p in paths.values())} in {run_dir}")
@@ -284,49 +302,41 @@ def builtin_registry() -> ActionRegistry:
     reg = ActionRegistry()
     b = Arg("budgets", "ints", help="draft budgets, e.g. 8,16,32,64")
     for spec in (
-        ActionSpec("facts", "host facts: GPUs, CUDA, python, the install", (FACTS,), _facts),
-        ActionSpec("grep", "search the install's sources on the host", (GREP,), _grep, (
+        ActionSpec("facts", "host facts: GPUs, CUDA, python, the install", (), _facts),
+        ActionSpec("grep", "search the install's sources on the host", (), _grep, (
             Arg("pattern", required=True), Arg("path"), Arg("context", "int", default=0),
             Arg("fixed", "bool", default=False), Arg("ignore_case", "bool", default=False))),
-        ActionSpec("grep-buffers", "CUDA-graph buffers, sized per budget", (GREP_BUFFERS,),
-                   _grep_buffers, (Arg("backend", default="all"), Arg("max_bs", "int"), b,
-                                   Arg("context_len", "int"),
-                                   Arg("include_per_batch", "bool", default=False))),
+        ActionSpec("grep-buffers", "CUDA-graph buffers, sized per budget", (), _grep_buffers,
+                   (Arg("backend", default="all"), Arg("max_bs", "int"), b,
+                    Arg("context_len", "int"), Arg("include_per_batch", "bool", default=False))),
         ActionSpec("flags", "launch flags of the installed version (optionally check an argv)",
-                   (READ_FLAGS,), _flags, (Arg("check", "strs"),)),
-        ActionSpec("patch-apply", "apply a patch (reverted if a later step fails)",
-                   (LOAD_PATCH, PATCH_APPLY), _patch_apply,
-                   (Arg("patch", required=True), Arg("force", "bool", default=False),
-                    Arg("dry_run", "bool", default=False)), mutates=True),
-        ActionSpec("patch-revert", "revert a patch (or all)", (PATCH_REVERT,), _patch_revert,
+                   (), _flags, (Arg("check", "strs"),)),
+        ActionSpec("patch-apply", "apply a patch (reverted if a later step fails)", (),
+                   _patch_apply, (Arg("patch", required=True),
+                                  Arg("force", "bool", default=False),
+                                  Arg("dry_run", "bool", default=False)), mutates=True),
+        ActionSpec("patch-revert", "revert a patch (or all)", (), _patch_revert,
                    (Arg("patch"), Arg("all", "bool", default=False),
                     Arg("force", "bool", default=False)), mutates=True),
-        ActionSpec("patch-status", "patches applied on the host", (PATCH_STATUS,),
-                   _patch_status),
-        ActionSpec("probe", "probe the running server (coding suite, acceptance, tok/s)",
-                   (PROBE,), _probe, (Arg("suite", default="coding"),
-                                      Arg("concurrency", "int", default=8),
-                                      Arg("timeout", "float", default=300.0),
-                                      Arg("tasks", "strs"))),
-        ActionSpec("run", "one cell: restart with a config, probe, classify", (RUN_CELL,),
-                   cell_action(RUN_CELL),
+        ActionSpec("patch-status", "patches applied on the host", (), _patch_status),
+        ActionSpec("probe", "probe the running server (coding suite, acceptance, tok/s)", (),
+                   _probe, (Arg("suite", default="coding"), Arg("concurrency", "int", default=8),
+                            Arg("timeout", "float", default=300.0), Arg("tasks", "strs"))),
+        ActionSpec("run", "one cell: restart with a config, probe, classify", (), _run,
                    (Arg("budget", "int", required=True), Arg("graph", "bool", default=True),
                     Arg("max_bs", "int"), Arg("backend"), Arg("extra_args", "strs"),
                     Arg("suite"), Arg("tasks", "strs"),
-                    Arg("stop_after", "bool", default=False)),
-                   mutates=True),
-        ActionSpec("sweep", "the full budget x graph matrix", (SWEEP, SWEEP_REQUEST),
-                   campaign_action(SWEEP, "sweep", SWEEP_REQUEST),
+                    Arg("stop_after", "bool", default=False)), mutates=True),
+        ActionSpec("sweep", "the full budget x graph matrix", (), _sweep,
                    (Arg("budgets", "ints", required=True), Arg("graph", default="both"),
                     Arg("max_bs", "int"), Arg("backend"), Arg("repeat", "int")), mutates=True),
-        ActionSpec("bisect", "adaptive plan to a verdict per failure mode",
-                   (BISECT, BISECT_REQUEST), campaign_action(BISECT, "bisect", BISECT_REQUEST),
+        ActionSpec("bisect", "adaptive plan to a verdict per failure mode", (), _bisect,
                    (Arg("budgets", "ints", required=True), Arg("max_bs", "int"),
                     Arg("backend"), Arg("repeat", "int"), Arg("confirm_patch")), mutates=True),
-        ActionSpec("smoke", "the CI smoke check at the production budget", (SMOKE,),
-                   campaign_action(SMOKE, "smoke"), (b, Arg("junit")), mutates=True),
-        ActionSpec("report", "write report.md/json/csv/html for this playbook or a run",
-                   (WRITE_REPORTS,), _report, (Arg("run"), Arg("formats", "strs"))),
+        ActionSpec("smoke", "the CI smoke check at the production budget", (), _smoke,
+                   (b, Arg("junit")), mutates=True),
+        ActionSpec("report", "write report.md/json/csv/html for this playbook or a run", (),
+                   _report, (Arg("run"), Arg("formats", "strs"))),
         ActionSpec("fail", "stop the playbook with a message (use with when:)", (), _fail,
                    (Arg("message", default="stopped by the playbook"),)),
     ):

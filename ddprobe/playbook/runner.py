@@ -20,6 +20,8 @@ from ddprobe.playbook.actions import ActionResult, coerce, to_plain
 from ddprobe.playbook.builtin import StepFailed
 from ddprobe.playbook.context import StepContext
 from ddprobe.playbook.schema import Playbook, StepSpec, Template
+from ddprobe.report import write_reports
+from ddprobe.sources.patches import revert_patch
 from ddprobe.store import RunStore, load_run, runs_root
 
 
@@ -101,6 +103,35 @@ def run_playbook(pb: Playbook, host: Host, *, keep_patches: bool = False,
     """Run every step of `pb` on `host`; never raises for a failing step (see the result)."""
     emit = on_event or (lambda e: None)
     root = runs_dir or runs_root()
+    store = _create_store(pb, host, root)
+    ctx = StepContext(host, store, runs_root=root)
+    run = _Run(pb, ctx, store, emit, {**pb.builtins, **pb.vars})
+    error, failed, interrupted = run.all_steps()
+    try:
+        reverted, rerrs = ([], []) if (error is None or keep_patches) else _revert(ctx, emit)
+    finally:
+        ctx.close()
+    done = {o.index for o in run.outcomes}
+    outcomes = run.outcomes + [StepOutcome(s.index, s.name, s.action, "not-run")
+                               for s in pb.steps if s.index not in done]
+    result = PlaybookResult(
+        pb.name, host.name, "ok" if error is None else "failed", tuple(outcomes),
+        _exit_code(error, interrupted, rerrs), str(error) if error else None,
+        failed.index if failed else None, tuple(reverted),
+        tuple(pid for pid, _ in ctx.applied), tuple(rerrs), store.run_id, store.dir,
+        {k: v for k, v in run.scope.items() if k not in pb.vars and k not in pb.builtins})
+    store.append({"type": "end", "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                  "restarts_used": load_run(store.dir).restarts_used,
+                  "restarts_full_sweep": None, "exit_code": result.exit_code,
+                  "status": result.status, "reverted": list(reverted), "kept": list(result.kept)})
+    _render_again(ctx)
+    if interrupted is not None:
+        raise interrupted
+    return result
+
+
+def _create_store(pb: Playbook, host: Host, root: Path) -> RunStore:
+    """The playbook's own run directory, its header journaled."""
     try:
         store = RunStore.create("playbook", root)
     except OSError as e:
@@ -110,85 +141,93 @@ def run_playbook(pb: Playbook, host: Host, *, keep_patches: bool = False,
                   "playbook": pb.path, "name": pb.name, "hosts": [host.name],
                   "budgets": _budgets(pb), "argv": [], "options": {"vars": to_plain(pb.vars)},
                   "started_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
-    ctx = StepContext(host, store, runs_root=root)
-    scope: dict[str, Any] = {**pb.builtins, **pb.vars}
-    outcomes: list[StepOutcome] = []
-    error: DdprobeError | None = None
-    failed: StepSpec | None = None
-    interrupted: BaseException | None = None
-    current: StepSpec | None = None
-    t0 = time.monotonic()
-    try:
-        for step in pb.steps:
-            current, t0 = step, time.monotonic()
-            try:
-                if step.when_node is not None and not _holds(
-                        step, step.when_node, step.when or "", scope, pb.path, "when"):
-                    if step.register:
-                        scope[step.register] = None  # a skipped step's result reads as null
-                    out = StepOutcome(step.index, step.name, step.action, "skipped",
-                                      f"when {step.when} is false")
-                    outcomes.append(out)
-                    _journal(store, out)
-                    emit(StepEvent("skip", step, out.summary))
-                    continue
-                emit(StepEvent("start", step))
-                ctx.progress = lambda text, step=step: emit(StepEvent("progress", step, text))
-                res = _run_step(step, ctx, scope, pb.path)
-            except DdprobeError as e:
-                status = "ignored" if step.ignore_errors else "failed"
-                out = StepOutcome(step.index, step.name, step.action, status,
-                                  elapsed_s=time.monotonic() - t0, error=str(e))
-                outcomes.append(out)
-                _journal(store, out)
-                emit(StepEvent("ignored" if step.ignore_errors else "fail", step, str(e),
-                               out.elapsed_s))
-                if step.ignore_errors:
-                    if step.register:
-                        scope[step.register] = None
-                    continue
-                error, failed = e, step
-                break
-            out = StepOutcome(step.index, step.name, step.action, "ok", res.summary,
-                              time.monotonic() - t0)
-            outcomes.append(out)
-            _journal(store, out)
-            emit(StepEvent("ok", step, res.summary, out.elapsed_s))
-        current = None
-    except KeyboardInterrupt as e:
-        interrupted = e
-        error = DdprobeError("interrupted")
-        if current is not None:
-            failed = current
-            out = StepOutcome(current.index, current.name, current.action, "failed",
-                              elapsed_s=time.monotonic() - t0, error="interrupted")
-            outcomes.append(out)
-            _journal(store, out)
-            emit(StepEvent("fail", current, "interrupted", out.elapsed_s))
-    try:
-        reverted, rerrs = ([], []) if (error is None or keep_patches) else _revert(ctx, emit)
-    finally:
-        ctx.close()
-    done = {o.index for o in outcomes}
-    outcomes += [StepOutcome(s.index, s.name, s.action, "not-run") for s in pb.steps
-                 if s.index not in done]
-    code = ExitCode.OK if error is None else (ExitCode.INTERRUPTED if interrupted
-                                              else error.exit_code)
-    if rerrs and not interrupted:
-        code = ExitCode.PATCH  # a patch left behind outranks the step's own failure
-    result = PlaybookResult(
-        pb.name, host.name, "ok" if error is None else "failed", tuple(outcomes), int(code),
-        str(error) if error else None, failed.index if failed else None, tuple(reverted),
-        tuple(pid for pid, _ in ctx.applied), tuple(rerrs), store.run_id, store.dir,
-        {k: v for k, v in scope.items() if k not in pb.vars and k not in pb.builtins})
-    store.append({"type": "end", "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                  "restarts_used": load_run(store.dir).restarts_used,
-                  "restarts_full_sweep": None, "exit_code": result.exit_code,
-                  "status": result.status, "reverted": list(reverted), "kept": list(result.kept)})
-    _render_again(ctx)
+    return store
+
+
+def _exit_code(error: DdprobeError | None, interrupted: KeyboardInterrupt | None,
+               revert_errors: list[str]) -> int:
     if interrupted is not None:
-        raise interrupted
-    return result
+        return int(ExitCode.INTERRUPTED)
+    if revert_errors:
+        return int(ExitCode.PATCH)  # a patch left behind outranks the step's own failure
+    return int(ExitCode.OK if error is None else error.exit_code)
+
+
+@dataclass
+class _Run:
+    """The steps of one playbook run: their outcomes, journaled and emitted as they end."""
+
+    pb: Playbook
+    ctx: StepContext
+    store: RunStore
+    emit: Callable[[StepEvent], None]
+    scope: dict[str, Any]
+    outcomes: list[StepOutcome] = field(default_factory=list)
+    t0: float = 0.0  # when the current step started
+
+    def all_steps(self) -> tuple[DdprobeError | None, StepSpec | None,
+                                 KeyboardInterrupt | None]:
+        """Run the steps in order: (the error that stopped them, its step, a Ctrl-C)."""
+        current: StepSpec | None = None
+        try:
+            for step in self.pb.steps:
+                current, self.t0 = step, time.monotonic()
+                error = self.one(step)
+                if error is not None:
+                    return error, step, None
+        except KeyboardInterrupt as e:
+            if current is not None:
+                self.record(StepOutcome(current.index, current.name, current.action, "failed",
+                                        elapsed_s=self.elapsed(), error="interrupted"),
+                            "fail", current, "interrupted")
+            return DdprobeError("interrupted"), current, e
+        return None, None, None
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def record(self, out: StepOutcome, kind: str, step: StepSpec, message: str) -> None:
+        self.outcomes.append(out)
+        _journal(self.store, out)
+        self.emit(StepEvent(kind, step, message, None if kind == "skip" else out.elapsed_s))
+
+    def one(self, step: StepSpec) -> DdprobeError | None:
+        """Run one step; the error that stops the playbook, or None."""
+        try:
+            if step.when_node is not None and not _holds(
+                    step, step.when_node, step.when or "", self.scope, self.pb.path, "when"):
+                self.skip(step)
+                return None
+            self.emit(StepEvent("start", step))
+            self.ctx.progress = self.progress_of(step)
+            res = _run_step(step, self.ctx, self.scope, self.pb.path)
+        except DdprobeError as e:
+            return self.failed(step, e)
+        self.record(StepOutcome(step.index, step.name, step.action, "ok", res.summary,
+                                self.elapsed()), "ok", step, res.summary)
+        return None
+
+    def progress_of(self, step: StepSpec) -> Callable[[str], None]:
+        return lambda text: self.emit(StepEvent("progress", step, text))
+
+    def skip(self, step: StepSpec) -> None:
+        if step.register:
+            self.scope[step.register] = None  # a skipped step's result reads as null
+        out = StepOutcome(step.index, step.name, step.action, "skipped",
+                          f"when {step.when} is false")
+        self.record(out, "skip", step, out.summary)
+
+    def failed(self, step: StepSpec, e: DdprobeError) -> DdprobeError | None:
+        """A step raised: journal it; the error unless the step ignores errors."""
+        status = "ignored" if step.ignore_errors else "failed"
+        self.record(StepOutcome(step.index, step.name, step.action, status,
+                                elapsed_s=self.elapsed(), error=str(e)),
+                    "ignored" if step.ignore_errors else "fail", step, str(e))
+        if not step.ignore_errors:
+            return e
+        if step.register:
+            self.scope[step.register] = None
+        return None
 
 
 def _run_step(step: StepSpec, ctx: StepContext, scope: dict[str, Any], path: str
@@ -213,14 +252,11 @@ def _run_step(step: StepSpec, ctx: StepContext, scope: dict[str, Any], path: str
 
 def _revert(ctx: StepContext, emit: Callable[[StepEvent], None]) -> tuple[list[str], list[str]]:
     """Revert, newest first, what this playbook applied; keep going past a failed revert."""
-    from ddprobe.playbook.actions import resolve
-    from ddprobe.playbook.builtin import PATCH_REVERT
-
     done: list[str] = []
     errors: list[str] = []
     for pid, patch in reversed(list(ctx.applied)):
         try:
-            resolve(PATCH_REVERT)(ctx.remote(), pid, host=ctx.host)
+            revert_patch(ctx.remote(), pid, host=ctx.host)
         except Exception as e:
             errors.append(f"{pid}: {e}")
             emit(StepEvent("revert-failed", None, f"{pid}: {e}"))
@@ -254,8 +290,6 @@ def _budgets(pb: Playbook) -> list[int]:
 
 def _render_again(ctx: StepContext) -> None:
     """Report steps ran before the end was journaled: render those runs once more."""
-    from ddprobe.report import write_reports
-
     for d in sorted(ctx.report_targets):
         try:
             write_reports(load_run(d))
