@@ -141,7 +141,7 @@ def test_advice_after_a_killed_apply_works_for_a_patch_file(sshd, tmp_path: Path
     site = Site(sshd, tmp_path)
     inv = write_inventory(tmp_path, site)
     # a patch from a file, two files, so the host helper pauses between them (test hook)
-    from ddprobe.sources.patchtext import Patch, format_patch, make_file_patch
+    from ddprobe.hostside.patchtext import Patch, format_patch, make_file_patch
     files = []
     for rel in (TRITON, "srt/server_args.py"):
         old = (site.prefix / "ddtestbed" / rel).read_text()

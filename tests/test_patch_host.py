@@ -24,7 +24,7 @@ from ddprobe.sources.buffers import SizingParams
 from ddprobe.sources.oversize import make_oversize_patch
 from ddprobe.sources.patches import (PAUSE_ENV, apply_patch, load_patch, patch_diff,
                                      patch_status, revert_patch)
-from ddprobe.sources.patchtext import Patch, format_patch, make_file_patch
+from ddprobe.hostside.patchtext import Patch, format_patch, make_file_patch
 
 pytestmark = pytest.mark.ssh
 TRITON = "srt/layers/attention/triton_backend.py"
@@ -221,7 +221,7 @@ def test_revert_all_and_hand_applied_patch(host, install: Path, tmp_path: Path) 
         # applied by hand (no ledger entry): recorded on apply, reversed on revert
         p = load_patch(SHIPPED)
         f = install / "sglang" / TRITON
-        from ddprobe.sources.patchtext import apply_patch as apply_text
+        from ddprobe.hostside.patchtext import apply_patch as apply_text
         f.write_text(apply_text(p, {TRITON: f.read_text()})[TRITON])
         assert apply_patch(r, p, host=host).status == "recorded"
         revert_patch(r, SHIPPED, host=host)

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from ddprobe.errors import PatchError
 from ddprobe.sources.patches import list_patches, load_patch
-from ddprobe.sources.patchtext import (Patch, PatchTextError, apply_file, apply_patch,
+from ddprobe.hostside.patchtext import (Patch, PatchTextError, apply_file, apply_patch,
                                        file_state, format_patch, make_file_patch, parse_patch,
                                        sha256_text)
 

@@ -14,7 +14,7 @@ from ddprobe.sources.buffers import (FLAG_FIXED, FLAG_NONE, FLAG_SHORT, SizingPa
                                      analyse_buffers, wanted_files)
 from ddprobe.sources.oversize import make_oversize_patch
 from ddprobe.sources.patches import load_patch
-from ddprobe.sources.patchtext import apply_patch
+from ddprobe.hostside.patchtext import apply_patch
 
 TRITON = "srt/layers/attention/triton_backend.py"
 PARAMS = SizingParams(max_bs=64, budgets=(8, 16, 32), context_len=4096)

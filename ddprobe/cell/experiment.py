@@ -47,7 +47,7 @@ from ddprobe.probes.runner import (
 )
 from ddprobe.remote import Remote
 from ddprobe.results import CellResult, Config, Outcome
-from ddprobe.server.hostops import HostOpError
+from ddprobe.hostside.client import HostOpError
 from ddprobe.server.kernel_log import recent_xid_lines
 from ddprobe.server.lifecycle import prepared_launch, server_target
 from ddprobe.server.lock import HostLock

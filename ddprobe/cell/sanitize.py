@@ -38,7 +38,7 @@ from ddprobe.errors import DdprobeError, RefusedError, RemoteCommandError, Remot
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 from ddprobe.results import CellResult, Config, Outcome
-from ddprobe.server.hostops import HostOpError
+from ddprobe.hostside.client import HostOpError
 from ddprobe.server.launch import Launch
 from ddprobe.server.lifecycle import prepared_launch, server_target
 from ddprobe.server.lock import HostLock

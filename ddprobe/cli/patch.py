@@ -21,7 +21,7 @@ from ddprobe.sources.patches import (
     recover_patches,
     revert_patch,
 )
-from ddprobe.sources.patchtext import Patch
+from ddprobe.hostside.patchtext import Patch
 
 
 def _print_backups(backups: tuple[dict[str, Any], ...]) -> None:

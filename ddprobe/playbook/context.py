@@ -15,7 +15,7 @@ from ddprobe import remote as remote_mod
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 from ddprobe.results import CellResult
-from ddprobe.sources.patchtext import Patch
+from ddprobe.hostside.patchtext import Patch
 from ddprobe.store import RunRecord, RunStore
 
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ddprobe.server import hostops
-from ddprobe.server.hostops import HostOpError
+from ddprobe.hostside import client as hostops
+from ddprobe.hostside.client import HostOpError
 from ddprobe.server.launch import Launch
 from ddprobe.server.lock import redact_argv
 from ddprobe.server.manager import Manager, Peek, ServerStatus, StartInfo, StopInfo, stamp

@@ -25,7 +25,7 @@ from ddprobe import interrupt
 from ddprobe.errors import LockedError, RemoteError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
-from ddprobe.server import hostops
+from ddprobe.hostside import client as hostops
 
 DEFAULT_MAX_AGE = 12 * 3600.0  # a lock this old is stale (a bisect refreshes it every cell)
 

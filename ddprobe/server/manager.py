@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 from ddprobe.errors import ConfigError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
-from ddprobe.server import hostops
+from ddprobe.hostside import client as hostops
 from ddprobe.server.launch import DEFAULT_TEMPLATE, Launch, where
 
 

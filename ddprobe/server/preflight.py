@@ -5,7 +5,7 @@ SGLang rewrites and checks flags after parsing (`ServerArgs.__post_init__`, 0.5.
 "accepted" where the server then runs another config (`--speculative-eagle-topk 1`: draft
 tokens = steps + 1, so every budget runs the same chain) or dies on an assertion
 (`--speculative-num-steps` unset with draft tokens given). The preflight runs the host
-program `_hostpreflight.py` (its docstring is the interface) with the interpreter the server
+program `hostside/preflight.py` (its docstring is the interface) with the interpreter the server
 runs with, on the launch flags, and compares what comes back with what the cell's label says:
 
     results = run_preflight(r, host, [launch, ...])    # one round trip, seconds; cached
@@ -35,7 +35,7 @@ from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 
 MARK = "DDPROBE-PREFLIGHT "
-_HERE = Path(__file__).resolve().parent
+_HOSTSIDE = Path(__file__).resolve().parent.parent / "hostside"
 # modules a GPU host has and a CPU-only checkout may not: without them the preflight cannot
 # run, which is not a fault of the install
 GPU_ONLY_MODULES = ("torch", "triton", "sgl_kernel", "flashinfer", "cuda", "pynvml")
@@ -76,7 +76,7 @@ class PreflightResult:
 
 @functools.lru_cache(maxsize=1)
 def program_source() -> str:
-    return (_HERE / "_hostpreflight.py").read_text(encoding="utf-8")
+    return (_HOSTSIDE / "preflight.py").read_text(encoding="utf-8")
 
 
 _CACHE: dict[tuple[Any, ...], PreflightResult] = {}

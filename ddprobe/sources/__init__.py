@@ -17,7 +17,7 @@ from ddprobe.sources.fetch import flags_for, grep_buffers, read_flags, read_sour
 from ddprobe.sources.flags import Flag, FlagSet
 from ddprobe.sources.flagsrc import parse_flags
 from ddprobe.sources.grep import GrepHit, GrepResult, compare, grep, grep_hosts
-from ddprobe.sources.hostprog import Install, find_install
+from ddprobe.hostside.sourceclient import Install, find_install
 from ddprobe.sources.oversize import make_oversize_patch
 from ddprobe.sources.patches import (
                                      ApplyResult,
@@ -29,7 +29,7 @@ from ddprobe.sources.patches import (
                                      patch_status,
                                      revert_patch,
 )
-from ddprobe.sources.patchtext import Patch, PatchTextError, parse_patch
+from ddprobe.hostside.patchtext import Patch, PatchTextError, parse_patch
 
 __all__ = [
     "ApplyResult", "BufferReport", "BufferRow", "Flag", "FlagSet", "GrepHit", "GrepResult",

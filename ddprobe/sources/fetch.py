@@ -15,7 +15,7 @@ from ddprobe.sources.argrules import ArgRules, find_rules
 from ddprobe.sources.buffers import BufferReport, SizingParams, analyse_buffers, wanted_files
 from ddprobe.sources.flags import SERVER_ARGS, FlagSet
 from ddprobe.sources.flagsrc import parse_flags
-from ddprobe.sources.hostprog import Install, run_helper
+from ddprobe.hostside.sourceclient import Install, run_helper
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from typing import Any
 from ddprobe import remote
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
-from ddprobe.sources.hostprog import Install, run_helper
+from ddprobe.hostside.sourceclient import Install, run_helper
 
 
 @dataclass(frozen=True)

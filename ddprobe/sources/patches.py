@@ -19,8 +19,8 @@ from ddprobe.bundled_files import patch_dirs
 from ddprobe.errors import PatchError, RemoteCommandError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
-from ddprobe.sources.hostprog import Install, run_helper
-from ddprobe.sources.patchtext import Patch, PatchTextError, parse_patch
+from ddprobe.hostside.sourceclient import Install, run_helper
+from ddprobe.hostside.patchtext import Patch, PatchTextError, parse_patch
 
 # Test hook (documented in docs/sources.md): seconds the host helper sleeps between files of an
 # apply, giving a test a window to kill ddprobe mid-apply.

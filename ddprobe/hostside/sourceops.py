@@ -19,10 +19,10 @@ import sys
 from typing import Any
 
 if "emit" not in globals():  # standalone (tests); on a host the parts are concatenated
-    from ddprobe.sources._hostio import HelperError, emit, locate, op_grep, op_read  # noqa: F401
-    from ddprobe.sources._hostledger import op_diff, op_recover, op_status  # noqa: F401
-    from ddprobe.sources._hostpatch import op_apply, op_revert  # noqa: F401
-    from ddprobe.sources.patchtext import PatchTextError  # noqa: F401
+    from ddprobe.hostside.sourceio import HelperError, emit, locate, op_grep, op_read  # noqa: F401
+    from ddprobe.hostside.ledger import op_diff, op_recover, op_status  # noqa: F401
+    from ddprobe.hostside.patch import op_apply, op_revert  # noqa: F401
+    from ddprobe.hostside.patchtext import PatchTextError  # noqa: F401
 
 # The function behind each op. hostprog sends only the parts an op needs (a read does not
 # carry the patch engine), so look the function up when the op runs.

@@ -14,7 +14,7 @@ from ddprobe.errors import RemoteCommandError, ServerError
 from ddprobe.remote import Remote
 
 _HERE = Path(__file__).resolve().parent
-PROGRAMS = {"ops": "_hostops.py", "lock": "_hostlock.py"}
+PROGRAMS = {"ops": "ops.py", "lock": "lock.py"}
 
 
 class HostOpError(ServerError):
@@ -45,7 +45,7 @@ def helper_source(program: str = "ops") -> str:
     only open a file): still one self-contained `python -c` program."""
     own = (_HERE / PROGRAMS[program]).read_text(encoding="utf-8")
     own = own.replace("from __future__ import annotations\n", "", 1)
-    return (_HERE / "_hostcommon.py").read_text(encoding="utf-8") + "\n\n" + own
+    return (_HERE / "common.py").read_text(encoding="utf-8") + "\n\n" + own
 
 
 def call(r: Remote, op: str, request: dict[str, Any], *, timeout: float = 60.0,

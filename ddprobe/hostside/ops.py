@@ -21,7 +21,7 @@ import sys
 import time
 
 if "OpError" not in globals():  # read standalone; on a host _hostcommon's text comes first
-    from ddprobe.server._hostcommon import OpError, _mkdirs, _read_json, _write_json, main
+    from ddprobe.hostside.common import OpError, _mkdirs, _read_json, _write_json, main
 
 # REMOTE_AND_CI.md section 3.6: a background job under a non-interactive `sh -c` is not a
 # group leader, so `setsid` does not fork and `$$` of the inner shell is the new session and

@@ -13,7 +13,7 @@ import sys
 import time
 
 if "OpError" not in globals():  # read standalone; on a host _hostcommon's text comes first
-    from ddprobe.server._hostcommon import OpError, _mkdirs, _read_json, _write_json, main
+    from ddprobe.hostside.common import OpError, _mkdirs, _read_json, _write_json, main
 
 
 def op_lock(req):

@@ -7,7 +7,7 @@ import socket
 import time
 
 if "Ledger" not in globals():  # standalone (tests); on a host the parts are concatenated
-    from ddprobe.sources._hostio import (
+    from ddprobe.hostside.sourceio import (
         HelperError,
         Json,
         Write,
@@ -18,8 +18,8 @@ if "Ledger" not in globals():  # standalone (tests); on a host the parts are con
         inside,
         locate,
     )
-    from ddprobe.sources._hostledger import Ledger, _file_bytes, _now, _remove_pycache, _state_of
-    from ddprobe.sources.patchtext import (
+    from ddprobe.hostside.ledger import Ledger, _file_bytes, _now, _remove_pycache, _state_of
+    from ddprobe.hostside.patchtext import (
         Patch,
         PatchTextError,
         apply_file,

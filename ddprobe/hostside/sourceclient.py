@@ -27,13 +27,13 @@ _FUTURE = re.compile(r"^from __future__ import annotations\n", re.M)
 
 
 # The helper program's parts, in order; later parts skip their imports of earlier ones.
-_PARTS = ("patchtext.py", "_hostio.py", "_hostledger.py", "_hostpatch.py", "_hostmain.py")
+_PARTS = ("patchtext.py", "sourceio.py", "ledger.py", "patch.py", "sourceops.py")
 # What each op needs: a read or a grep carries neither the patch engine nor the ledger
 # (less for the host's interpreter to compile on every call).
-_OP_PARTS = {"locate": ("_hostio.py", "_hostmain.py"), "read": ("_hostio.py", "_hostmain.py"),
-             "grep": ("_hostio.py", "_hostmain.py"),
-             "status": ("patchtext.py", "_hostio.py", "_hostledger.py", "_hostmain.py"),
-             "diff": ("patchtext.py", "_hostio.py", "_hostledger.py", "_hostmain.py")}
+_OP_PARTS = {"locate": ("sourceio.py", "sourceops.py"), "read": ("sourceio.py", "sourceops.py"),
+             "grep": ("sourceio.py", "sourceops.py"),
+             "status": ("patchtext.py", "sourceio.py", "ledger.py", "sourceops.py"),
+             "diff": ("patchtext.py", "sourceio.py", "ledger.py", "sourceops.py")}
 
 
 @functools.cache

@@ -12,7 +12,7 @@ import re
 import time
 
 if "HelperError" not in globals():  # standalone (tests); on a host the parts are concatenated
-    from ddprobe.sources._hostio import (
+    from ddprobe.hostside.sourceio import (
         LEDGER_VERSION,
         HelperError,
         Json,
@@ -22,7 +22,7 @@ if "HelperError" not in globals():  # standalone (tests); on a host the parts ar
         inside,
         locate,
     )
-    from ddprobe.sources.patchtext import unified_diff
+    from ddprobe.hostside.patchtext import unified_diff
 
 
 class Ledger:
