@@ -72,13 +72,14 @@ def test_no_payload_leaks_as_an_unprivileged_user(backend):
     if py is None:
         pytest.skip("no system python3 the test user can run")
     payloads = Path(hostile_payloads.__file__).resolve()
-    # the repo may sit under /root (0700): give the user a copy of the two stdlib files
+    # the repo may sit under /root (0700): give the user a copy of the stdlib files (sandbox.py
+    # and the programs it reads as text)
     work = home / "code"
     (work / "tests").mkdir(parents=True)
     (work / "ddprobe" / "probes").mkdir(parents=True)
     shutil.copy(payloads, work / "tests" / "hostile_payloads.py")
     src = payloads.parents[1] / "ddprobe" / "probes"
-    for f in ("sandbox.py", "_launcher.py"):
+    for f in ("sandbox.py", "_launcher.py", "_harness.py", "_testrunner.py"):
         shutil.copy(src / f, work / "ddprobe" / "probes" / f)
     for p in [work, *work.rglob("*")]:
         os.chown(p, uid, uid)
