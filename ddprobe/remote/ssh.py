@@ -35,7 +35,13 @@ from ddprobe.remote.base import (
     default_options,
     unframe,
 )
-from ddprobe.remote.knownhosts import RecordingPolicy, known_host_name
+from ddprobe.remote.knownhosts import (
+    HostKeyCheck,
+    HostKeyPolicy,
+    KnownHosts,
+    known_host_name,
+    transport_factory,
+)
 from ddprobe.remote.sshconfig import SshTarget, resolve
 from ddprobe.remote.tunnel import forward
 
@@ -50,6 +56,7 @@ class SshRemote(Remote):
                               identity=host.identity_file, config_file=self.opts.ssh_config)
         self._conn: Connection | None = None
         self._gateways: list[Connection] = []
+        self._policies: list[HostKeyPolicy] = []
         self._sftp: paramiko.SFTPClient | None = None
         self._sftp_failed = False
         self._agent: Agent | None = None
@@ -58,73 +65,60 @@ class SshRemote(Remote):
     # -- connection ------------------------------------------------------------------------
     def _connection(self, t: SshTarget, gateway: Connection | None) -> Connection:
         keys = [k for k in t.identity_files if os.path.isfile(k)]
+        known = KnownHosts.load(t.known_hosts_files)
+        name = known_host_name(t)
+        policy = HostKeyPolicy(HostKeyCheck(
+            known, name, t.host_key_alias or t.hostname, t.strict_host_key_checking,
+            self.opts.accept_new_host_keys, self.host.name, f"{t.user}@{t.hostname}:{t.port}"))
+        self._policies.append(policy)
         ck: dict[str, object] = {
             "key_filename": keys, "look_for_keys": not t.identities_only and not keys,
             "allow_agent": not (t.identities_only and keys), "banner_timeout": 15,
             "auth_timeout": 15, "channel_timeout": 15,
+            "transport_factory": transport_factory(known.key_order(name)),
         }
+        if t.proxy_command and gateway is None:
+            # as ssh runs it: through the shell, its stdin/stdout carrying the connection
+            ck["sock"] = paramiko.ProxyCommand(shlex.join(["/bin/sh", "-c",
+                                                           "exec " + t.proxy_command]))
         # runtime_ssh_path=None / an empty SSHConfig: we resolved everything with `ssh -G`.
         c = Connection(t.hostname, user=t.user, port=t.port, gateway=gateway,
                        connect_timeout=t.connect_timeout or self.opts.connect_timeout,
                        config=Config(ssh_config=paramiko.SSHConfig()),
                        connect_kwargs=ck)
-        client = c.client
-        for f in t.known_hosts_files:
-            if os.path.isfile(f):
-                try:
-                    client.load_host_keys(f) if f == t.known_hosts_files[0] else \
-                        client.get_host_keys().load(f)
-                except (OSError, paramiko.SSHException) as e:
-                    log.warning("cannot read known_hosts %s: %s", f, e)
-        if client._host_keys_filename is None:
-            client._host_keys_filename = t.known_hosts_files[0]
-        shkc = t.strict_host_key_checking
-        if self.opts.accept_new_host_keys or shkc == "accept-new":
-            client.set_missing_host_key_policy(RecordingPolicy(t.known_hosts_files[0], save=True))
-        elif shkc == "no":
-            client.set_missing_host_key_policy(RecordingPolicy(t.known_hosts_files[0],
-                                                                save=False))
-        else:
-            client.set_missing_host_key_policy(paramiko.RejectPolicy())
+        # no host keys for paramiko: every server key goes to the policy (knownhosts.py)
+        c.client.set_missing_host_key_policy(policy)
         return c
+
+    def _gateway(self) -> Connection | None:
+        """The last hop of ProxyJump (each hop resolved through ssh config as ssh does)."""
+        gateway = None
+        for hop in (self.target.proxy_jump or "").split(","):
+            if not hop:
+                continue
+            user, _, rest = hop.rpartition("@")
+            hostpart, _, port = rest.partition(":")
+            if hostpart.startswith("["):
+                hostpart = hostpart.strip("[]")
+            ht = resolve(hostpart, user=user or None, port=int(port) if port else None,
+                         config_file=self.opts.ssh_config)
+            gateway = self._connection(ht, gateway)
+            self._gateways.append(gateway)
+        return gateway
 
     def _open(self) -> Connection:
         if self._conn is not None:
             return self._conn
         t = self.target
-        gateway = None
-        if t.proxy_jump:
-            for hop in t.proxy_jump.split(","):
-                user, _, rest = hop.rpartition("@")
-                hostpart, _, port = rest.partition(":")
-                if hostpart.startswith("["):
-                    hostpart = hostpart.strip("[]")
-                ht = resolve(hostpart, user=user or None, port=int(port) if port else None,
-                             config_file=self.opts.ssh_config)
-                gateway = self._connection(ht, gateway)
-                self._gateways.append(gateway)
-        conn = self._connection(t, gateway)
+        conn = self._connection(t, self._gateway())
         where = f"{t.user}@{t.hostname}:{t.port}"
         try:
             conn.open()
-        except paramiko.BadHostKeyException as e:
-            raise HostKeyError(
-                f"{self.host.name}: HOST KEY CHANGED for {where} (got {e.key.get_name()} "
-                f"{e.key.get_fingerprint().hex()}); refusing to connect. If the host was "
-                f"rebuilt, remove its old entry from {t.known_hosts_files[0]} "
-                f"(ssh-keygen -R '{known_host_name(t)}') and retry with "
-                f"--accept-new-host-keys") from None
+        except paramiko.AuthenticationException as e:
+            raise UnreachableError(f"{self.host.name}: authentication failed for {where}: "
+                                   f"{e or 'no accepted key'}") from None
         except paramiko.SSHException as e:
-            msg = str(e)
-            if "not found in known_hosts" in msg:
-                raise HostKeyError(
-                    f"{self.host.name}: unknown host key for {where} (not in "
-                    f"{', '.join(t.known_hosts_files)}); check the fingerprint, then re-run with "
-                    f"--accept-new-host-keys to record it") from None
-            if isinstance(e, paramiko.AuthenticationException):
-                raise UnreachableError(f"{self.host.name}: authentication failed for {where}: "
-                                       f"{msg or 'no accepted key'}") from None
-            raise UnreachableError(f"{self.host.name}: ssh to {where} failed: {msg}") from None
+            raise UnreachableError(f"{self.host.name}: ssh to {where} failed: {e}") from None
         except TimeoutError:
             raise UnreachableError(f"{self.host.name}: connection to {where} timed out") from None
         except OSError as e:
@@ -168,7 +162,7 @@ class SshRemote(Remote):
             if c is not None:
                 with contextlib.suppress(Exception):
                     c.close()
-        self._conn, self._gateways = None, []
+        self._conn, self._gateways, self._policies = None, [], []
 
     # -- commands --------------------------------------------------------------------------
     _LAUNCH = ('for p in "$2" python3 python; do if command -v "$p" >/dev/null 2>&1; then '
@@ -256,54 +250,45 @@ class SshRemote(Remote):
             chan.exec_command(cmd)
         except (paramiko.SSHException, EOFError, OSError) as e:
             raise UnreachableError(f"{self.host.name}: ssh channel failed: {e}") from None
-        data = input.encode() if isinstance(input, str) else input
-        writer = None
-        if data:
-            def _write() -> None:
-                with contextlib.suppress(OSError, paramiko.SSHException):
-                    chan.sendall(data)
-                    chan.shutdown_write()
-            writer = threading.Thread(target=_write, daemon=True)
-            writer.start()
-        else:
-            chan.shutdown_write()
-        out, err = bytearray(), bytearray()
-        deadline = t0 + limit
+        writer = _send_input(chan, input.encode() if isinstance(input, str) else input)
         try:
-            while True:
-                got = False
-                while chan.recv_ready():
-                    out += chan.recv(65536)
-                    got = True
-                while chan.recv_stderr_ready():
-                    err += chan.recv_stderr(65536)
-                    got = True
-                if len(out) + len(err) > MAX_REPLY_BYTES:
-                    raise RemoteError(f"{self.host.name}: {cmd[:80]} sent more than "
-                                      f"{MAX_REPLY_BYTES >> 20} MiB of output; not read further")
-                if chan.exit_status_ready() and not chan.recv_ready() \
-                        and not chan.recv_stderr_ready():
-                    break
-                if chan.closed and not got:
-                    break
-                if time.monotonic() > deadline:
-                    raise RemoteTimeout(f"{self.host.name}: command timed out after {limit:.0f}s:"
-                                        f" {cmd[:120]}")
-                if not got:
-                    select.select([chan], [], [], 0.02)
-            code = chan.recv_exit_status()
-            if code == -1:
-                if not transport.is_active():
-                    raise UnreachableError(f"{self.host.name}: ssh connection lost during "
-                                           f"{cmd[:80]}")
-                code = 255
+            out, err = self._drain(chan, cmd, limit=limit, deadline=t0 + limit)
+            code = self._exit_code(chan, transport, cmd)
         finally:
             chan.close()
             if writer is not None:
                 writer.join(timeout=1)
-        res = CmdResult(words, code, unframe(decode(bytes(out)), mark),
-                        unframe(decode(bytes(err)), mark), time.monotonic() - t0)
+        res = CmdResult(words, code, unframe(decode(out), mark), unframe(decode(err), mark),
+                        time.monotonic() - t0)
         return self._checked(res, check)
+
+    def _drain(self, chan: paramiko.Channel, cmd: str, *, limit: float,
+               deadline: float) -> tuple[bytes, bytes]:
+        """Read stdout and stderr until the command exits, bounded in size and time."""
+        out, err = bytearray(), bytearray()
+        while True:
+            got = _read_ready(chan, out, err)
+            if len(out) + len(err) > MAX_REPLY_BYTES:
+                raise RemoteError(f"{self.host.name}: {cmd[:80]} sent more than "
+                                  f"{MAX_REPLY_BYTES >> 20} MiB of output; not read further")
+            if chan.exit_status_ready() and not chan.recv_ready() \
+                    and not chan.recv_stderr_ready():
+                return bytes(out), bytes(err)
+            if chan.closed and not got:
+                return bytes(out), bytes(err)
+            if time.monotonic() > deadline:
+                raise RemoteTimeout(f"{self.host.name}: command timed out after {limit:.0f}s:"
+                                    f" {cmd[:120]}")
+            if not got:
+                select.select([chan], [], [], 0.02)
+
+    def _exit_code(self, chan: paramiko.Channel, transport: paramiko.Transport, cmd: str) -> int:
+        code = chan.recv_exit_status()
+        if code != -1:
+            return code
+        if not transport.is_active():
+            raise UnreachableError(f"{self.host.name}: ssh connection lost during {cmd[:80]}")
+        return 255
 
     # -- files -----------------------------------------------------------------------------
     def _sftp_client(self) -> paramiko.SFTPClient | None:
@@ -365,5 +350,35 @@ class SshRemote(Remote):
     def tunnel(self, remote_port: int, remote_host: str = "127.0.0.1") -> Iterator[int]:
         transport = self._open().transport
         assert transport is not None
+        if any(p.key_changed for p in self._policies):
+            raise HostKeyError(f"{self.host.name}: port forwarding is disabled: the host key "
+                               f"changed (accepted only under StrictHostKeyChecking no)")
         with forward(transport, remote_port, remote_host) as port:
             yield port
+
+
+def _send_input(chan: paramiko.Channel, data: bytes | None) -> threading.Thread | None:
+    """Send stdin from a thread (a large input must not block reading the output)."""
+    if not data:
+        chan.shutdown_write()
+        return None
+
+    def _write() -> None:
+        with contextlib.suppress(OSError, paramiko.SSHException):
+            chan.sendall(data)
+            chan.shutdown_write()
+    writer = threading.Thread(target=_write, daemon=True)
+    writer.start()
+    return writer
+
+
+def _read_ready(chan: paramiko.Channel, out: bytearray, err: bytearray) -> bool:
+    """Append what the channel has ready on stdout and stderr; True when anything came."""
+    got = False
+    while chan.recv_ready():
+        out += chan.recv(65536)
+        got = True
+    while chan.recv_stderr_ready():
+        err += chan.recv_stderr(65536)
+        got = True
+    return got

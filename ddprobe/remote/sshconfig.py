@@ -23,6 +23,8 @@ class SshTarget:
     identity_files: tuple[str, ...]
     identities_only: bool
     proxy_jump: str | None
+    proxy_command: str | None  # as ssh runs it: %h %p %r %n %% expanded
+    host_key_alias: str | None
     known_hosts_files: tuple[str, ...]  # user files first (new keys are recorded in the first)
     strict_host_key_checking: str  # yes | accept-new | no | ask
     server_alive_interval: int
@@ -100,16 +102,36 @@ def resolve(alias: str, *, user: str | None = None, port: int | None = None,
     if not kh:
         kh = [_expand("~/.ssh/known_hosts")]
     pj = one("proxyjump", "none")
+    pc = one("proxycommand", "none")
+    hka = one("hostkeyalias", "none")
+    hostname, port = one("hostname", alias), int(one("port", "22"))
+    user = one("user", os.environ.get("USER", "root"))
     ct = one("connecttimeout", "none")
     return SshTarget(
-        alias=alias, hostname=one("hostname", alias), port=int(one("port", "22")),
-        user=one("user", os.environ.get("USER", "root")),
+        alias=alias, hostname=hostname, port=port, user=user,
         identity_files=tuple(_expand(x) for x in d.get("identityfile", [])),
         identities_only=one("identitiesonly", "no").lower() == "yes",
         proxy_jump=None if pj.lower() == "none" else pj,
+        proxy_command=None if pc.lower() == "none" else
+        expand_tokens(pc, hostname=hostname, port=port, user=user, alias=alias),
+        host_key_alias=None if hka.lower() == "none" else hka,
         known_hosts_files=tuple(dict.fromkeys(kh)),
         strict_host_key_checking=one("stricthostkeychecking", "ask").lower()
         .replace("false", "no").replace("true", "yes").replace("off", "no"),
         server_alive_interval=int(one("serveraliveinterval", "0") or 0),
         connect_timeout=None if ct.lower() == "none" else float(ct),
         resolved_by=by)
+
+
+def expand_tokens(text: str, *, hostname: str, port: int, user: str, alias: str) -> str:
+    """ssh_config(5) TOKENS for ProxyCommand (`ssh -G` prints them unexpanded)."""
+    table = {"h": hostname, "p": str(port), "r": user, "n": alias, "%": "%"}
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "%" and i + 1 < len(text) and text[i + 1] in table:
+            out.append(table[text[i + 1]])
+            i += 2
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
