@@ -11,7 +11,7 @@ from conftest import SGLANG_VERSIONS, ensure_program
 from ddprobe import remote
 from ddprobe.cli import main
 from ddprobe.sources.grep import grep
-from ddprobe.hostside.sourceclient import find_install
+from ddprobe.hostside.client import find_install
 
 pytestmark = pytest.mark.ssh
 TRITON = "srt/layers/attention/triton_backend.py"

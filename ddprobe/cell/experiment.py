@@ -35,6 +35,7 @@ from ddprobe.cell.classify import (
 from ddprobe.cell.health import HealthResult, fatal_match, health_now, wait_healthy
 from ddprobe.effective import fetch_server_info, from_log, from_server_args
 from ddprobe.errors import DdprobeError, PatchError, RefusedError, RemoteCommandError, RemoteError
+from ddprobe.hostside.errors import HostOpError
 from ddprobe.inventory import Host
 from ddprobe.probes.client import ProbeHTTPError
 from ddprobe.probes.coding import load_suite
@@ -47,7 +48,6 @@ from ddprobe.probes.runner import (
 )
 from ddprobe.remote import Remote
 from ddprobe.results import CellResult, Config, Outcome
-from ddprobe.hostside.client import HostOpError
 from ddprobe.server.kernel_log import recent_xid_lines
 from ddprobe.server.lifecycle import prepared_launch, server_target
 from ddprobe.server.lock import HostLock

@@ -35,10 +35,10 @@ from ddprobe.cell.classify import classify_dead, classify_hang, excerpt, refused
 from ddprobe.cell.health import wait_healthy
 from ddprobe.cell.memcheck import SanitizerReport, match_buffer, parse_memcheck
 from ddprobe.errors import DdprobeError, RefusedError, RemoteCommandError, RemoteError
+from ddprobe.hostside.errors import HostOpError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 from ddprobe.results import CellResult, Config, Outcome
-from ddprobe.hostside.client import HostOpError
 from ddprobe.server.launch import Launch
 from ddprobe.server.lifecycle import prepared_launch, server_target
 from ddprobe.server.lock import HostLock

@@ -12,6 +12,7 @@ from ddprobe import remote
 from ddprobe.cli import common
 from ddprobe.errors import PatchError, UsageError
 from ddprobe.exitcodes import ExitCode
+from ddprobe.hostside.patchtext import Patch
 from ddprobe.sources.patches import (
     apply_patch,
     list_patches,
@@ -21,7 +22,6 @@ from ddprobe.sources.patches import (
     recover_patches,
     revert_patch,
 )
-from ddprobe.hostside.patchtext import Patch
 
 
 def _print_backups(backups: tuple[dict[str, Any], ...]) -> None:

@@ -1,77 +1,126 @@
-"""Run the host-side helper (`_hostops.py`) through a Remote: one round-trip per operation.
+"""The one client of the host programs: ship a program's text, run one op, map its answer.
 
-The helper's source goes as `python -c SRC OP` and its request as JSON on stdin, so nothing is
-pasted into shell text. Its error kinds map to ddprobe errors here, in one place.
+A program is a list of modules of this package (standard library only, Python 3.8+), sent as
+ONE text: their sources concatenated, each one's `from __future__` import dropped and one put at
+the top. It runs as `python -c SRC OP` with the request as JSON on stdin, so no request value is
+pasted into shell text and the analysed package is never imported. The answer is the last
+stdout line `{"ok": true, "result": ...}` or `{"ok": false, "error": {"kind": ..., ...}}`
+(the framing of `hostside.common`); an error kind maps to a ddprobe exception in
+`hostside.errors`, the one table.
 """
 from __future__ import annotations
 
 import functools
 import json
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddprobe.errors import RemoteCommandError, ServerError
+from ddprobe.errors import RemoteCommandError
+from ddprobe.hostside.errors import host_error
 from ddprobe.remote import Remote
 
 _HERE = Path(__file__).resolve().parent
-PROGRAMS = {"ops": "ops.py", "lock": "lock.py"}
+_FUTURE = re.compile(r"^from __future__ import annotations\n", re.M)
+_SOURCES = ("patchtext.py", "sourceio.py", "ledger.py", "patch.py", "sourceops.py")
+_SOURCES_READ = ("sourceio.py", "sourceops.py")
+_SOURCES_LEDGER = ("patchtext.py", "sourceio.py", "ledger.py", "sourceops.py")
 
 
-class HostOpError(ServerError):
-    """A host operation failed for an infrastructure reason (never the server's fault)."""
+@dataclass(frozen=True)
+class Program:
+    """A host program: its modules in order, the subset an op needs, how its errors map."""
 
-    def __init__(self, message: str, *, kind: str = "io",
-                 extra: dict[str, Any] | None = None) -> None:
-        self.kind = kind
-        self.extra = extra or {}
-        super().__init__(message)
-
-
-class PortInUseError(HostOpError):
-    pass
-
-
-class DiskFullError(HostOpError):
-    pass
+    parts: tuple[str, ...]
+    family: str  # its row group in hostside.errors.ERRORS
+    label: str  # stands for the program text in a RemoteCommandError's argv
+    default_message: str
+    timeout: float
+    default_kind: str  # an error answer without a kind
+    # what an op needs, when less than all (less for the host's interpreter to compile)
+    op_parts: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-class AlreadyRunningError(HostOpError):
-    pass
+PROGRAMS = {
+    "ops": Program(("common.py", "ops.py"), "server", "<ddprobe server helper>",
+                   "host operation failed", 60.0, "io"),
+    "lock": Program(("common.py", "lock.py"), "server", "<ddprobe server helper>",
+                    "host operation failed", 60.0, "io"),
+    "sources": Program(_SOURCES, "sources", "<ddprobe helper>", "helper failed", 120.0, "",
+                       {"locate": _SOURCES_READ, "read": _SOURCES_READ, "grep": _SOURCES_READ,
+                        "status": _SOURCES_LEDGER, "diff": _SOURCES_LEDGER}),
+}
 
 
-@functools.lru_cache(maxsize=4)
-def helper_source(program: str = "ops") -> str:
-    """_hostcommon's text, then the program's (its own `__future__` import dropped: that may
-    only open a file): still one self-contained `python -c` program."""
-    own = (_HERE / PROGRAMS[program]).read_text(encoding="utf-8")
-    own = own.replace("from __future__ import annotations\n", "", 1)
-    return (_HERE / "common.py").read_text(encoding="utf-8") + "\n\n" + own
+@functools.cache
+def program_source(program: str = "ops", op: str | None = None) -> str:
+    """The modules of `program` (those `op` needs) as one text, one `from __future__` on top."""
+    prog = PROGRAMS[program]
+    parts = prog.op_parts.get(op or "", prog.parts)
+    body = "\n\n".join(_FUTURE.sub("", (_HERE / part).read_text(encoding="utf-8"))
+                       for part in parts)
+    return "from __future__ import annotations\n" + body
 
 
-def call(r: Remote, op: str, request: dict[str, Any], *, timeout: float = 60.0,
-         program: str = "ops") -> dict[str, Any]:
-    """Run one op of a helper program on the host; its result, or the matching error."""
-    res = r.python(["-c", helper_source(program), op], input=json.dumps(request),
-                   timeout=timeout)
-    doc = None
-    for line in reversed(res.stdout.splitlines()):
+def _answer(stdout: str) -> dict[str, Any] | None:
+    """The last `{"ok": ...}` line that parses (progress lines and stray output come before)."""
+    for line in reversed(stdout.splitlines()):
         if line.startswith("{") and '"ok"' in line:
             try:
                 doc = json.loads(line)
             except (ValueError, RecursionError):
                 continue
-            break
+            return doc if isinstance(doc, dict) else None
+    return None
+
+
+def call(r: Remote, op: str, request: dict[str, Any], *, program: str = "ops",
+         timeout: float | None = None) -> dict[str, Any]:
+    """Run one op of a host program; its result, or the exception its error kind maps to."""
+    prog = PROGRAMS[program]
+    res = r.python(["-c", program_source(program, op), op], input=json.dumps(request),
+                   timeout=prog.timeout if timeout is None else timeout)
+    doc = _answer(res.stdout)
+    host, python = r.host.name, r.host.python
     if doc is None:
-        if res.exit_code == 127:
-            raise HostOpError(f"{r.host.name}: the interpreter {r.host.python!r} was not found "
-                              f"on the host (key 'python')", kind="config")
-        raise RemoteCommandError(r.host.name, (r.host.python, "-c", "<ddprobe server helper>",
-                                               op), res.exit_code, res.stdout, res.stderr)
+        if res.exit_code == 127 or ("No such file" in res.stderr and python in res.stderr):
+            raise host_error(prog.family, "no-python",
+                             f"{host}: the interpreter {python!r} was not found on the host")
+        raise RemoteCommandError(host, (python, "-c", prog.label, op), res.exit_code,
+                                 res.stdout, res.stderr)
     if doc.get("ok"):
         return dict(doc["result"])
     err = dict(doc.get("error") or {})
-    kind = str(err.pop("kind", "io"))
-    msg = f"{r.host.name}: {err.pop('message', 'host operation failed')}"
-    cls = {"port_in_use": PortInUseError, "disk": DiskFullError,
-           "running": AlreadyRunningError}.get(kind, HostOpError)
-    raise cls(msg, kind=kind, extra=err)
+    kind = str(err.pop("kind", prog.default_kind))
+    msg = f"{host}: {err.pop('message', prog.default_message)}"
+    raise host_error(prog.family, kind, msg, err)
+
+
+@dataclass(frozen=True)
+class Install:
+    """The package on a host, found through the host's interpreter (not imported)."""
+
+    package: str
+    version: str | None
+    path: str  # the package directory
+    site_packages: str  # the directory holding it (site-packages, or a PYTHONPATH entry)
+    python: str
+    python_version: str = ""
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Install:
+        return cls(package=d["package"], version=d.get("version"), path=d["path"],
+                   site_packages=d["site_packages"], python=d["python"],
+                   python_version=d.get("python_version", ""))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def find_install(r: Remote, host: Any = None) -> Install:
+    """Locate `host.package` with the host's interpreter (importlib.util.find_spec; version from
+    importlib.metadata or its version.py). `host` defaults to the remote's own host entry."""
+    h = host if host is not None else r.host
+    return Install.from_dict(call(r, "locate", {"package": h.package}, program="sources",
+                                  timeout=60))

@@ -1,6 +1,6 @@
-"""Shared part of the host-side helpers (`_hostops.py`, `_hostlock.py`): runs ON the host,
-standard library only. `hostops.helper_source` puts this text in front of a helper's own text,
-so each helper is still one `python -c SRC OP` program with its request as JSON on stdin, and
+"""Shared part of the server programs (`ops.py`, `lock.py`): runs ON the host, standard
+library only. `hostside.client.program_source` puts this text in front of a program's own text,
+so each is still one `python -c SRC OP` program with its request as JSON on stdin, and
 prints one JSON line {"ok": true, "result": ...} or {"ok": false, "error": {...}}."""
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Host side, part 2: the ledger (`<dir holding the package>/.ddprobe/ledger.json`), file
-states, `status` and `diff`. See `_hostmain` for the protocol."""
+states, `status` and `diff`. See `sourceops` for the protocol."""
 from __future__ import annotations
 
 import datetime
@@ -12,6 +12,7 @@ import re
 import time
 
 if "HelperError" not in globals():  # standalone (tests); on a host the parts are concatenated
+    from ddprobe.hostside.patchtext import unified_diff
     from ddprobe.hostside.sourceio import (
         LEDGER_VERSION,
         HelperError,
@@ -22,7 +23,6 @@ if "HelperError" not in globals():  # standalone (tests); on a host the parts ar
         inside,
         locate,
     )
-    from ddprobe.hostside.patchtext import unified_diff
 
 
 class Ledger:

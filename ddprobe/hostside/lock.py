@@ -12,7 +12,7 @@ import os
 import sys
 import time
 
-if "OpError" not in globals():  # read standalone; on a host _hostcommon's text comes first
+if "OpError" not in globals():  # read standalone; on a host common.py's text comes first
     from ddprobe.hostside.common import OpError, _mkdirs, _read_json, _write_json, main
 
 

@@ -5,7 +5,7 @@ Sent as `python -c SRC OP` with its request as JSON on stdin; prints one JSON li
 Nothing here imports the server's package, and no request value is ever pasted into shell text:
 the detached start runs a fixed `sh -c` recipe whose every input is a positional argument.
 
-Ops: start, stop, status, tail, port (the lock's ops are in _hostlock.py; the frequent
+Ops: start, stop, status, tail, port (the lock's ops are in lock.py; the frequent
 liveness + log peek of a health wait is plain `sh`, see command.py).
 Kinds of error: port_in_use, disk, running, io, bad_request.
 """
@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-if "OpError" not in globals():  # read standalone; on a host _hostcommon's text comes first
+if "OpError" not in globals():  # read standalone; on a host common.py's text comes first
     from ddprobe.hostside.common import OpError, _mkdirs, _read_json, _write_json, main
 
 # REMOTE_AND_CI.md section 3.6: a background job under a non-interactive `sh -c` is not a

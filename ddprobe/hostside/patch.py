@@ -1,5 +1,5 @@
 """Host side, part 3: apply and revert, atomic per file and all or nothing across files.
-See `_hostmain` for the protocol."""
+See `sourceops` for the protocol."""
 from __future__ import annotations
 
 import os
@@ -7,6 +7,14 @@ import socket
 import time
 
 if "Ledger" not in globals():  # standalone (tests); on a host the parts are concatenated
+    from ddprobe.hostside.ledger import Ledger, _file_bytes, _now, _remove_pycache, _state_of
+    from ddprobe.hostside.patchtext import (
+        Patch,
+        PatchTextError,
+        apply_file,
+        parse_patch,
+        unified_diff,
+    )
     from ddprobe.hostside.sourceio import (
         HelperError,
         Json,
@@ -17,14 +25,6 @@ if "Ledger" not in globals():  # standalone (tests); on a host the parts are con
         heartbeat,
         inside,
         locate,
-    )
-    from ddprobe.hostside.ledger import Ledger, _file_bytes, _now, _remove_pycache, _state_of
-    from ddprobe.hostside.patchtext import (
-        Patch,
-        PatchTextError,
-        apply_file,
-        parse_patch,
-        unified_diff,
     )
 
 

@@ -1,7 +1,7 @@
 """Unified diffs as data: parse, apply in memory with exact context, reverse, format, make.
 
 Standard library only and Python 3.8 compatible at runtime: the host helper program embeds this
-module's source (see `ddprobe.hostside.sourceclient`), so a multi-file apply runs on the host in one
+module's source (see `ddprobe.hostside.client`), so a multi-file apply runs on the host in one
 round-trip with the same engine the tests exercise locally.
 
 A patch file is a small header of `# key: value` lines (id, description, package, versions,

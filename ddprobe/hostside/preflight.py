@@ -14,7 +14,7 @@ into arg_groups/*_hook.py) and `resolved_dict()` for the values; else the datacl
 
 Interface (kept small so tests and other tools can call it directly):
 
-    python _hostpreflight.py < request.json          # or: python -c "$SRC" < request.json
+    python preflight.py < request.json          # or: python -c "$SRC" < request.json
     request  {"package": "sglang", "configs": [{"key": "b8-graph", "argv": ["--model-path", ...],
               "env": {"SGLANG_X": "1"}}]}
     answer   the LAST stdout line that starts with "DDPROBE-PREFLIGHT ", then one JSON object:

@@ -1,7 +1,7 @@
 """Host side, part 1: output to the caller, install lookup, reading sources, grep, writes.
 
-Standard library only, Python 3.8+: `hostprog` concatenates patchtext and the `_host*` modules
-into the one program it sends (`python -c SRC OP`); see `_hostmain` for the protocol.
+Standard library only, Python 3.8+: `hostside.client` concatenates patchtext and these modules
+into the one program it sends (`python -c SRC OP`); see `sourceops` for the protocol.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The host side of sources and patches: ONE program run with the host's interpreter.
 
-Shipped as source text (`python -c SRC OP`) with `patchtext` prepended, so it needs nothing but
+Shipped as source text (`python -c SRC OP`) with `patchtext`, `sourceio`, `ledger` and `patch` prepended (`hostside.client`), so it needs nothing but
 the standard library (and works on Python 3.8). Input: JSON on stdin. Output: JSON lines on
 stdout; the last line is the result `{"ok": true, "result": ...}` or
 `{"ok": false, "error": {...}}`. During an apply it writes a progress line before each file and
@@ -19,12 +19,12 @@ import sys
 from typing import Any
 
 if "emit" not in globals():  # standalone (tests); on a host the parts are concatenated
-    from ddprobe.hostside.sourceio import HelperError, emit, locate, op_grep, op_read  # noqa: F401
     from ddprobe.hostside.ledger import op_diff, op_recover, op_status  # noqa: F401
     from ddprobe.hostside.patch import op_apply, op_revert  # noqa: F401
     from ddprobe.hostside.patchtext import PatchTextError  # noqa: F401
+    from ddprobe.hostside.sourceio import HelperError, emit, locate, op_grep, op_read  # noqa: F401
 
-# The function behind each op. hostprog sends only the parts an op needs (a read does not
+# The function behind each op. The client sends only the parts an op needs (a read does not
 # carry the patch engine), so look the function up when the op runs.
 OP_FUNCS = {"locate": "op_locate", "read": "op_read", "grep": "op_grep", "status": "op_status",
             "diff": "op_diff", "apply": "op_apply", "revert": "op_revert",

@@ -12,10 +12,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from ddprobe import remote as remote_mod
+from ddprobe.hostside.patchtext import Patch
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 from ddprobe.results import CellResult
-from ddprobe.hostside.patchtext import Patch
 from ddprobe.store import RunRecord, RunStore
 
 

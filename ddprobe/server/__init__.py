@@ -14,7 +14,7 @@ host lock.
 """
 from __future__ import annotations
 
-from ddprobe.hostside.client import AlreadyRunningError, DiskFullError, HostOpError, PortInUseError
+from ddprobe.hostside.errors import AlreadyRunningError, DiskFullError, HostOpError, PortInUseError
 from ddprobe.server.launch import Launch, build_launch, check_launch, host_flags, server_args
 from ddprobe.server.lock import HostLock, LockInfo, read_lock
 from ddprobe.server.manager import Manager, Peek, ServerStatus, StartInfo, StopInfo, get_manager

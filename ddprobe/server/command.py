@@ -13,8 +13,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from ddprobe.hostside import client as hostops
-from ddprobe.hostside.client import HostOpError
+from ddprobe.hostside.client import call as host_call
+from ddprobe.hostside.errors import HostOpError
 from ddprobe.server.launch import Launch
 from ddprobe.server.lock import redact_argv
 from ddprobe.server.manager import Manager, Peek, ServerStatus, StartInfo, StopInfo, stamp
@@ -65,14 +65,14 @@ class CommandManager(Manager):
                "env": launch.env_dict, "marker": uuid.uuid4().hex,
                "port": s.port, "bind": s.bind, "config_key": launch.config.key,
                "config": launch.config.to_dict()}
-        st = hostops.call(self.r, "start", req, timeout=90)
+        st = host_call(self.r, "start", req, timeout=90)
         self._state = st
         return StartInfo(self.kind, st["log"], int(st["pgid"]), float(st["started"]),
                          tuple(st["argv"]))
 
     def stop(self, grace: float | None = None) -> StopInfo:
         g = self.host.server.stop_timeout if grace is None else grace
-        res = hostops.call(self.r, "stop", {"state": self._p("server.json"),
+        res = host_call(self.r, "stop", {"state": self._p("server.json"),
                                             "last": self._p("last.json"), "grace": g},
                            timeout=g + 60)
         if res.get("state"):
@@ -84,7 +84,7 @@ class CommandManager(Manager):
 
     def _status_raw(self) -> dict[str, Any]:
         s = self.host.server
-        return hostops.call(self.r, "status", {"state": self._p("server.json"),
+        return host_call(self.r, "status", {"state": self._p("server.json"),
                                                "last": self._p("last.json"), "port": s.port,
                                                "bind": s.bind}, timeout=30)
 
@@ -119,7 +119,7 @@ class CommandManager(Manager):
         path = self.log_path()
         if not path:
             return ""
-        return str(hostops.call(self.r, "tail", {"path": path, "lines": tail},
+        return str(host_call(self.r, "tail", {"path": path, "lines": tail},
                                 timeout=60)["text"])
 
     def peek(self, offset: int, cap: int = 1 << 20) -> Peek:

@@ -23,9 +23,9 @@ from typing import Any
 
 from ddprobe import interrupt
 from ddprobe.errors import LockedError, RemoteError
+from ddprobe.hostside.client import call as host_call
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
-from ddprobe.hostside import client as hostops
 
 DEFAULT_MAX_AGE = 12 * 3600.0  # a lock this old is stale (a bisect refreshes it every cell)
 
@@ -35,7 +35,7 @@ _held_lock = threading.Lock()
 
 
 def _call(r: Remote, op: str, req: dict[str, Any]) -> dict[str, Any]:
-    return hostops.call(r, op, req, timeout=30, program="lock")
+    return host_call(r, op, req, timeout=30, program="lock")
 
 
 def this_machine() -> str:

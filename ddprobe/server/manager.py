@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from ddprobe.errors import ConfigError
+from ddprobe.hostside.client import call as host_call
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
-from ddprobe.hostside import client as hostops
 from ddprobe.server.launch import DEFAULT_TEMPLATE, Launch, where
 
 
@@ -125,7 +125,7 @@ class Manager(ABC):
 
     def port_busy(self) -> tuple[bool, list[tuple[int, str]]]:
         s = self.host.server
-        res = hostops.call(self.r, "port", {"bind": s.bind, "port": s.port}, timeout=30)
+        res = host_call(self.r, "port", {"bind": s.bind, "port": s.port}, timeout=30)
         return bool(res["busy"]), [(int(p), str(c)) for p, c in res.get("listeners") or []]
 
 

@@ -12,12 +12,13 @@ program per operation; the analysis runs locally. Entry points:
 """
 from __future__ import annotations
 
+from ddprobe.hostside.client import Install, find_install
+from ddprobe.hostside.patchtext import Patch, PatchTextError, parse_patch
 from ddprobe.sources.buffers import BufferReport, BufferRow, SizeAt, SizingParams, analyse_buffers
 from ddprobe.sources.fetch import flags_for, grep_buffers, read_flags, read_sources
 from ddprobe.sources.flags import Flag, FlagSet
 from ddprobe.sources.flagsrc import parse_flags
 from ddprobe.sources.grep import GrepHit, GrepResult, compare, grep, grep_hosts
-from ddprobe.hostside.sourceclient import Install, find_install
 from ddprobe.sources.oversize import make_oversize_patch
 from ddprobe.sources.patches import (
                                      ApplyResult,
@@ -29,7 +30,6 @@ from ddprobe.sources.patches import (
                                      patch_status,
                                      revert_patch,
 )
-from ddprobe.hostside.patchtext import Patch, PatchTextError, parse_patch
 
 __all__ = [
     "ApplyResult", "BufferReport", "BufferRow", "Flag", "FlagSet", "GrepHit", "GrepResult",

@@ -9,13 +9,13 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ddprobe.hostside.client import Install, call
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 from ddprobe.sources.argrules import ArgRules, find_rules
 from ddprobe.sources.buffers import BufferReport, SizingParams, analyse_buffers, wanted_files
 from ddprobe.sources.flags import SERVER_ARGS, FlagSet
 from ddprobe.sources.flagsrc import parse_flags
-from ddprobe.hostside.sourceclient import Install, run_helper
 
 
 @dataclass(frozen=True)
@@ -29,9 +29,9 @@ def read_sources(r: Remote, host: Host | None, patterns: Sequence[str], *,
                  follow: str | None = None, follow_prefixes: Sequence[str] = (),
                  follow_depth: int = 1, timeout: float = 120.0) -> SourceTexts:
     h = host if host is not None else r.host
-    res = run_helper(r, "read", {"package": h.package, "patterns": list(patterns),
-                                 "follow": follow, "follow_prefixes": list(follow_prefixes),
-                                 "follow_depth": follow_depth}, timeout=timeout)
+    res = call(r, "read", {"package": h.package, "patterns": list(patterns),
+                           "follow": follow, "follow_prefixes": list(follow_prefixes),
+                           "follow_depth": follow_depth}, program="sources", timeout=timeout)
     return SourceTexts(Install.from_dict(res["install"]), dict(res["files"]),
                        tuple(res.get("unmatched") or ()))
 

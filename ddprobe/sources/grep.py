@@ -13,9 +13,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ddprobe import remote
+from ddprobe.hostside.client import Install, call
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
-from ddprobe.hostside.sourceclient import Install, run_helper
 
 
 @dataclass(frozen=True)
@@ -56,10 +56,10 @@ def grep(r: Remote, pattern: str, *, host: Host | None = None, subdir: str | Non
         raise ValueError(f"tool must be auto, rg or grep, not {tool!r}")
     if not use_rg:
         tool = "grep"
-    res = run_helper(r, "grep", {"package": h.package, "pattern": pattern, "subdir": subdir,
-                                 "context": context, "fixed": fixed,
-                                 "ignore_case": ignore_case, "include": list(include),
-                                 "tool": tool}, timeout=120)
+    res = call(r, "grep", {"package": h.package, "pattern": pattern, "subdir": subdir,
+                           "context": context, "fixed": fixed,
+                           "ignore_case": ignore_case, "include": list(include),
+                           "tool": tool}, program="sources", timeout=120)
     root = res["root"].rstrip("/") + "/"
     parse = _parse_rg if res["tool"] == "rg" else _parse_grep
     # rg searches in parallel: order by file and line so runs and hosts compare

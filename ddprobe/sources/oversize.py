@@ -12,9 +12,9 @@ import hashlib
 from collections.abc import Mapping, Sequence
 
 from ddprobe.errors import PatchError
+from ddprobe.hostside.patchtext import Patch, format_patch, make_file_patch, parse_patch
 from ddprobe.sources.buffers import BufferReport, BufferRow, _matches
 from ddprobe.sources.bufscan import _torch_names, allocator_name, shape_of
-from ddprobe.hostside.patchtext import Patch, format_patch, make_file_patch, parse_patch
 
 # temporary patches (an oversize experiment applies and reverts them): never left applied
 OVERSIZE_PREFIX = "ddprobe-oversize-"

@@ -1,6 +1,6 @@
 """Patches on a host: apply / revert / status / diff, with a ledger and backups on the host.
 
-The work happens on the host in one helper run per command (see `_hostmain`): atomic per file,
+The work happens on the host in one helper run per command (see `hostside.sourceops`): atomic per file,
 all or nothing across files, idempotent, refusing edited files unless forced, recording every
 change in `<dir holding the package>/.ddprobe/ledger.json`.
 """
@@ -17,10 +17,10 @@ from typing import Any
 
 from ddprobe.bundled_files import patch_dirs
 from ddprobe.errors import PatchError, RemoteCommandError
+from ddprobe.hostside.client import Install, call
+from ddprobe.hostside.patchtext import Patch, PatchTextError, parse_patch
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
-from ddprobe.hostside.sourceclient import Install, run_helper
-from ddprobe.hostside.patchtext import Patch, PatchTextError, parse_patch
 
 # Test hook (documented in docs/sources.md): seconds the host helper sleeps between files of an
 # apply, giving a test a window to kill ddprobe mid-apply.
@@ -100,7 +100,7 @@ def _patch_helper(r: Remote, op: str, req: dict[str, Any], h: Host) -> dict[str,
     """The host's patch helper; one that died mid-way (killed, OOM, a reboot) is a patch error
     that says where to look: each file is whole, `patch status` says which state."""
     try:
-        return run_helper(r, op, req, timeout=300)
+        return call(r, op, req, program="sources", timeout=300)
     except RemoteCommandError as e:
         raise PatchError(f"{h.name}: the patch helper died during {op} (exit {e.code}); each "
                          f"file is original or patched, never half: run `ddprobe patch status "
@@ -246,7 +246,7 @@ class PatchStatus:
 
 def patch_status(r: Remote, *, host: Host | None = None) -> PatchStatus:
     h = host if host is not None else r.host
-    res = run_helper(r, "status", {"package": h.package}, timeout=60)
+    res = call(r, "status", {"package": h.package}, program="sources", timeout=60)
     entries = tuple(PatchEntry(
         id=e["id"], state=e.get("state") or "", description=e.get("description") or "",
         applied_at=e.get("applied_at") or "", who=e.get("who") or "", version=e.get("version"),
@@ -264,15 +264,15 @@ def recover_patches(r: Remote, *, host: Host | None = None, apply: bool = False
     """The way out of a damaged ledger: restore each backed-up file to its oldest backup and
     start a new ledger (the damaged one is kept beside it). A dry run unless `apply`."""
     h = host if host is not None else r.host
-    return run_helper(r, "recover", {"package": h.package, "apply": apply, "who": _who()},
-                      timeout=300)
+    return call(r, "recover", {"package": h.package, "apply": apply, "who": _who()},
+                program="sources", timeout=300)
 
 
 def patch_diff(r: Remote, patch_id: str | None = None, *, host: Host | None = None
                ) -> list[tuple[str, str]]:
     """(patch id, unified diff of the original backup -> the file now) per applied patch."""
     h = host if host is not None else r.host
-    res = run_helper(r, "diff", {"package": h.package, "id": patch_id}, timeout=60)
+    res = call(r, "diff", {"package": h.package, "id": patch_id}, program="sources", timeout=60)
     return [(p["id"], p["diff"]) for p in res["patches"]]
 
 
