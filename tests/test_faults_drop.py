@@ -92,6 +92,28 @@ def wait_cells(runs: Path, proc: subprocess.Popen[str], n: int) -> Path:
     raise AssertionError("no progress before the deadline")
 
 
+def wait_next_cell_server(runs: Path, proc: subprocess.Popen[str], site: Site) -> Path:
+    """Wait for the first cell in the journal and then for the next cell's server launch (a
+    process on the site's port not seen while the first cell ran): a drop made then lands
+    inside the next cell (its restart or health wait), whatever the machine's load."""
+    needle = f"--port\x00{site.port}\x00"
+    seen: set[int] = set()
+    run_dir: Path | None = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        now = set(procs_with(needle))  # taken before the journal is read (see below)
+        if run_dir is None:
+            dirs = sorted(runs.glob("*-*-*")) if runs.is_dir() else []
+            if dirs and cells(dirs[0]):
+                run_dir = dirs[0]  # `now` predates the journal line: cell 1's processes only
+            seen |= now
+        elif now - seen:
+            return run_dir
+        assert proc.poll() is None, proc.communicate()[1][-3000:]
+        time.sleep(0.02)
+    raise AssertionError("the next cell's server never started")
+
+
 def clean(inv: Path, site: Site, cfg: Path) -> None:
     old = remote.default_options()
     remote.set_default_options(remote.RemoteOptions(ssh_config=str(cfg)))
@@ -114,8 +136,7 @@ def test_a_drop_mid_bisect_is_retried_not_recorded(sshd_factory, tmp_path: Path,
     inv = write_inventory(tmp_path, site)
     proc = start(inv, srv.ssh_config, runs, "bisect", "--host", "gpu", "--budgets", "8,16",
                  "--tasks", TASKS, "--json", DDPROBE_RECONNECT_TIMEOUT="60")
-    run_dir = wait_cells(runs, proc, 1)
-    time.sleep(0.3)  # into the next cell (its restart or health wait)
+    run_dir = wait_next_cell_server(runs, proc, site)  # into the next cell
     assert kill_sessions(srv.pid) >= 1
     out, err = proc.communicate(timeout=300)
 
@@ -140,8 +161,7 @@ def test_a_host_that_stays_gone_stops_the_run_unfinished_then_resume(
     cfg.write_text(srv.ssh_config.read_text())
     proc = start(inv, cfg, runs, "bisect", "--host", "gpu", "--budgets", "8,16,32",
                  "--tasks", TASKS, DDPROBE_RECONNECT_TIMEOUT="3")
-    run_dir = wait_cells(runs, proc, 1)
-    time.sleep(0.3)
+    run_dir = wait_next_cell_server(runs, proc, site)  # into the next cell
     kill_sessions(srv.pid, main=True)  # the host is gone: no new connection is accepted
     out, err = proc.communicate(timeout=300)
     assert proc.returncode == 4, err[-3000:]

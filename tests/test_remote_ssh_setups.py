@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -218,3 +219,16 @@ def test_strict_host_key_checking_no_connects_to_a_changed_key_without_forwardin
         assert "port forwarding is disabled" in str(ei.value)
     assert "REMOTE HOST IDENTIFICATION HAS CHANGED" in capfd.readouterr().err
     assert kh.read_text() == f"[127.0.0.1]:{sshd.port} {other}\n"
+
+
+def test_a_refused_host_key_leaves_no_proxycommand_behind(sshd, sshd2, tmp_path):
+    from test_server_util import procs_with
+    mark = f"DDPROBE_PROXY_MARK={tmp_path.name}"
+    kh = tmp_path / "known_hosts"  # empty: sshd2's key is unknown and refused
+    proxy = f"  ProxyCommand env {mark} ssh -F {sshd.ssh_config} -W %h:%p {sshd.alias}\n"
+    with pytest.raises(HostKeyError):
+        _connect(_cfg(tmp_path, sshd2, kh, proxy, name="behind"), name="behind")
+    deadline = time.monotonic() + 10
+    while procs_with(mark) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not procs_with(mark)

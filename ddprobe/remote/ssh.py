@@ -111,6 +111,20 @@ class SshRemote(Remote):
             return self._conn
         t = self.target
         conn = self._connection(t, self._gateway())
+        try:
+            self._handshake(conn, t)
+        except BaseException:
+            # a refused host key leaves paramiko's transport (and a ProxyCommand) running
+            with contextlib.suppress(Exception):
+                conn.client.close()
+            raise
+        transport = conn.transport
+        assert transport is not None
+        transport.set_keepalive(t.server_alive_interval or self.opts.keepalive)
+        self._conn = conn
+        return conn
+
+    def _handshake(self, conn: Connection, t: SshTarget) -> None:
         where = f"{t.user}@{t.hostname}:{t.port}"
         try:
             conn.open()
@@ -124,11 +138,6 @@ class SshRemote(Remote):
         except OSError as e:
             raise UnreachableError(f"{self.host.name}: cannot connect to {where}: "
                                    f"{e.strerror or e}") from None
-        transport = conn.transport
-        assert transport is not None
-        transport.set_keepalive(t.server_alive_interval or self.opts.keepalive)
-        self._conn = conn
-        return conn
 
     def connect(self) -> SshRemote:
         self._open()
