@@ -26,13 +26,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from ddprobe.cell.experiment import run_cell
 from ddprobe.errors import ConfigError, DdprobeError, RefusedError, RemoteError, UsageError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.facts import Facts, gather_facts
 from ddprobe.inventory import Host
 from ddprobe.remote import connect
+from ddprobe.report import write_reports
 from ddprobe.results import CellResult, Config, Outcome
-from ddprobe.store import RunStore, runs_root
+from ddprobe.server.launch import build_launch, check_launch, host_flags
+from ddprobe.store import RunStore, load_run, runs_root
 from ddprobe.untrusted import excerpt, for_xml
 
 SEVERITY: Final = (ExitCode.CRASH, ExitCode.HANG, ExitCode.GARBAGE, ExitCode.DEGRADED,
@@ -148,8 +151,6 @@ def smoke_host(host: Host, configs: Sequence[Config], *, log_dir: Path | None,
                probe: Any = None, baseline: Any = None,
                on_cell: Callable[[CellResult], None] | None = None) -> HostSmoke:
     """Run the smoke checks on one host (never raises for the host's own problems)."""
-    from ddprobe.cell.experiment import run_cell
-    from ddprobe.server.launch import build_launch, check_launch, host_flags
     t0 = time.monotonic()
     hs = HostSmoke(host.name, timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
     cls = f"ddprobe.{host.name}"
@@ -182,7 +183,7 @@ def smoke_host(host: Host, configs: Sequence[Config], *, log_dir: Path | None,
             codes: list[int] = []
             for cfg in configs:
                 codes.append(_one(r, host, cfg, hs, flags, why, log_dir, probe, baseline,
-                                  run_cell, build_launch, check_launch, on_cell))
+                                  on_cell))
             hs.exit_code = worst(codes)
     except RemoteError as e:
         if facts_case.status == "pass" and not hs.properties:
@@ -196,78 +197,124 @@ def smoke_host(host: Host, configs: Sequence[Config], *, log_dir: Path | None,
 
 
 def _one(r: Any, host: Host, cfg: Config, hs: HostSmoke, flags: Any, why: str,
-         log_dir: Path | None, probe: Any, baseline: Any, run_cell: Any, build_launch: Any,
-         check_launch: Any, on_cell: Callable[[CellResult], None] | None) -> int:
+         log_dir: Path | None, probe: Any, baseline: Any,
+         on_cell: Callable[[CellResult], None] | None) -> int:
+    """One production config: the flags check, the cell, its probes (three cases)."""
     cls = f"ddprobe.{host.name}.{cfg.key}"
     b = cfg.budget
     flags_case = Case(f"flags b{b}", cls)
     hs.cases.append(flags_case)
+    stopped = _check_flags(flags_case, host, cfg, flags, why)
+    if stopped is not None:
+        code, reason = stopped
+        hs.cases += [Case(f"{n} b{b}", cls, "skipped", reason) for n in ("cell", "probes")]
+        return code
+    cell = _cell(r, host, cfg, log_dir, probe, baseline)
+    hs.cells.append(cell)
+    if on_cell is not None:
+        on_cell(cell)
+    cases = _Cases(flags_case,
+                   Case(f"cell b{b}", cls, time=float(cell.timings.get("restart", 0.0))
+                        + float(cell.timings.get("health", 0.0)), output=_tail(cell)),
+                   Case(f"probes b{b}", cls, time=float(cell.timings.get("probe", 0.0)),
+                        output=_metrics(cell)))
+    hs.cases += [cases.cell, cases.probes]
+    mark = _MARKS.get(cell.outcome)
+    if mark is not None:
+        mark(cases, cell, cell.signature.id if cell.signature else "")
+    if cell.outcome is Outcome.ERROR:
+        return int(ExitCode.SERVER)
+    return int(OUTCOME_EXIT[cell.outcome])
+
+
+def _check_flags(case: Case, host: Host, cfg: Config, flags: Any, why: str
+                 ) -> tuple[int, str] | None:
+    """The flags case; (exit code, why the rest is skipped) when the config cannot run."""
     t = time.monotonic()
     try:
         launch = build_launch(host, cfg, flags)
         if flags is None:
-            flags_case.status, flags_case.message = "skipped", why or "flags not readable"
+            case.status, case.message = "skipped", why or "flags not readable"
         else:
             check_launch(launch, flags)
-            flags_case.output = " ".join(launch.server_args)
+            case.output = " ".join(launch.server_args)
     except RefusedError as e:
-        flags_case.status, flags_case.type, flags_case.message = "failure", "refused", str(e)
-        for n in ("cell", "probes"):
-            hs.cases.append(Case(f"{n} b{b}", cls, "skipped", "the flags check refused it"))
-        return int(ExitCode.REFUSED)
+        case.status, case.type, case.message = "failure", "refused", str(e)
+        return int(ExitCode.REFUSED), "the flags check refused it"
     except ConfigError as e:
-        flags_case.status, flags_case.type, flags_case.message = "error", "config", str(e)
-        for n in ("cell", "probes"):
-            hs.cases.append(Case(f"{n} b{b}", cls, "skipped", "no launch command"))
-        return int(ExitCode.CONFIG)
-    flags_case.time = time.monotonic() - t
+        case.status, case.type, case.message = "error", "config", str(e)
+        return int(ExitCode.CONFIG), "no launch command"
+    case.time = time.monotonic() - t
+    return None
+
+
+def _cell(r: Any, host: Host, cfg: Config, log_dir: Path | None, probe: Any, baseline: Any
+          ) -> CellResult:
     kw: dict[str, Any] = {"log_dir": log_dir}
     if probe is not None:
         kw["probe"] = probe
     if baseline is not None:
         kw["baseline"] = baseline
     try:
-        cell = run_cell(r, host, cfg, **kw)
+        return run_cell(r, host, cfg, **kw)
     except DdprobeError as e:
-        cell = CellResult(host=host.name, config=cfg, outcome=Outcome.ERROR, error=str(e))
-    hs.cells.append(cell)
-    if on_cell is not None:
-        on_cell(cell)
-    cell_case = Case(f"cell b{b}", cls, time=float(cell.timings.get("restart", 0.0))
-                     + float(cell.timings.get("health", 0.0)), output=_tail(cell))
-    probe_case = Case(f"probes b{b}", cls, time=float(cell.timings.get("probe", 0.0)))
-    hs.cases += [cell_case, probe_case]
-    out = cell.outcome
-    sig = cell.signature.id if cell.signature else ""
+        return CellResult(host=host.name, config=cfg, outcome=Outcome.ERROR, error=str(e))
+
+
+def _metrics(cell: CellResult) -> str:
     p = cell.probes
-    metrics = ""
-    if p is not None:
-        metrics = f"{p.label}" + (f", accept {p.accept_length:.2f}" if p.accept_length else "") \
-            + (f", {p.tok_s:.0f} tok/s" if p.tok_s else "")
-    probe_case.output = metrics
-    if out is Outcome.REFUSED:
-        flags_case.status, flags_case.type = "failure", "refused"
-        flags_case.message = cell.error or sig or "the server refused the flags"
-        cell_case.status = probe_case.status = "skipped"
-        cell_case.message = probe_case.message = "the server refused the config"
-    elif out is Outcome.ERROR:
-        cell_case.status, cell_case.type = "error", "infrastructure"
-        cell_case.message = cell.error or "infrastructure error"
-        probe_case.status, probe_case.message = "skipped", "no server"
-        return int(ExitCode.SERVER)
-    elif out is Outcome.HANG:
-        cell_case.status, cell_case.type = "error", "hang"
-        cell_case.message = f"the server never became healthy{': ' + sig if sig else ''}"
-        probe_case.status, probe_case.message = "skipped", "no server"
-    elif out is Outcome.CRASH:
-        cell_case.status, cell_case.type = "failure", "crash"
-        cell_case.message = sig or cell.error or "the server crashed"
-        probe_case.status, probe_case.message = "skipped", "the server crashed"
-    elif out in (Outcome.GARBAGE, Outcome.DEGRADED):
-        probe_case.status, probe_case.type = "failure", out.value
-        probe_case.message = "; ".join(x for x in (sig, metrics, *(p.failures[:3] if p else []))
-                                       if x)
-    return int(OUTCOME_EXIT[out])
+    if p is None:
+        return ""
+    return f"{p.label}" + (f", accept {p.accept_length:.2f}" if p.accept_length else "") \
+        + (f", {p.tok_s:.0f} tok/s" if p.tok_s else "")
+
+
+@dataclass
+class _Cases:
+    """The three cases of one config."""
+
+    flags: Case
+    cell: Case
+    probes: Case
+
+
+def _mark_refused(c: _Cases, cell: CellResult, sig: str) -> None:
+    c.flags.status, c.flags.type = "failure", "refused"
+    c.flags.message = cell.error or sig or "the server refused the flags"
+    c.cell.status = c.probes.status = "skipped"
+    c.cell.message = c.probes.message = "the server refused the config"
+
+
+def _mark_error(c: _Cases, cell: CellResult, sig: str) -> None:
+    c.cell.status, c.cell.type = "error", "infrastructure"
+    c.cell.message = cell.error or "infrastructure error"
+    c.probes.status, c.probes.message = "skipped", "no server"
+
+
+def _mark_hang(c: _Cases, cell: CellResult, sig: str) -> None:
+    c.cell.status, c.cell.type = "error", "hang"
+    c.cell.message = f"the server never became healthy{': ' + sig if sig else ''}"
+    c.probes.status, c.probes.message = "skipped", "no server"
+
+
+def _mark_crash(c: _Cases, cell: CellResult, sig: str) -> None:
+    c.cell.status, c.cell.type = "failure", "crash"
+    c.cell.message = sig or cell.error or "the server crashed"
+    c.probes.status, c.probes.message = "skipped", "the server crashed"
+
+
+def _mark_bad_answers(c: _Cases, cell: CellResult, sig: str) -> None:
+    p = cell.probes
+    c.probes.status, c.probes.type = "failure", cell.outcome.value
+    c.probes.message = "; ".join(x for x in (sig, c.probes.output,
+                                             *(p.failures[:3] if p else [])) if x)
+
+
+# How each outcome marks the cases (an ok cell leaves them passed).
+_MARKS: Final[dict[Outcome, Callable[[_Cases, CellResult, str], None]]] = {
+    Outcome.REFUSED: _mark_refused, Outcome.ERROR: _mark_error, Outcome.HANG: _mark_hang,
+    Outcome.CRASH: _mark_crash, Outcome.GARBAGE: _mark_bad_answers,
+    Outcome.DEGRADED: _mark_bad_answers}
 
 
 def run_smoke(hosts: Sequence[Host], *, budgets: Sequence[int] = (), probe: Any = None,
@@ -293,8 +340,10 @@ def run_smoke(hosts: Sequence[Host], *, budgets: Sequence[int] = (), probe: Any 
                   "restarts_used": sum(1 for h in results for c in h.cells
                                        if c.timings.get("restart") is not None),
                   "exit_code": rep.exit_code, "wall_s": round(rep.wall_s, 3)})
-    from ddprobe.bisect.run import write_reports_if_available
-    write_reports_if_available(store.dir, [])
+    try:
+        write_reports(load_run(store.dir))
+    except Exception:  # the files are a convenience: the verdict is the exit code and JUnit
+        pass
     return rep
 
 
@@ -307,11 +356,11 @@ def junit_xml(rep: SmokeReport) -> str:
                   "failures": sum(c.status == "failure" for c in hs.cases),
                   "errors": sum(c.status == "error" for c in hs.cases),
                   "skipped": sum(c.status == "skipped" for c in hs.cases)}
-        for k, v in counts.items():
-            totals[k] += v
-        suite = ET.SubElement(root, "testsuite", name=hs.host, time=f"{hs.time:.3f}",
-                              timestamp=hs.timestamp, hostname=socket.gethostname(),
-                              **{k: str(v) for k, v in counts.items()})
+        for k, n in counts.items():
+            totals[k] += n
+        suite = ET.SubElement(root, "testsuite", {
+            "name": hs.host, "time": f"{hs.time:.3f}", "timestamp": hs.timestamp,
+            "hostname": socket.gethostname(), **{k: str(n) for k, n in counts.items()}})
         props = ET.SubElement(suite, "properties")
         for k, v in sorted(hs.properties.items()):
             ET.SubElement(props, "property", name=k, value=str(v))
@@ -326,9 +375,9 @@ def junit_xml(rep: SmokeReport) -> str:
                 ET.SubElement(tc, "skipped", message=c.message[:500])
             if c.output:
                 ET.SubElement(tc, "system-out").text = c.output
-    for k, v in totals.items():
+    for k, n in totals.items():
         if k != "skipped":  # junit-10.xsd allows `skipped` on a testsuite, not on testsuites
-            root.set(k, str(v))
+            root.set(k, str(n))
     root.set("time", f"{rep.wall_s:.3f}")
     for el in root.iter():  # host text everywhere: XML 1.0 forbids most control characters
         if el.text:

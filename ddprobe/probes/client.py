@@ -156,7 +156,8 @@ class ProbeClient:
             data = data[0] if data else {}
         if not isinstance(data, dict) or not isinstance(data.get("text"), str):
             raise ProbeHTTPError(self.base_url + "/generate", "answer has no 'text'")
-        meta = data.get("meta_info") if isinstance(data.get("meta_info"), dict) else {}
+        meta_info = data.get("meta_info")
+        meta: dict[str, Any] = meta_info if isinstance(meta_info, dict) else {}
         acc, src, ct = accept_from_meta(meta)
         fr = meta.get("finish_reason")
         return Completion(text=data["text"], latency_s=latency,

@@ -123,14 +123,18 @@ class Side:
     argv: Sequence[str] = ()
 
 
+def _dict(v: Any) -> dict[Any, Any]:
+    return v if isinstance(v, dict) else {}
+
+
 def side_of(cell: Any) -> Side:
     """A `CellResult` kept with `keep_answers` as one side of the differential."""
     extra = cell.extra or {}
     eff = getattr(cell, "effective", None)
     graph = eff.cuda_graph if eff is not None and eff.cuda_graph is not None else None
     backend = (eff.attention_backend if eff is not None else None) or cell.config.backend
-    texts = extra.get("answers") if isinstance(extra.get("answers"), dict) else {}
-    ids = extra.get("answer_ids") if isinstance(extra.get("answer_ids"), dict) else {}
+    texts = _dict(extra.get("answers"))
+    ids = _dict(extra.get("answer_ids"))
     return Side(cell.config.key, {str(k): str(v) for k, v in texts.items()},
                 {str(k): [int(x) for x in v if isinstance(x, int)] for k, v in ids.items()
                  if isinstance(v, list)},
@@ -153,47 +157,63 @@ def determinism(graph: Side, eager: Side) -> tuple[bool | None, str]:
                   "comparison decisive")
 
 
-def compare(graph: Side, eager: Side) -> Differential:
-    keys = dict(graph_cell=graph.key, eager_cell=eager.key)
+def _not_comparable(graph: Side, eager: Side) -> str | None:
+    """Why the two cells cannot be compared, or None."""
     if graph.graph is False:
-        return Differential(INCOMPARABLE, 0, note=f"{graph.key} did not run CUDA graphs "
-                                                  "(the server reported cuda graph off)", **keys)
+        return f"{graph.key} did not run CUDA graphs (the server reported cuda graph off)"
     if eager.graph is True:
-        return Differential(INCOMPARABLE, 0, note=f"{eager.key} ran CUDA graphs (the server "
-                                                  "reported cuda graph on)", **keys)
+        return f"{eager.key} ran CUDA graphs (the server reported cuda graph on)"
+    if not set(graph.texts) & set(eager.texts):
+        return ("the cells have no answered task in common (answers not kept, or every "
+                "request failed)")
+    return None
+
+
+def _divergence(t: str, graph: Side, eager: Side) -> tuple[Divergence | None, int]:
+    """Task `t`'s first difference (None: the same), and the /generate tokens compared."""
+    a, b = graph.texts[t], eager.texts[t]
+    ga, gb = list(graph.ids.get(t, ())), list(eager.ids.get(t, ()))
+    both = bool(ga and gb)
+    tok = first_diff(ga, gb) if both else None
+    ntok = min(len(ga), len(gb)) if both else 0
+    ch = first_diff(a, b)
+    if tok is None and ch is None:
+        return None, ntok
+    lo = max(0, (ch or 0) - WINDOW // 2)
+    at = (escape(a[lo:lo + WINDOW]), escape(b[lo:lo + WINDOW])) if ch is not None else ("", "")
+    tl = max(0, (tok or 0) - 3)
+    ids = (tuple(ga[tl:tl + 6]), tuple(gb[tl:tl + 6])) if tok is not None else ((), ())
+    return Divergence(t, tok, ch, bounded(a), bounded(b), at[0], at[1], *ids), ntok
+
+
+def _order(d: Divergence) -> tuple[int, int, str]:
+    return (d.token if d.token is not None else 1 << 30,
+            d.char if d.char is not None else 1 << 30, d.task)
+
+
+def compare(graph: Side, eager: Side) -> Differential:
+    why_not = _not_comparable(graph, eager)
+    if why_not is not None:
+        return Differential(INCOMPARABLE, 0, note=why_not, graph_cell=graph.key,
+                            eager_cell=eager.key)
     tasks = sorted(set(graph.texts) & set(eager.texts))
-    if not tasks:
-        return Differential(INCOMPARABLE, 0, note="the cells have no answered task in common "
-                                                  "(answers not kept, or every request failed)",
-                            **keys)
     out: list[Divergence] = []
     ntok = 0
     for t in tasks:
-        a, b = graph.texts[t], eager.texts[t]
-        ga, gb = list(graph.ids.get(t, ())), list(eager.ids.get(t, ()))
-        tok = first_diff(ga, gb) if ga and gb else None
-        ntok += min(len(ga), len(gb)) if ga and gb else 0
-        ch = first_diff(a, b)
-        if tok is None and ch is None:
-            continue
-        lo = max(0, (ch or 0) - WINDOW // 2)
-        at = (escape(a[lo:lo + WINDOW]), escape(b[lo:lo + WINDOW])) if ch is not None else \
-            ("", "")
-        tl = max(0, (tok or 0) - 3)
-        out.append(Divergence(t, tok, ch, bounded(a), bounded(b), at[0], at[1],
-                              tuple(ga[tl:tl + 6]) if tok is not None else (),
-                              tuple(gb[tl:tl + 6]) if tok is not None else ()))
-    out.sort(key=lambda d: (d.token if d.token is not None else 1 << 30,
-                            d.char if d.char is not None else 1 << 30, d.task))
+        div, n = _divergence(t, graph, eager)
+        ntok += n
+        if div is not None:
+            out.append(div)
+    out.sort(key=_order)
     decisive, known = determinism(graph, eager)
     if not out:
-        return Differential(SAME, len(tasks), (), known, tokens_compared=ntok, **keys)
-    if decisive is False:
-        return Differential(NOT_DECISIVE, len(tasks), tuple(out), known,
-                            note="not counted as garbage: " + known, tokens_compared=ntok,
-                            **keys)
-    return Differential(DIVERGED, len(tasks), tuple(out), known,
-                        note="" if decisive else known, tokens_compared=ntok, **keys)
+        status, note = SAME, ""
+    elif decisive is False:
+        status, note = NOT_DECISIVE, "not counted as garbage: " + known
+    else:
+        status, note = DIVERGED, "" if decisive else known
+    return Differential(status, len(tasks), tuple(out), known, note=note, graph_cell=graph.key,
+                        eager_cell=eager.key, tokens_compared=ntok)
 
 
 def apply(graph_cell: Any, eager_cell: Any) -> Differential:
