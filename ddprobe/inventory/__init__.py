@@ -141,7 +141,8 @@ def builtin_testbed() -> Host:
              ("DDTESTBED_SCENARIO", os.environ.get("DDTESTBED_SCENARIO", "seed")),
              ("DDPROBE_NVIDIA_SMI", shlex.join([sys.executable, "-m", "ddtestbed.nvidia_smi"]))),
         server=ServerSettings(
-            port=int(os.environ.get("DDPROBE_TESTBED_PORT", "31830")), model_path="ddtestbed/tiny-coder",
+            port=int(os.environ.get("DDPROBE_TESTBED_PORT", "31830")),
+            model_path="ddtestbed/tiny-coder",
             algorithm="DDTREE", budget_flag="ddtree", draft_model_path="ddtestbed/tiny-drafter",
             budget=8, max_bs=64,
             args=("--testbed-scenario", os.environ.get("DDTESTBED_SCENARIO", "seed")),
@@ -277,11 +278,11 @@ class _Parser:
              dserver: ServerSettings) -> Host:
         m = self.mapping(v, parent, name)
         merged: dict[str, Any] = {}
-        for src in (defaults, m):
-            for k, val in src.items():
+        for section in (defaults, m):
+            for k in section:
                 if k not in _HOST_KEYS:
                     raise self.err(f"unknown key '{k}' in host '{name}' (known: "
-                                   f"{', '.join(sorted(_HOST_KEYS))})", src, k)
+                                   f"{', '.join(sorted(_HOST_KEYS))})", section, k)
         kw: dict[str, Any] = {"name": name, "source": f"{self.path}:{m.line}"}
         server = dserver
         for k in _HOST_KEYS:

@@ -35,10 +35,27 @@ def split_pattern(spec: str) -> list[str]:
     return terms
 
 
+def _by_regex(term: str, inv: Inventory, listed: list[str], key: str) -> list[str]:
+    try:
+        rx = re.compile(term[1:])
+    except re.error as e:
+        raise ConfigError(f"bad regex in host pattern {term!r}: {e}", key=key) from None
+    hit = [n for n in listed if rx.search(n)]
+    hit += [h for g, hs in inv.groups.items() if rx.search(g) for h in hs if h not in hit]
+    return hit
+
+
+def _by_glob(term: str, inv: Inventory, listed: list[str]) -> list[str]:
+    hit = [n for n in listed if fnmatch.fnmatchcase(n, term)]
+    for g, hs in inv.groups.items():
+        if fnmatch.fnmatchcase(g, term):
+            hit += [h for h in hs if h not in hit]
+    return hit
+
+
 def _match(term: str, inv: Inventory, key: str) -> list[str]:
     """Host names one term names (in inventory order)."""
-    names = [n for n in inv.hosts]
-    listed = [n for n in names if n != BUILTIN]
+    listed = [n for n in inv.hosts if n != BUILTIN]
     if term in inv.hosts:
         return [term]
     if term in inv.groups:
@@ -46,26 +63,17 @@ def _match(term: str, inv: Inventory, key: str) -> list[str]:
     if term in ("all", "*"):
         return listed
     if term.startswith("~"):
-        try:
-            rx = re.compile(term[1:])
-        except re.error as e:
-            raise ConfigError(f"bad regex in host pattern {term!r}: {e}", key=key) from None
-        hit = [n for n in listed if rx.search(n)]
-        hit += [h for g, hs in inv.groups.items() if rx.search(g) for h in hs if h not in hit]
-        return hit
+        return _by_regex(term, inv, listed, key)
     if any(c in term for c in "*?["):
-        hit = [n for n in listed if fnmatch.fnmatchcase(n, term)]
-        for g, hs in inv.groups.items():
-            if fnmatch.fnmatchcase(g, term):
-                hit += [h for h in hs if h not in hit]
-        return hit
+        return _by_glob(term, inv, listed)
     known = ", ".join(sorted(inv.hosts) + sorted(inv.groups))
     where = inv.path or "no inventory file (only the built-in host)"
     raise ConfigError(f"unknown host or group '{term}' (known: {known}; inventory: {where})",
                       key=key)
 
 
-def select(spec: str, inv: Inventory, *, key: str = "--host") -> list[Host]:
+def _terms(spec: str, key: str) -> tuple[list[str], list[str], list[str]]:
+    """(plain, `&` and `!` terms) of a pattern, the prefixes taken off."""
     terms = split_pattern(spec)
     if not terms:
         raise ConfigError("no host given", key=key)
@@ -74,6 +82,11 @@ def select(spec: str, inv: Inventory, *, key: str = "--host") -> list[Host]:
     excl = [t[1:] for t in terms if t[0] == "!"]
     if any(not t for t in inter + excl):
         raise ConfigError(f"host pattern {spec!r}: `!` and `&` need a name after them", key=key)
+    return plain, inter, excl
+
+
+def select(spec: str, inv: Inventory, *, key: str = "--host") -> list[Host]:
+    plain, inter, excl = _terms(spec, key)
     names: list[str] = []
     for t in plain or ["all"]:
         names += [n for n in _match(t, inv, key) if n not in names]

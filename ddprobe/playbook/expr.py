@@ -21,8 +21,9 @@ step's result is null), a missing field is an error naming the fields there are.
 """
 from __future__ import annotations
 
+import operator
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Union
 
@@ -371,7 +372,11 @@ def _compare(op: str, a: Any, b: Any, col: int) -> bool:
     if not ((isinstance(a, num) and isinstance(b, num) and not isinstance(a, bool)
              and not isinstance(b, bool)) or (isinstance(a, str) and isinstance(b, str))):
         raise ExprError(f"cannot order a {_type(a)} and a {_type(b)} with {op}", col)
-    return bool({"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b}[op])
+    return bool(_ORDER[op](a, b))
+
+
+_ORDER: dict[str, Callable[[Any, Any], Any]] = {"<": operator.lt, "<=": operator.le,
+                                                ">": operator.gt, ">=": operator.ge}
 
 
 def evaluate(node: Node, scopes: tuple[Any, ...] | Mapping[str, Any]) -> Any:

@@ -59,8 +59,8 @@ def load_suite(name_or_path: str = "coding") -> Suite:
     if p.suffix == ".json" or p.exists():
         path = p
     else:
-        path = Path(str(resources.files("ddprobe.probes").joinpath("suites",
-                                                                    f"{name_or_path}.json")))
+        path = Path(str(resources.files("ddprobe.probes") / "suites"
+                        / f"{name_or_path}.json"))
         if not path.is_file():
             raise ConfigError(f"no suite named '{name_or_path}' (bundled: "
                               f"{', '.join(bundled_suites())}; or give a .json path)",
