@@ -152,28 +152,33 @@ class _Loader:
         parts: list[Any] = []  # literal text, resolved values, or Paths read at run time
         pos = 0
         for m in _REF.finditer(value):
-            parts.append(value[pos:m.start()])
+            parts += [value[pos:m.start()], self.ref(m, scope, line, runtime)]
             pos = m.end()
-            if m.group(0) == "$$":
-                parts.append("$")
-                continue
-            try:
-                p = expr.parse_path(m.group(1))
-            except expr.ExprError as e:
-                raise self.err(f"bad reference ${{{m.group(1)}}}: {e}", line) from None
-            if p.root in runtime:
-                parts.append(p)
-                continue
-            if p.root not in scope:
-                known = sorted(set(scope) | runtime)
-                raise self.err(f"unknown variable '{p.root}' in ${{{m.group(1)}}} (known: "
-                               f"{', '.join(known) or 'none'})", line)
-            try:
-                parts.append(_Value(expr.evaluate(p, scope)))
-            except expr.ExprError as e:
-                raise self.err(f"${{{m.group(1)}}}: {e}", line) from None
         parts.append(value[pos:])
-        parts = [x for x in parts if x != ""]
+        return self.assemble(value, [x for x in parts if x != ""], line, kind, top)
+
+    def ref(self, m: re.Match[str], scope: Mapping[str, Any], line: int, runtime: set[str]
+            ) -> Any:
+        """One `${...}` (or `$$`): "$", a _Value, or the Path of a step result."""
+        if m.group(0) == "$$":
+            return "$"
+        try:
+            p = expr.parse_path(m.group(1))
+        except expr.ExprError as e:
+            raise self.err(f"bad reference ${{{m.group(1)}}}: {e}", line) from None
+        if p.root in runtime:
+            return p
+        if p.root not in scope:
+            known = sorted(set(scope) | runtime)
+            raise self.err(f"unknown variable '{p.root}' in ${{{m.group(1)}}} (known: "
+                           f"{', '.join(known) or 'none'})", line)
+        try:
+            return _Value(expr.evaluate(p, scope))
+        except expr.ExprError as e:
+            raise self.err(f"${{{m.group(1)}}}: {e}", line) from None
+
+    def assemble(self, value: str, parts: list[Any], line: int, kind: str, top: bool) -> Any:
+        """The substituted value: a Template (step results), a whole value, or text."""
         whole = len(parts) == 1 and _REF.fullmatch(value) is not None and value != "$$"
         if any(isinstance(x, expr.Path) for x in parts):
             if not top:
@@ -224,15 +229,25 @@ def load_playbook(path: Path | str, host: Host, *, overrides: Mapping[str, str] 
         raise ld.err("a playbook is a mapping with a `steps:` list", 1)
     ld.unknown_keys(doc, TOP_KEYS, "playbook")
     builtins = {"host": host_scope(host)}
+    vars_ = _vars(ld, doc, builtins, dict(overrides or {}))
+    steps = _steps(ld, doc, vars_, builtins, check_available)
+    name = doc.get("name") or Path(p).stem
+    return Playbook(p, str(name), str(doc.get("description") or ""), vars_, tuple(steps),
+                    builtins)
+
+
+def _vars(ld: _Loader, doc: LineDict, builtins: dict[str, Any], over: dict[str, str]
+          ) -> dict[str, Any]:
+    """`vars:` checked, `--var` overrides applied, references substituted in order."""
     raw_vars = doc.get("vars") or LineDict()
     if not isinstance(raw_vars, LineDict):
         raise ld.err("vars: must be a mapping of name: value", doc.line_of("vars"))
-    vars_: dict[str, Any] = {}
-    over = dict(overrides or {})
     for k in over:
         if k not in raw_vars:
             raise ConfigError(f"--var {k}: the playbook has no variable '{k}' (it has: "
-                              f"{', '.join(map(str, raw_vars)) or 'none'})", path=p, key="--var")
+                              f"{', '.join(map(str, raw_vars)) or 'none'})", path=ld.path,
+                              key="--var")
+    vars_: dict[str, Any] = {}
     for k, v in raw_vars.items():
         line = raw_vars.line_of(k)
         if not isinstance(k, str) or not _IDENT.match(k) or k in RESERVED:
@@ -241,6 +256,11 @@ def load_playbook(path: Path | str, host: Host, *, overrides: Mapping[str, str] 
         if k in over:
             v = yaml.safe_load(over[k]) if over[k].strip() else ""
         vars_[k] = ld.subst(v, {**builtins, **vars_}, line, runtime=set())
+    return vars_
+
+
+def _steps(ld: _Loader, doc: LineDict, vars_: dict[str, Any], builtins: dict[str, Any],
+           check_available: bool) -> list[StepSpec]:
     steps_raw = doc.get("steps")
     if not isinstance(steps_raw, list) or not steps_raw:
         raise ld.err("steps: must be a non-empty list of steps", doc.line_of("steps"))
@@ -253,15 +273,42 @@ def load_playbook(path: Path | str, host: Host, *, overrides: Mapping[str, str] 
         steps.append(_step(ld, i, st, vars_, builtins, registered, check_available))
         if steps[-1].register:
             registered.add(steps[-1].register)
-    name = doc.get("name") or Path(p).stem
-    return Playbook(p, str(name), str(doc.get("description") or ""), vars_, tuple(steps),
-                    builtins)
+    return steps
 
 
 def _step(ld: _Loader, i: int, st: LineDict, vars_: dict[str, Any], builtins: dict[str, Any],
           registered: set[str], check_available: bool) -> StepSpec:
     ld.unknown_keys(st, STEP_KEYS, f"step {i}")
     scope = {**builtins, **vars_}
+    action, spec = _action(ld, i, st)
+    name = str(ld.subst(st.get("name") or action, scope, st.line_of("name"), runtime=set()))
+    label = f"step {i} '{name}'"
+    args = _step_args(ld, label, st, spec, scope, registered)
+    known = set(scope) | registered
+    when = st.get("when")
+    when_node = (ld.condition(when, st.line_of("when"), known, f"{label}: when")
+                 if when is not None else None)
+    reg = _register(ld, label, st, registered, vars_)
+    own = known | {"result"} | ({reg} if reg else set())
+    asserts = tuple((str(t), ld.condition(t, st.line_of("assert"), own, f"{label}: assert"))
+                    for t in _as_list(st.get("assert")))
+    ign = st.get("ignore_errors", False)
+    if not isinstance(ign, bool):
+        raise ld.err(f"{label}: ignore_errors: must be true or false", st.line_of("ignore_errors"))
+    why = spec.unavailable() if check_available else None
+    if why:
+        raise ld.err(f"{label}: action '{action}' not available: {why}", st.line_of("action"))
+    return StepSpec(i, name, action, args, str(when) if when is not None else None, when_node,
+                    asserts, reg, ign, st.line, spec)
+
+
+def _as_list(v: Any) -> list[Any]:
+    if v is None:
+        return []
+    return v if isinstance(v, list) else [v]
+
+
+def _action(ld: _Loader, i: int, st: LineDict) -> tuple[str, ActionSpec]:
     action = st.get("action")
     if not isinstance(action, str) or not action:
         raise ld.err(f"step {i}: `action:` is required (one of: {', '.join(ld.registry.names())})",
@@ -270,64 +317,57 @@ def _step(ld: _Loader, i: int, st: LineDict, vars_: dict[str, Any], builtins: di
     if spec is None:
         raise ld.err(f"step {i}: unknown action '{action}'{ld.registry.suggest(action)} "
                      f"(actions: {', '.join(ld.registry.names())})", st.line_of("action"))
-    name = str(ld.subst(st.get("name") or action, scope, st.line_of("name"), runtime=set()))
-    label = f"step {i} '{name}'"
+    return action, spec
+
+
+def _step_args(ld: _Loader, label: str, st: LineDict, spec: ActionSpec, scope: dict[str, Any],
+               registered: set[str]) -> dict[str, Any]:
+    """The step's `with:` checked against the action's arguments, defaults filled in."""
     with_ = st.get("with")
     if with_ is None:
         with_ = LineDict()
         with_.line, with_.key_lines = st.line, {}
     if not isinstance(with_, LineDict):
         raise ld.err(f"{label}: with: must be a mapping of argument: value", st.line_of("with"))
-    args: dict[str, Any] = {}
-    for k, v in with_.items():
-        a = spec.arg(str(k))
-        line = with_.line_of(k)
-        if a is None:
-            allowed = ", ".join(x.name for x in spec.args) or "none"
-            near = difflib.get_close_matches(str(k), [x.name for x in spec.args], n=1)
-            hint = f"; did you mean '{near[0]}'?" if near else ""
-            raise ld.err(f"{label}: action '{action}' has no argument '{k}'{hint} "
-                         f"(arguments: {allowed})", line)
-        val = ld.subst(v, scope, line, runtime=registered, kind=a.kind)
-        if not isinstance(val, Template):
-            try:
-                val = coerce(a.kind, val)
-            except ValueError as e:
-                raise ld.err(f"{label}: argument '{k}': {e}", line) from None
-        args[str(k)] = val
+    args = {str(k): _arg_value(ld, label, spec, str(k), v, with_.line_of(k), scope, registered)
+            for k, v in with_.items()}
     for a in spec.args:
         if a.name not in args:
             if a.required:
-                raise ld.err(f"{label}: action '{action}' needs argument '{a.name}'"
+                raise ld.err(f"{label}: action '{spec.name}' needs argument '{a.name}'"
                              + (f" ({a.help})" if a.help else ""), with_.line or st.line)
             args[a.name] = a.default
-    known = set(scope) | registered
-    when = st.get("when")
-    when_node = (ld.condition(when, st.line_of("when"), known, f"{label}: when")
-                 if when is not None else None)
+    return args
+
+
+def _arg_value(ld: _Loader, label: str, spec: ActionSpec, k: str, v: Any, line: int,
+               scope: dict[str, Any], registered: set[str]) -> Any:
+    a = spec.arg(k)
+    if a is None:
+        allowed = ", ".join(x.name for x in spec.args) or "none"
+        near = difflib.get_close_matches(k, [x.name for x in spec.args], n=1)
+        hint = f"; did you mean '{near[0]}'?" if near else ""
+        raise ld.err(f"{label}: action '{spec.name}' has no argument '{k}'{hint} "
+                     f"(arguments: {allowed})", line)
+    val = ld.subst(v, scope, line, runtime=registered, kind=a.kind)
+    if isinstance(val, Template):
+        return val
+    try:
+        return coerce(a.kind, val)
+    except ValueError as e:
+        raise ld.err(f"{label}: argument '{k}': {e}", line) from None
+
+
+def _register(ld: _Loader, label: str, st: LineDict, registered: set[str],
+              vars_: dict[str, Any]) -> str | None:
     reg = st.get("register")
-    if reg is not None:
-        if not isinstance(reg, str) or not _IDENT.match(reg) or reg in RESERVED:
-            raise ld.err(f"{label}: register: {reg!r} is not a usable name (letters, digits, _;"
-                         f" not one of {', '.join(sorted(RESERVED))})", st.line_of("register"))
-        if reg in registered or reg in vars_:
-            raise ld.err(f"{label}: register: '{reg}' is already "
-                         f"{'a variable' if reg in vars_ else 'registered by an earlier step'}",
-                         st.line_of("register"))
-    raw_asserts = st.get("assert")
-    if raw_asserts is None:
-        raw_asserts = []
-    elif not isinstance(raw_asserts, list):
-        raw_asserts = [raw_asserts]
-    own = known | {"result"} | ({reg} if reg else set())
-    asserts = tuple((str(t), ld.condition(t, st.line_of("assert"), own, f"{label}: assert"))
-                    for t in raw_asserts)
-    ign = st.get("ignore_errors", False)
-    if not isinstance(ign, bool):
-        raise ld.err(f"{label}: ignore_errors: must be true or false", st.line_of("ignore_errors"))
-    if check_available:
-        why = spec.unavailable()
-        if why:
-            raise ld.err(f"{label}: action '{action}' not available: {why}", st.line_of("action"))
-    return StepSpec(i, name, action, args, str(when) if when is not None else None, when_node,
-                    asserts, reg, ign, st.line, spec)
+    if reg is None:
+        return None
+    if not isinstance(reg, str) or not _IDENT.match(reg) or reg in RESERVED:
+        raise ld.err(f"{label}: register: {reg!r} is not a usable name (letters, digits, _;"
+                     f" not one of {', '.join(sorted(RESERVED))})", st.line_of("register"))
+    if reg in registered or reg in vars_:
+        raise ld.err(f"{label}: register: '{reg}' is already "
+                     f"{'a variable' if reg in vars_ else 'registered by an earlier step'}",
+                     st.line_of("register"))
+    return reg
