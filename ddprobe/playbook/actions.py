@@ -135,22 +135,25 @@ def bind_call(fn: Callable[..., Any], provided: Mapping[str, Any],
     return fn(*args, **kwargs)
 
 
-def coerce(kind: str, value: Any) -> Any:
-    """A YAML or --var value as the argument kind; ValueError says what was expected."""
-    if value is None or kind == "any":
+def _to_str(value: Any) -> str:
+    if isinstance(value, (dict, list)):
+        raise ValueError(f"expected a string, got a {type(value).__name__}")
+    return str(value)
+
+
+_TRUE, _FALSE = ("true", "yes", "on"), ("false", "no", "off")
+
+
+def _to_bool(value: Any) -> bool:
+    if isinstance(value, bool):
         return value
-    if kind == "str":
-        if isinstance(value, (dict, list)):
-            raise ValueError(f"expected a string, got a {type(value).__name__}")
-        return str(value)
-    if kind == "bool":
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "yes", "on", "false", "no",
-                                                        "off"):
-            return value.lower() in ("true", "yes", "on")
-        raise ValueError(f"expected true or false, got {value!r}")
-    if kind in ("int", "float"):
+    if isinstance(value, str) and value.lower() in _TRUE + _FALSE:
+        return value.lower() in _TRUE
+    raise ValueError(f"expected true or false, got {value!r}")
+
+
+def _number(kind: str) -> Callable[[Any], Any]:
+    def convert(value: Any) -> Any:
         if isinstance(value, bool):
             raise ValueError(f"expected a number, got {value!r}")
         try:
@@ -158,15 +161,34 @@ def coerce(kind: str, value: Any) -> Any:
         except (TypeError, ValueError):
             raise ValueError(f"expected {'a whole number' if kind == 'int' else 'a number'}, "
                              f"got {value!r}") from None
-    if kind == "ints":
-        items = value if isinstance(value, list) else (
-            [x for x in str(value).replace(" ", "").split(",") if x])
-        return [coerce("int", x) for x in items]
-    if kind == "strs":
-        if isinstance(value, list):
-            return [coerce("str", x) for x in value]
-        return shlex.split(str(value))
-    raise ValueError(f"unknown argument kind {kind!r}")  # pragma: no cover
+    return convert
+
+
+def _to_ints(value: Any) -> list[int]:
+    items = value if isinstance(value, list) else (
+        [x for x in str(value).replace(" ", "").split(",") if x])
+    return [coerce("int", x) for x in items]
+
+
+def _to_strs(value: Any) -> list[str]:
+    if isinstance(value, list):
+        return [_to_str(x) for x in value]
+    return shlex.split(str(value))
+
+
+_COERCE: dict[str, Callable[[Any], Any]] = {
+    "str": _to_str, "bool": _to_bool, "int": _number("int"), "float": _number("float"),
+    "ints": _to_ints, "strs": _to_strs}
+
+
+def coerce(kind: str, value: Any) -> Any:
+    """A YAML or --var value as the argument kind; ValueError says what was expected."""
+    if value is None or kind == "any":
+        return value
+    convert = _COERCE.get(kind)
+    if convert is None:  # pragma: no cover
+        raise ValueError(f"unknown argument kind {kind!r}")
+    return convert(value)
 
 
 def to_plain(obj: Any, depth: int = 0) -> Any:

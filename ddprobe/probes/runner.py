@@ -157,9 +157,9 @@ async def run_probes_async(base_url: str, *, suite: str = "coding", concurrency:
                        summary=summary, wall_s=wall, concurrency=concurrency, server_info=info)
 
 
-async def _probe_task(client: ProbeClient, task: CodingTask, *, max_tokens: int,
-                      accept_tokens: int, limits: SandboxLimits,
-                      baseline: str | None) -> TaskResult:
+async def _ask(client: ProbeClient, task: CodingTask, max_tokens: int, accept_tokens: int
+               ) -> tuple[Any, Any]:
+    """The chat answer and the /generate one (None when not asked), exceptions as values."""
     async def no_generate() -> None:
         return None
 
@@ -167,6 +167,21 @@ async def _probe_task(client: ProbeClient, task: CodingTask, *, max_tokens: int,
         client.chat(task.prompt, max_tokens=max_tokens),
         client.generate(task.prompt, max_new_tokens=accept_tokens) if accept_tokens > 0
         else no_generate(), return_exceptions=True)
+    return chat_r, gen_r
+
+
+def _acceptance(gen: Completion | None, chat: Any) -> tuple[float | None, str]:
+    """(acceptance length, its source): /generate's, else the chat answer's."""
+    acc, src = (gen.accept_length, gen.accept_source) if gen and gen.accept_source else (None, "")
+    if acc is None and isinstance(chat, Completion) and chat.accept_source:
+        acc, src = chat.accept_length, chat.accept_source
+    return acc, src
+
+
+async def _probe_task(client: ProbeClient, task: CodingTask, *, max_tokens: int,
+                      accept_tokens: int, limits: SandboxLimits,
+                      baseline: str | None) -> TaskResult:
+    chat_r, gen_r = await _ask(client, task, max_tokens, accept_tokens)
     if isinstance(chat_r, AnswerTooLarge):
         # the server's answer is garbage, not an infrastructure error (never retried)
         return TaskResult(task.id, False, str(chat_r), garbage=(f"runaway answer (over "
@@ -179,14 +194,21 @@ async def _probe_task(client: ProbeClient, task: CodingTask, *, max_tokens: int,
         if isinstance(r, BaseException) and not isinstance(r, ProbeHTTPError):
             raise r
     gen = gen_r if isinstance(gen_r, Completion) else None
-    acc, src = (gen.accept_length, gen.accept_source) if gen and gen.accept_source else (None, "")
+    acc, src = _acceptance(gen, chat_r)
+    gen_fields: dict[str, Any] = {
+        "generate_tok_s": gen.tok_s if gen else None,
+        "generate_tokens": gen.completion_tokens if gen else None}
     if not isinstance(chat_r, Completion):
         return TaskResult(task.id, False, errors[0], accept_length=acc, accept_source=src,
-                          generate_tok_s=gen.tok_s if gen else None,
-                          generate_tokens=gen.completion_tokens if gen else None, errors=errors)
-    chat = chat_r
-    if acc is None and chat.accept_source:
-        acc, src = chat.accept_length, chat.accept_source
+                          errors=errors, **gen_fields)
+    return await _checked(task, chat_r, gen, acc, src, errors, gen_fields, limits, baseline)
+
+
+async def _checked(task: CodingTask, chat: Completion, gen: Completion | None,
+                   acc: float | None, src: str, errors: tuple[str, ...],
+                   gen_fields: dict[str, Any], limits: SandboxLimits, baseline: str | None
+                   ) -> TaskResult:
+    """A chat answer, its code run against the task's tests in the sandbox."""
     text, runaway = chat.text, []
     if len(text) > MAX_TEXT_CHARS:  # kept, checked and compared: its start only
         runaway = [f"runaway answer ({len(text)} chars)"]
@@ -199,8 +221,7 @@ async def _probe_task(client: ProbeClient, task: CodingTask, *, max_tokens: int,
         task_id=task.id, passed=check.passed and not runaway,
         reason=one_line(check.reason, limit=240), text=text,
         latency_s=chat.latency_s, completion_tokens=chat.completion_tokens, tok_s=chat.tok_s,
-        accept_length=acc, accept_source=src, generate_tok_s=gen.tok_s if gen else None,
-        generate_tokens=gen.completion_tokens if gen else None,
+        accept_length=acc, accept_source=src, **gen_fields,
         generate_ids=gen.output_ids if gen else None,
         garbage=tuple(runaway + garbage.garbage_flags(text)),
         divergence=garbage.divergence(text, baseline) if baseline is not None else None,
@@ -213,32 +234,47 @@ def _backend_of(res: Any) -> str:
     return "bubblewrap" if iso[:1] == ("bubblewrap",) else "namespaces" if iso else ""
 
 
+def _round(value: float | None, digits: int) -> float | None:
+    return round(value, digits) if value is not None else None
+
+
+def _median(values: list[float]) -> float | None:
+    return statistics.median(values) if values else None
+
+
+def _mean(values: list[float]) -> float | None:
+    return statistics.fmean(values) if values else None
+
+
+def _garbage_flags(results: list[TaskResult]) -> list[str]:
+    counts = Counter(f.split(" ")[0] for r in results for f in r.garbage)
+    return [f"{kind} in {n}/{len(results)} answers" for kind, n in sorted(counts.items())]
+
+
+def _aggregate_tok_s(results: list[TaskResult], wall_s: float) -> float | None:
+    tokens = sum((r.completion_tokens or 0) + (r.generate_tokens or 0) for r in results)
+    return round(tokens / wall_s, 2) if tokens and wall_s > 0 else None
+
+
 def summarise(results: list[TaskResult], *, wall_s: float, server_info: dict[str, Any] | None,
               baseline: Mapping[str, str] | None = None) -> ProbeSummary:
     """The cell-level numbers: passed/total, acceptance (and its source), speed, garbage."""
-    accs = [r.accept_length for r in results if r.accept_length is not None]
     sources = Counter(r.accept_source for r in results if r.accept_source)
-    tok_s = [v for r in results for v in (r.tok_s, r.generate_tok_s) if v is not None]
-    lat = [r.latency_s for r in results if r.latency_s is not None]
-    tokens = sum((r.completion_tokens or 0) + (r.generate_tokens or 0) for r in results)
     passed = sum(1 for r in results if r.passed)
     srv_acc = server_accept_length(server_info) if server_info else None
-    flags: list[str] = []
-    counts = Counter(f.split(" ")[0] for r in results for f in r.garbage)
-    for kind, n in sorted(counts.items()):
-        flags.append(f"{kind} in {n}/{len(results)} answers")
     texts = {r.task_id: r.text for r in results if not r.errors}
     div = garbage.summarise_divergence(texts, baseline) if baseline else None
-    acc = round(statistics.fmean(accs), 4) if accs else None
+    acc = _round(_mean([r.accept_length for r in results if r.accept_length is not None]), 4)
     notes = garbage.acceptance_notes(acc, srv_acc, passed, len(results))
     if server_info is None:
         notes.append("no /server_info or /get_server_info: server-wide acceptance unknown")
+    tok_s = [v for r in results for v in (r.tok_s, r.generate_tok_s) if v is not None]
+    lat = [r.latency_s for r in results if r.latency_s is not None]
     return ProbeSummary(
         passed=passed, total=len(results), accept_length=acc,
         accept_source=sources.most_common(1)[0][0] if sources else "",
-        server_accept_length=srv_acc,
-        tok_s=round(statistics.median(tok_s), 2) if tok_s else None,
-        aggregate_tok_s=round(tokens / wall_s, 2) if tokens and wall_s > 0 else None,
-        latency_s=round(statistics.median(lat), 4) if lat else None,
-        garbage_flags=flags, divergence=div,
+        server_accept_length=srv_acc, tok_s=_round(_median(tok_s), 2),
+        aggregate_tok_s=_aggregate_tok_s(results, wall_s),
+        latency_s=_round(_median(lat), 4), garbage_flags=_garbage_flags(results),
+        divergence=div,
         failures=[f"{r.task_id}: {r.reason}" for r in results if not r.passed], notes=notes)
