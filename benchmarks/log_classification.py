@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from ddprobe.server.logverdict import classify_log  # noqa: E402
+from ddprobe.cell.logverdict import classify_log  # noqa: E402
 from ddprobe.signatures.corpus import CorpusLog, load_corpus  # noqa: E402
 
 OUTCOMES = ("ok", "crash", "hang", "refused", "error", "garbage", "incomplete")

@@ -139,7 +139,7 @@ TASKS = ("fizzbuzz", "caesar_cipher", "is_palindrome", "binary_search")
 
 @pytest.mark.parametrize("budget", [8, 16])
 def test_stale_scenario_on_the_cpu_testbed(prefix: Path, tmp_path: Path, budget: int) -> None:
-    from ddprobe.differential_run import run_differential
+    from ddprobe.cell.differential import run_differential
     from ddprobe.cell.experiment import ProbeOptions
     from ddprobe.remote import connect
     host = _stale_host(prefix, tmp_path)

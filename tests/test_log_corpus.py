@@ -20,7 +20,7 @@ from corpus_replay import CELL_OUTCOME, lingers, run_replay
 from ddprobe.cli import main
 from ddprobe.exitcodes import ExitCode
 from ddprobe.results import CellResult
-from ddprobe.server.logverdict import classify_log
+from ddprobe.cell.logverdict import classify_log
 from ddprobe.signatures.corpus import CorpusLog, load_corpus, parse_corpus_file
 
 CORPUS_DIR = Path(__file__).parent / "data" / "logs"

@@ -21,7 +21,7 @@ from ddprobe.inventory import Host, ServerSettings
 from ddprobe.results import Config
 from ddprobe.server import (AlreadyRunningError, HostLock, PortInUseError, build_launch,
                             get_manager, prepare_host)
-from ddprobe.server.lifecycle import start_server
+from ddprobe.cell.restart import start_server
 from ddprobe.server.lock import LockInfo
 
 pytestmark = pytest.mark.ssh

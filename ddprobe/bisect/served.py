@@ -1,6 +1,6 @@
 """What a cell's server really ran, read from its result (pure).
 
-The experiment records what the server's own log said (`ddprobe.server.served`): the captured
+The experiment records what the server's own log said (`ddprobe.cell.served`): the captured
 CUDA-graph batch sizes and whether the weights were loaded. When the effective configuration
 reported by the server is on the result (`CellResult.effective`, from /server_info), it wins.
 The planner and the verdicts ask only these functions, never the inventory.

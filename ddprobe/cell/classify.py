@@ -5,7 +5,7 @@ Rules, in order (infrastructure is never blamed on the server):
   the server's argparse or its argument checks refused the flags    -> refused
   (server_args.py, srt/arg_groups/*.py on 0.5.21+, speculative/spec_info.py)
   a failure line after the server started serving, process alive or not -> crash / hang
-  process died / fatal signature in the log                         -> crash (signature from the log)
+  process died / fatal signature in the log                  -> crash (signature from the log)
   never healthy before the deadline, or the log stalled             -> hang
   alive, no probe answered: health bad -> crash (errors) / hang (timeouts), else error (network)
   a garbage-class signature (NaN) / coding failures / junk / divergence -> garbage
@@ -211,8 +211,8 @@ def _last_event(log: str, m: LogMatch, *, slack: int = 5) -> bool:
     after = 0
     for line in log.splitlines()[m.line_no:]:
         t = strip_prefix(line)
-        if not t.strip() or t.startswith((" ", "\t")) or "Traceback (most recent" in t \
-                or t.startswith("During handling"):
+        if not t.strip() or t.startswith((" ", "\t", "During handling")) \
+                or "Traceback (most recent" in t:
             continue
         after += 1
     return after <= slack

@@ -33,6 +33,9 @@ from ddprobe.cell.classify import (
     serving_failure,
 )
 from ddprobe.cell.health import HealthResult, fatal_match, health_now, wait_healthy
+from ddprobe.cell.kernel_log import recent_xid_lines
+from ddprobe.cell.restart import prepared_launch
+from ddprobe.cell.served import model_loaded
 from ddprobe.effective import fetch_server_info, from_log, from_server_args
 from ddprobe.errors import DdprobeError, PatchError, RefusedError, RemoteCommandError, RemoteError
 from ddprobe.hostside.errors import HostOpError
@@ -48,11 +51,9 @@ from ddprobe.probes.runner import (
 )
 from ddprobe.remote import Remote
 from ddprobe.results import CellResult, Config, Outcome
-from ddprobe.server.kernel_log import recent_xid_lines
-from ddprobe.server.lifecycle import prepared_launch, server_target
+from ddprobe.server.launch import server_target
 from ddprobe.server.lock import HostLock
 from ddprobe.server.manager import Manager, get_manager
-from ddprobe.server.served import model_loaded
 from ddprobe.signatures.decode import decode_notes, summarise_decode
 from ddprobe.sources.patches import revert_temporary
 from ddprobe.untrusted import file_part

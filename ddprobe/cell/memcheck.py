@@ -2,13 +2,13 @@
 
 Real output (captured on an H200, see tests/data/compute-sanitizer-*.txt):
 
-    ========= Invalid __global__ write of size 1 bytes
-    =========     at write_mask+0x1f0 in gpu_overrun.py:17
-    =========     by thread (96,0,0) in block (288,0,0)
-    =========     Access to 0x7fce36848300 is out of bounds
-    =========     and is 121 bytes after the nearest allocation at 0x7fce36800000 of size 295,560 bytes
-    ...
-    ========= ERROR SUMMARY: 49 errors
+========= Invalid __global__ write of size 1 bytes
+=========     at write_mask+0x1f0 in gpu_overrun.py:17
+=========     by thread (96,0,0) in block (288,0,0)
+=========     Access to 0x7fce36848300 is out of bounds
+=========     and is 121 bytes after the nearest allocation at 0x7fce36800000 of size 295,560 bytes
+...
+========= ERROR SUMMARY: 49 errors
 
 Under PyTorch's caching allocator an overrun stays inside one cudaMalloc'ed segment and memcheck
 sees nothing ("ERROR SUMMARY: 0 errors"): run with PYTORCH_NO_CUDA_MEMORY_CACHING=1 so that the

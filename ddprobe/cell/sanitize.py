@@ -34,13 +34,13 @@ import httpx
 from ddprobe.cell.classify import classify_dead, classify_hang, excerpt, refused_signature
 from ddprobe.cell.health import wait_healthy
 from ddprobe.cell.memcheck import SanitizerReport, match_buffer, parse_memcheck
+from ddprobe.cell.restart import prepared_launch
 from ddprobe.errors import DdprobeError, RefusedError, RemoteCommandError, RemoteError
 from ddprobe.hostside.errors import HostOpError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 from ddprobe.results import CellResult, Config, Outcome
-from ddprobe.server.launch import Launch
-from ddprobe.server.lifecycle import prepared_launch, server_target
+from ddprobe.server.launch import Launch, server_target
 from ddprobe.server.lock import HostLock
 from ddprobe.server.manager import Manager, Peek, get_manager
 from ddprobe.sources import BufferReport, BufferRow, SizingParams, grep_buffers

@@ -11,7 +11,7 @@ from rich.text import Text
 from ddprobe.cli import common
 from ddprobe.errors import UsageError
 from ddprobe.exitcodes import ExitCode
-from ddprobe.server.logverdict import LogVerdict, classify_log
+from ddprobe.cell.logverdict import LogVerdict, classify_log
 from ddprobe.untrusted import clean
 
 MAX_BYTES = 64 << 20  # a log bigger than this is read from its tail

@@ -225,7 +225,7 @@ def register(app: typer.Typer) -> None:
 def _differential(h: Host, cfg: Config, opts: ProbeOptions, *, log_dir: Path | None,
                   break_lock: bool, health_timeout: float | None, stop_after: bool,
                   as_json: bool) -> None:
-    from ddprobe.differential_run import run_differential
+    from ddprobe.cell.differential import run_differential
     from ddprobe.probes.differential import DIVERGED, NOT_DECISIVE
     with remote.connect(h) as r, LiveReporter(common.err) as rep:
         pair = run_differential(r, h, cfg, probe=opts, log_dir=log_dir, reporter=rep,

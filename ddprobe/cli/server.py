@@ -13,12 +13,13 @@ import typer
 from rich.text import Text
 
 from ddprobe import remote
+from ddprobe.cell.restart import StartReport, start_server
 from ddprobe.cli import common
 from ddprobe.cli.run import COLOR, EnvOpt, ExtraOpt, LiveReporter, make_config
 from ddprobe.exitcodes import ExitCode
 from ddprobe.inventory import Host
 from ddprobe.server import HostLock, Manager, get_manager, read_lock
-from ddprobe.server.lifecycle import StartReport, server_target, start_server
+from ddprobe.server.launch import server_target
 from ddprobe.untrusted import clean
 
 _START_EXIT = {"healthy": ExitCode.OK, "started": ExitCode.OK, "crash": ExitCode.CRASH,

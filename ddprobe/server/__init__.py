@@ -1,5 +1,6 @@
-"""Server lifecycle on a host: managers (command, systemd, docker), launch flags, health wait,
-host lock.
+"""Server processes on a host: managers (command, systemd, docker), launch flags, host
+preparation, host lock. No health wait, no classification, no probes: those are the cell's
+(`ddprobe.cell`), which builds on this package (never the other way round).
 
     with connect(host) as r, HostLock(r, host):
         mgr = get_manager(r, host)
@@ -15,7 +16,14 @@ host lock.
 from __future__ import annotations
 
 from ddprobe.hostside.errors import AlreadyRunningError, DiskFullError, HostOpError, PortInUseError
-from ddprobe.server.launch import Launch, build_launch, check_launch, host_flags, server_args
+from ddprobe.server.launch import (
+    Launch,
+    build_launch,
+    check_launch,
+    host_flags,
+    server_args,
+    server_target,
+)
 from ddprobe.server.lock import HostLock, LockInfo, read_lock
 from ddprobe.server.manager import Manager, Peek, ServerStatus, StartInfo, StopInfo, get_manager
 from ddprobe.server.prepare import prepare_host
@@ -23,4 +31,5 @@ from ddprobe.server.prepare import prepare_host
 __all__ = ["AlreadyRunningError", "DiskFullError", "HostLock",
            "HostOpError", "Launch", "LockInfo", "Manager", "Peek", "PortInUseError",
            "ServerStatus", "StartInfo", "StopInfo", "build_launch",
-           "check_launch", "get_manager", "host_flags", "prepare_host", "read_lock", "server_args", "wait_healthy"]
+           "check_launch", "get_manager", "host_flags", "prepare_host", "read_lock", "server_args",
+           "server_target"]

@@ -30,7 +30,7 @@ def run_argv(launch: Launch, *, container: str, image: str) -> list[str]:
     so no value is on a command line that every user of the host can read in /proc."""
     argv = ["docker", "run", "-d", "--name", container, "--label",
             f"ddprobe.config={launch.config.key}", *DOCKER_RUN_OPTIONS]
-    for k, v in launch.env:
+    for k, _ in launch.env:
         argv += ["-e", k]
     return [*argv, image, *launch.argv]
 
@@ -63,7 +63,7 @@ class DockerManager(Manager):
             return {}
         parts = res.stdout.strip().split(" ")
         keys = ("status", "pid", "started", "config")
-        return dict(zip(keys, parts + [""] * (4 - len(parts))))
+        return dict(zip(keys, (parts + [""] * 4)[:4], strict=True))
 
     def start(self, launch: Launch) -> StartInfo:
         self.r.run(["docker", "rm", "-f", self.container], timeout=120)

@@ -26,6 +26,7 @@ MAX_BS_SPELLINGS = ("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode")
 DEFAULT_TEMPLATE = ("{python}", "-m", "{package}.launch_server", "{args}")
 DOCKER_TEMPLATE = ("python3", "-m", "{package}.launch_server", "{args}")
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
+_WILDCARD = ("", "0.0.0.0", "::", "[::]")
 
 
 @dataclass(frozen=True)
@@ -183,3 +184,9 @@ def where(host: Host | None) -> dict[str, Any]:
         return {}
     path, _, line = host.source.rpartition(":")
     return {"path": path, "line": int(line) if line.isdigit() else None}
+
+
+def server_target(host: Host) -> str:
+    """The address the server's port is reached at, as seen from the host."""
+    b = host.server.bind
+    return "127.0.0.1" if b in _WILDCARD else b.strip("[]")

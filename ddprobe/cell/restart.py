@@ -16,18 +16,10 @@ from ddprobe.errors import RefusedError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 from ddprobe.results import Config, Signature
-from ddprobe.server.launch import Launch, build_launch, check_launch, host_flags
+from ddprobe.server.launch import Launch, build_launch, check_launch, host_flags, server_target
 from ddprobe.server.manager import Manager, StartInfo, StopInfo, get_manager
 from ddprobe.server.preflight import preflight_launch
 from ddprobe.server.prepare import prepare_host
-
-_WILDCARD = ("", "0.0.0.0", "::", "[::]")
-
-
-def server_target(host: Host) -> str:
-    """The address the server's port is reached at, as seen from the host."""
-    b = host.server.bind
-    return "127.0.0.1" if b in _WILDCARD else b.strip("[]")
 
 
 def prepared_launch(r: Remote, host: Host, config: Config, mgr: Manager, *,

@@ -40,8 +40,9 @@ def run_differential(r: Remote, host: Host, config: Config, *,
                      health_timeout: float | None = None, stop_after: bool = False
                      ) -> DifferentialRun:
     with HostLock(r, host, break_lock=break_lock) as lk:
-        kw: dict[str, Any] = dict(probe=probe, log_dir=log_dir, reporter=reporter, lock=lk,
-                                  health_timeout=health_timeout, keep_answers=True)
+        kw: dict[str, Any] = {
+            "probe": probe, "log_dir": log_dir, "reporter": reporter, "lock": lk,
+            "health_timeout": health_timeout, "keep_answers": True}
         eager = run_cell(r, host, replace(config, graph=False), stop_after=True, **kw)
         graph = run_cell(r, host, replace(config, graph=True), stop_after=stop_after, **kw)
     return DifferentialRun(graph, eager, apply(graph, eager))

@@ -19,7 +19,8 @@ _SRC: Final = r"""
 import datetime, json, subprocess, sys, time
 window = float(sys.argv[1]); now = time.time(); out = []; source = ""
 for argv in (["dmesg", "--time-format", "iso"],
-             ["journalctl", "-k", "--no-pager", "-o", "short-iso", "--since", "@%d" % (now - window)]):
+             ["journalctl", "-k", "--no-pager", "-o", "short-iso",
+              "--since", "@%d" % (now - window)]):
     try:
         p = subprocess.run(argv, capture_output=True, text=True, timeout=10, errors="replace")
     except (OSError, subprocess.SubprocessError):
