@@ -12,6 +12,7 @@ nor be read as markup, whatever the caller forgot.
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -39,3 +40,17 @@ class SafeConsole(Console):
             else:
                 yield Segment(clean(seg.text).replace("\n", " ") if seg.text != "\n" else "\n",
                               seg.style, None)
+
+
+PIPE_WIDTH = 400
+
+
+def make_console(stderr: bool) -> Console:
+    """The console: markup off and host text cleaned at render time. NO_COLOR turns colour
+    off; stdout to a pipe or file gets PIPE_WIDTH columns (rich would cut tables at 80)."""
+    nc = bool(os.environ.get("NO_COLOR"))
+    c = SafeConsole(stderr=stderr, no_color=nc, highlight=False, soft_wrap=True)
+    if not stderr and not c.is_terminal and not os.environ.get("COLUMNS"):
+        c = SafeConsole(stderr=stderr, no_color=nc, highlight=False, soft_wrap=True,
+                        width=PIPE_WIDTH)
+    return c

@@ -19,7 +19,7 @@ from rich.text import Text
 
 from ddprobe import untrusted as hosttext
 from ddprobe.cli import main
-from ddprobe.cli.common import make_console
+from ddprobe.safeconsole import make_console
 
 HOSTILE = {
     "osc0_title": "a\x1b]0;pwned title\x07b",

@@ -9,8 +9,9 @@ from typing import Optional
 
 import typer
 
-from ddprobe import __version__, interrupt
+from ddprobe import __version__, interrupt, remote
 from ddprobe.cli import common
+from ddprobe.context import Context, Options, activate
 from ddprobe.errors import DdprobeError
 from ddprobe.exitcodes import ExitCode
 
@@ -41,6 +42,7 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _global(
+    ctx: typer.Context,
     inventory: Optional[str] = typer.Option(
         None, "--inventory", "-i", envvar="DDPROBE_INVENTORY",
         help="hosts.yaml (default: ./hosts.yaml, then ~/.config/ddprobe/hosts.yaml)."),
@@ -62,12 +64,14 @@ def _global(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Show the version and exit."),
 ) -> None:
-    common.reset()
-    common.OPTS = common.GlobalOptions(inventory=inventory, ssh_config=ssh_config,
-                                       accept_new_host_keys=accept_new_host_keys, debug=debug,
-                                       connect_timeout=connect_timeout, limit=limit,
-                                       verbose=verbose)
-    common.apply_remote_options()
+    if ctx.obj is None:  # invoked without `main` (CliRunner on get_app())
+        ctx.obj = Context()
+    env: Context = ctx.obj
+    env.options = Options(inventory=inventory, ssh_config=ssh_config,
+                          accept_new_host_keys=accept_new_host_keys, debug=debug,
+                          connect_timeout=connect_timeout, limit=limit, verbose=verbose)
+    ctx.call_on_close(activate(env))
+    remote.set_default_options(env.remote_options)
     if debug:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(_CleanFormatter("%(asctime)s %(name)s %(message)s"))
@@ -106,17 +110,11 @@ class _CleanFormatter(logging.Formatter):
 
 
 def _register(names: list[str]) -> None:
+    """Import each command module (lazily: see _COMMANDS) and add its commands, once."""
     for name in names:
-        if name in _registered:
-            continue
-        try:
-            mod = importlib.import_module(f"ddprobe.cli.{name}")
-        except ModuleNotFoundError as e:
-            if e.name == f"ddprobe.cli.{name}":
-                continue  # not written yet
-            raise
-        mod.register(app)
-        _registered.add(name)
+        if name not in _registered:
+            importlib.import_module(f"ddprobe.cli.{name}").register(app)
+            _registered.add(name)
 
 
 def _command_of(args: list[str]) -> str | None:
@@ -145,27 +143,28 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     debug = "--debug" in args
     cmd = _command_of(args)
+    env = Context()
     try:
         with interrupt.handling_sigint():
-            return _dispatch(args, cmd)
+            return _dispatch(args, cmd, env)
     except DdprobeError as e:
         if debug:
             traceback.print_exc()
-        common.err.print(common.error_line(e), highlight=False)
+        env.err.print(common.error_line(e), highlight=False)
         return int(e.exit_code)
     except KeyboardInterrupt:
-        common.err.print(interrupt.message(), highlight=False, markup=False)
+        env.err.print(interrupt.message(), highlight=False, markup=False)
         return int(ExitCode.INTERRUPTED)
 
 
-def _dispatch(args: list[str], cmd: str | None) -> int:
+def _dispatch(args: list[str], cmd: str | None, env: Context) -> int:
     debug = "--debug" in args
     try:
         mod = _COMMANDS.get(cmd or "")
         _register([mod] if mod and "--help" not in args[:1] else _MODULES)
         from ddprobe.cli import helpdoc
-        cmd = helpdoc.decorate(typer.main.get_command(app))
-        rv = cmd.main(args=args, prog_name="ddprobe", standalone_mode=False)
+        command = helpdoc.decorate(typer.main.get_command(app))
+        rv = command.main(args=args, prog_name="ddprobe", standalone_mode=False, obj=env)
         if rv == ExitCode.INTERRUPTED and interrupt.stopping():
             # typer turns Ctrl-C into a silent Exit(130): say what was cleaned up
             raise KeyboardInterrupt
@@ -182,7 +181,7 @@ def _dispatch(args: list[str], cmd: str | None) -> int:
             if callable(show):
                 show()
             else:
-                common.err.print(f"error: {e}")
+                env.err.print(f"error: {e}")
             return int(getattr(e, "exit_code", ExitCode.USAGE))
         if name == "Exit":
             return int(getattr(e, "exit_code", 0))
@@ -191,6 +190,6 @@ def _dispatch(args: list[str], cmd: str | None) -> int:
         if debug:
             traceback.print_exc()
         else:
-            common.err.print(f"internal error: {name}: {e} (re-run with --debug for the "
+            env.err.print(f"internal error: {name}: {e} (re-run with --debug for the "
                              "traceback)")
         return int(ExitCode.INTERNAL)

@@ -158,7 +158,7 @@ def _tasks(text: str | None, default: tuple[str, ...] = ()) -> tuple[str, ...]:
 
 def _wide() -> Console:
     """stdout; piped output gets 80 columns from rich, too narrow for the verdict table."""
-    out = common.out
+    out = common.env().out
     if out.is_terminal:
         return out
     return SafeConsole(file=out.file, width=max(out.width, 160), no_color=out.no_color,
@@ -281,7 +281,7 @@ def _entry(e: dict[str, Any]) -> str:
 
 def _protocol_exit(e: DdprobeError, protocol: str | None) -> int:
     """An error under --exit-protocol bisect: infrastructure -> 125 (skip), else abort."""
-    common.err.print(f"[red]error:[/red] {escape(str(e))}", markup=True)
+    common.env().err.print(f"[red]error:[/red] {escape(str(e))}", markup=True)
     if isinstance(e, (RemoteError, LockedError, ServerError)):
         return int(ExitCode.BISECT_SKIP)
     return int(ExitCode.BISECT_ABORT)
@@ -390,8 +390,8 @@ def register(app: typer.Typer) -> None:
             text = manual.session_path().read_text(encoding="utf-8")
         else:
             text = render_log(load_run(find_run(run_id)))
-        common.out.file.write(text)
-        common.out.file.flush()
+        common.env().out.file.write(text)
+        common.env().out.file.flush()
 
     @bis.command("replay")
     def replay_cmd(file: Path = typer.Argument(..., help="A session log (from `bisect log`)."),
@@ -408,11 +408,11 @@ def register(app: typer.Typer) -> None:
             return
         for s, p, vs in results:
             marks = sum(len(r) for r in p.results.values())
-            common.out.print(f"[bold]{escape(s.hosts)}[/bold]: {marks} marks replayed",
+            common.env().out.print(f"[bold]{escape(s.hosts)}[/bold]: {marks} marks replayed",
                              markup=True)
             for v in vs:
                 color = _COLOR.get(v.kind, "white")
-                common.out.print(f"  b{',b'.join(map(str, v.budgets))}: [{color}]{v.label}"
+                common.env().out.print(f"  b{',b'.join(map(str, v.budgets))}: [{color}]{v.label}"
                                  f"[/{color}] ({v.decided_by}, {v.confidence}) "
                                  f"{escape(what(v))}", markup=True)
 
@@ -472,7 +472,7 @@ def register(app: typer.Typer) -> None:
             if not host:
                 raise UsageError("give --host (or --resume RUN_ID)")
             hosts = common.hosts(host)
-        with EventRenderer(common.err, quiet=False) as ren:
+        with EventRenderer(common.env().err, quiet=False) as ren:
             rep = run_sweep(hosts, req, resume=rec, on_event=ren, break_lock=break_lock,
                             argv=["sweep", "--host", host or "", "--budgets", budgets or ""])
         if as_json:
@@ -480,7 +480,7 @@ def register(app: typer.Typer) -> None:
         else:
             render_sweep(rep)
         if rep.errored:
-            common.err.print(f"{rep.errored} cell(s) ended in an infrastructure error: the "
+            common.env().err.print(f"{rep.errored} cell(s) ended in an infrastructure error: the "
                              f"matrix is incomplete; run them again with `ddprobe sweep "
                              f"--resume {rep.run_id}`", markup=False)
         raise typer.Exit(rep.exit_code)
@@ -536,9 +536,9 @@ def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backen
                 lines.append(f"  (assuming the {k} hosts are identical; hosts that differ run "
                              "the plan side by side)")
             for line in lines + [ln for p in looks for ln in p.lines()]:
-                common.out.print(line)
+                common.env().out.print(line)
         return 0
-    with EventRenderer(common.err, quiet=False) as ren:
+    with EventRenderer(common.env().err, quiet=False) as ren:
         rep = run_bisect(hosts, req, resume=rec, on_event=ren, break_lock=break_lock,
                          argv=["bisect", *(["--host", host] if host else []),
                                *(["--budgets", budgets] if budgets else []), *argv])

@@ -27,20 +27,20 @@ def _print_next(st: manual.State, *, as_json: bool) -> int:
             "verdicts": [v.to_dict() for v in st.verdicts]})
         return exit_code(st.verdicts) if st.next is None else 0
     if st.next is None:
-        common.out.print("the bisect is complete; verdicts:")
+        common.env().out.print("the bisect is complete; verdicts:")
         for v in st.verdicts:
-            common.out.print(f"  b{',b'.join(map(str, v.budgets))}: {v.kind} "
+            common.env().out.print(f"  b{',b'.join(map(str, v.budgets))}: {v.kind} "
                              f"({v.decided_by}, {v.confidence})")
             for e in v.evidence:
-                common.out.print(f"     - {e.kind}: {e.summary}")
-            common.out.print(f"     next: {v.next_step}")
-        common.out.print("`ddprobe bisect log` prints the session; `ddprobe bisect reset` ends it")
+                common.env().out.print(f"     - {e.kind}: {e.summary}")
+            common.env().out.print(f"     next: {v.next_step}")
+        common.env().out.print("`ddprobe bisect log` prints the session; `ddprobe bisect reset` ends it")
         return exit_code(st.verdicts)
     c = st.next
-    common.out.print(f"Bisecting: at most {st.left} configs left (worst case of the plan)")
-    common.out.print(f"next: {c.key}  {manual.PURPOSE_TEXT.get(c.purpose, c.purpose)}")
-    common.out.print(f"  run it: {manual.how_to_run(c)}")
-    common.out.print("  then:   ddprobe bisect good | ddprobe bisect bad --mode 'crash' "
+    common.env().out.print(f"Bisecting: at most {st.left} configs left (worst case of the plan)")
+    common.env().out.print(f"next: {c.key}  {manual.PURPOSE_TEXT.get(c.purpose, c.purpose)}")
+    common.env().out.print(f"  run it: {manual.how_to_run(c)}")
+    common.env().out.print("  then:   ddprobe bisect good | ddprobe bisect bad --mode 'crash' "
                      "(or --log server.log) | ddprobe bisect skip")
     return 0
 
@@ -55,7 +55,7 @@ def _mark(verb: str, target: Optional[str], words: list[str], log: Optional[Path
         words = [*words, "--mode", _mode_from_log(log)]
     cell, st = manual.mark(verb, target, words)
     if not as_json:
-        common.err.print(f"marked {cell.key} {verb}")
+        common.env().err.print(f"marked {cell.key} {verb}")
     _print_next(st, as_json=as_json)  # a mark exits 0; `next` gives the verdicts' exit code
 
 
@@ -125,7 +125,7 @@ def register(bis: typer.Typer) -> None:
                                  small_max_bs=small_max_bs or small_max_bs_for(max_bs),
                                  order=order, suspect=suspect))
         if not as_json:
-            common.err.print(f"manual bisect started ({manual.session_path()})")
+            common.env().err.print(f"manual bisect started ({manual.session_path()})")
         raise typer.Exit(_print_next(st, as_json=as_json))
 
     def _mark_cmd(verb: str, helptext: str, example: str) -> None:
@@ -196,8 +196,8 @@ def register(bis: typer.Typer) -> None:
                               "next": st.next.key if st.next else None})
             return
         for line in lines:
-            common.out.print(line, highlight=False)
-        common.out.print(f"at most {st.left} configs left"
+            common.env().out.print(line, highlight=False)
+        common.env().out.print(f"at most {st.left} configs left"
                          + (f"; next: {st.next.key}" if st.next else "; complete"))
 
     @bis.command("reset", rich_help_panel=PANEL)
@@ -209,5 +209,5 @@ def register(bis: typer.Typer) -> None:
             ddprobe bisect reset
         """
         gone = manual.reset()
-        common.err.print(f"removed {gone}" if gone else "no manual bisect in progress")
+        common.env().err.print(f"removed {gone}" if gone else "no manual bisect in progress")
 

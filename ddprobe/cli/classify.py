@@ -66,7 +66,7 @@ def _read(path: str) -> str:
 
 
 def _render(v: LogVerdict) -> None:
-    out = common.out
+    out = common.env().out
     out.print(Text.assemble(("outcome: ", "bold"), (v.outcome, COLOR.get(v.outcome, "")),
                             f"  (phase: {v.phase})"))
     if v.signature is not None:

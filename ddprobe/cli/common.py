@@ -5,9 +5,7 @@ Only the CLI prints. stdout carries data (tables or JSON); messages and progress
 from __future__ import annotations
 
 import json
-import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,85 +14,30 @@ from rich.console import Console
 from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from ddprobe import remote
+from ddprobe.context import Context, current
 from ddprobe.errors import ConfigError
-from ddprobe.inventory import Host, Inventory, load_inventory
-from ddprobe.safeconsole import SafeConsole
+from ddprobe.inventory import Host
 from ddprobe.untrusted import clean, dumps_json
 
 
-def _color() -> bool | None:
-    if os.environ.get("NO_COLOR"):
-        return False
-    return None
+def env() -> Context:
+    """The invocation's Context (ddprobe/context.py): the one `main` built and the global
+    options filled in."""
+    return current()
 
 
-PIPE_WIDTH = 400
+def hosts(spec: str) -> list[Host]:
+    return env().hosts(spec)
 
 
-def make_console(stderr: bool) -> Console:
-    """The console: markup off and host text cleaned at render time (ddprobe/safeconsole.py)."""
-    nc = bool(os.environ.get("NO_COLOR"))
-    c = SafeConsole(stderr=stderr, no_color=nc, highlight=False, soft_wrap=True)
-    if not stderr and not c.is_terminal and not os.environ.get("COLUMNS"):
-        # stdout to a pipe or file: rich would cut tables at 80 columns
-        c = SafeConsole(stderr=stderr, no_color=nc, highlight=False, soft_wrap=True,
-                        width=PIPE_WIDTH)
-    return c
-
-
-out = make_console(stderr=False)
-err = make_console(stderr=True)
-
-
-@dataclass
-class GlobalOptions:
-    inventory: str | None = None
-    ssh_config: str | None = None
-    accept_new_host_keys: bool = False
-    debug: bool = False
-    connect_timeout: float = 15.0
-    limit: str | None = None  # --limit PATTERN, applied to every --host
-    verbose: int = 0  # -v count
-
-
-OPTS = GlobalOptions()
-_inventory: Inventory | None = None
-
-
-def inventory() -> Inventory:
-    global _inventory
-    if _inventory is None:
-        _inventory = load_inventory(OPTS.inventory)
-    return _inventory
-
-
-def reset() -> None:
-    """Forget cached state (the CLI can be invoked many times in one process, e.g. tests)."""
-    global _inventory, out, err
-    _inventory = None
-    out = make_console(stderr=False)
-    err = make_console(stderr=True)
-
-
-def apply_remote_options() -> None:
-    remote.set_default_options(remote.RemoteOptions(
-        ssh_config=OPTS.ssh_config, accept_new_host_keys=OPTS.accept_new_host_keys,
-        connect_timeout=OPTS.connect_timeout))
+def one_host(spec: str) -> Host:
+    return env().one_host(spec)
 
 
 def error_line(e: object) -> Text:
     """`error: <message>` with the message as plain text: an error often quotes host text
     (a METADATA version, a log line), which must never be read as markup."""
     return Text.assemble(("error:", "red"), " ", clean(str(e)))
-
-
-def hosts(spec: str) -> list[Host]:
-    return inventory().select(spec, OPTS.limit)
-
-
-def one_host(spec: str) -> Host:
-    return inventory().get(spec)
 
 
 def emit_json(data: Any) -> None:

@@ -40,7 +40,7 @@ def register(app: typer.Typer) -> None:
         as_json: bool = common.JsonOpt,
     ) -> None:
         """List the inventory; with --check, reachability and round-trip time per host."""
-        inv = common.inventory()
+        inv = common.env().inventory
         hs = inv.select(host) if host else list(inv.hosts.values())
         rows = [{"name": h.name, "target": h.target, "transport": h.transport,
                  "python": h.python, "package": h.package, "labels": h.labels_dict,
@@ -48,7 +48,7 @@ def register(app: typer.Typer) -> None:
                  "source": h.source} for h in hs]
         failed = config = False
         if check:
-            with common.err.status(f"checking {len(hs)} host(s)..."):
+            with common.env().err.status(f"checking {len(hs)} host(s)..."):
                 res = remote.fan_out(hs, _check, max_workers=16, deadline=deadline)
             for row, o in zip(rows, res):
                 row["status"] = o.status
@@ -75,7 +75,7 @@ def register(app: typer.Typer) -> None:
                     cells += [Text(st, style=color), str(row["rtt_ms"] or ""),
                               row["error"] or ""]
                 t.add_row(*cells)
-            common.out.print(t)
+            common.env().out.print(t)
         if config:
             raise typer.Exit(int(ExitCode.CONFIG))
         if failed:

@@ -30,9 +30,9 @@ def _print_backups(backups: tuple[dict[str, Any], ...]) -> None:
         t.add_column(c, overflow="fold")
     for b in backups:
         t.add_row(Text(b["patch"]), Text(b["path"]), Text(b["state"]), Text(b["backup"]))
-    common.out.print(t)
+    common.env().out.print(t)
     if backups:
-        common.out.print(Text("`ddprobe patch recover --host H --apply` restores the files "
+        common.env().out.print(Text("`ddprobe patch recover --host H --apply` restores the files "
                               "that differ from their oldest backup", style="yellow"))
 
 
@@ -41,7 +41,7 @@ def _print_diff(diff: str) -> None:
         style = "green" if line.startswith("+") and not line.startswith("+++") else (
             "red" if line.startswith("-") and not line.startswith("---") else (
                 "cyan" if line.startswith("@@") else ""))
-        common.out.print(Text(line, style=style))
+        common.env().out.print(Text(line, style=style))
 
 
 def _patch_or_id(spec: str) -> Patch | str:
@@ -94,7 +94,7 @@ def register(app: typer.Typer) -> None:
                "finished": f"finished an interrupted apply ({len(res.changed)} file(s))",
                "recorded": "the files were already patched: recorded in the ledger",
                "noop": "already applied: nothing to do"}.get(res.status, res.status)
-        common.err.print(Text(f"{h.name}: patch {res.patch_id}: {msg}"
+        common.env().err.print(Text(f"{h.name}: patch {res.patch_id}: {msg}"
                               + (f" (ledger {res.ledger})" if res.ledger else "")))
 
     @papp.command("revert")
@@ -118,9 +118,9 @@ def register(app: typer.Typer) -> None:
             common.emit_json(res.to_dict())
             return
         if not res.reverted:
-            common.err.print(Text(f"{h.name}: {res.message or 'nothing to revert'}"))
+            common.env().err.print(Text(f"{h.name}: {res.message or 'nothing to revert'}"))
         for pid, files in res.reverted:
-            common.err.print(Text(f"{h.name}: reverted {pid}: restored {len(files)} file(s)"
+            common.env().err.print(Text(f"{h.name}: reverted {pid}: restored {len(files)} file(s)"
                                   + (f" ({res.message})" if res.message else "")))
 
     @papp.command("status")
@@ -132,17 +132,17 @@ def register(app: typer.Typer) -> None:
         if as_json:
             common.emit_json(st.to_dict())
         else:
-            common.out.print(Text(f"{h.name}: {st.install.package} {st.install.version} at "
+            common.env().out.print(Text(f"{h.name}: {st.install.package} {st.install.version} at "
                                   f"{st.install.path}"))
             if st.ledger_error:
-                common.out.print(Text(f"ledger: {st.ledger_error}", style="bold red"))
+                common.env().out.print(Text(f"ledger: {st.ledger_error}", style="bold red"))
                 _print_backups(st.backups)
             elif not st.entries:
-                common.out.print(Text("no patches applied", style="dim"))
+                common.env().out.print(Text("no patches applied", style="dim"))
             for e in st.entries:
                 color = "green" if e.verdict == "applied" else "red"
-                common.out.print(Text(f"{e.id}: {e.verdict}", style=f"bold {color}"))
-                common.out.print(Text(f"  {e.description}  [{e.applied_at} by {e.who}]",
+                common.env().out.print(Text(f"{e.id}: {e.verdict}", style=f"bold {color}"))
+                common.env().out.print(Text(f"  {e.description}  [{e.applied_at} by {e.who}]",
                                       style="dim"))
                 t = Table(show_header=True, box=None, pad_edge=False)
                 for c in ("file", "state", "sha256 before", "after", "backup"):
@@ -152,9 +152,9 @@ def register(app: typer.Typer) -> None:
                                                  else "yellow"),
                               Text(f.sha_before[:12]), Text(f.sha_after[:12]),
                               Text("ok" if f.backup_ok else "MISSING"))
-                common.out.print(t)
+                common.env().out.print(t)
                 if e.advice:
-                    common.out.print(Text(f"  {e.advice}", style="yellow"))
+                    common.env().out.print(Text(f"  {e.advice}", style="yellow"))
         if st.ledger_error or any(e.verdict in ("incomplete", "drifted",
                                                 "interrupted-complete") for e in st.entries):
             raise typer.Exit(int(ExitCode.PATCH))
@@ -173,14 +173,14 @@ def register(app: typer.Typer) -> None:
             common.emit_json(res)
             return
         if res["status"] == "dry-run":
-            common.out.print(Text(f"{h.name}: would restore {len(res['restore'])} file(s) "
+            common.env().out.print(Text(f"{h.name}: would restore {len(res['restore'])} file(s) "
                                   "(run again with --apply):"))
             _print_backups(tuple(res["restore"]))
         else:
-            common.out.print(Text(f"{h.name}: restored {len(res['restored'])} file(s); the "
+            common.env().out.print(Text(f"{h.name}: restored {len(res['restored'])} file(s); the "
                                   f"damaged ledger is kept as {res['damaged_ledger']}"))
         for b in res.get("refused") or ():
-            common.err.print(Text(f"refused {b['backup']}: {b['state']}", style="yellow"))
+            common.env().err.print(Text(f"refused {b['backup']}: {b['state']}", style="yellow"))
 
     @papp.command("diff")
     def diff_cmd(
@@ -197,9 +197,9 @@ def register(app: typer.Typer) -> None:
                                                           for i, d in diffs]})
             return
         if not diffs:
-            common.err.print(Text(f"{h.name}: no patches applied"))
+            common.env().err.print(Text(f"{h.name}: no patches applied"))
         for pid, d in diffs:
-            common.out.print(Text(f"# patch {pid}", style="bold"))
+            common.env().out.print(Text(f"# patch {pid}", style="bold"))
             _print_diff(d)
 
     @papp.command("list")
@@ -217,4 +217,4 @@ def register(app: typer.Typer) -> None:
         for p in ps:
             t.add_row(Text(p.id), Text(p.package or ""), Text(", ".join(p.versions)),
                       Text("\n".join(p.paths)), Text(p.description))
-        common.out.print(t)
+        common.env().out.print(t)

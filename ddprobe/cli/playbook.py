@@ -31,7 +31,7 @@ def _value(v: Any) -> Text:
 
 def _plan(pb: Playbook) -> int:
     """Print the steps with variables resolved; nothing runs. Returns the exit code."""
-    out = common.out
+    out = common.env().out
     out.print(Text(f"playbook {pb.name} ({pb.path}), dry run: nothing is run", style="bold"))
     if pb.description:
         out.print(Text(pb.description, style="dim"))
@@ -80,23 +80,23 @@ def _progress(ev: StepEvent) -> None:
         "revert": Text("reverted ", style="yellow").append(f"patch {ev.message} (a step failed)"),
         "revert-failed": Text("REVERT FAILED ", style="bold red").append(ev.message),
     }.get(ev.kind, Text(ev.message))
-    common.err.print(line)
+    common.env().err.print(line)
 
 
 def _summary(res: PlaybookResult) -> None:
     if res.ok:
-        common.err.print(Text(f"playbook {res.playbook} on {res.host}: ok "
+        common.env().err.print(Text(f"playbook {res.playbook} on {res.host}: ok "
                               f"({len(res.steps)} steps); run {res.run_id}", style="bold green"))
     else:
-        common.err.print(Text(f"playbook {res.playbook} on {res.host}: failed at step "
+        common.env().err.print(Text(f"playbook {res.playbook} on {res.host}: failed at step "
                               f"{res.failed_step}: {res.error}", style="bold red"))
     if res.reverted:
-        common.err.print(Text(f"reverted: {', '.join(res.reverted)}"))
+        common.env().err.print(Text(f"reverted: {', '.join(res.reverted)}"))
     if res.kept:
-        common.err.print(Text(f"patches left applied: {', '.join(res.kept)} (`ddprobe patch "
+        common.env().err.print(Text(f"patches left applied: {', '.join(res.kept)} (`ddprobe patch "
                               f"revert ID --host {res.host}` to undo)", style="yellow"))
     for e in res.revert_errors:
-        common.err.print(Text(f"could not revert {e}", style="bold red"))
+        common.env().err.print(Text(f"could not revert {e}", style="bold red"))
 
 
 def register(app: typer.Typer) -> None:
@@ -148,8 +148,8 @@ def register(app: typer.Typer) -> None:
             why = spec.unavailable()
             if why:
                 head.append(f"  (not available: {why})", style="red")
-            common.out.print(head)
+            common.env().out.print(head)
             for a in spec.args:
                 req = " (required)" if a.required else (
                     f" (default {interpolate(a.default)})" if a.default is not None else "")
-                common.out.print(Text(f"    {a.name}: {a.kind}{req}", style="dim"))
+                common.env().out.print(Text(f"    {a.name}: {a.kind}{req}", style="dim"))

@@ -64,21 +64,21 @@ def _render(report: ProbeReport) -> None:
         why = r.reason if not r.passed else ", ".join(r.garbage) or (r.divergence or "")
         t.add_row(r.task_id, Text("pass", style="green") if r.passed else Text("FAIL", style="red"),
                   _f(r.tok_s, 1), _f(r.accept_length, 2), _f(r.latency_s, 2), why)
-    common.out.print(t)
+    common.env().out.print(t)
     acc = f"{_f(s.accept_length, 2)} ({s.accept_source or 'not reported'})"
-    common.out.print(Text.assemble((s.label, "bold"), f"   accept length {acc}   server accept "
+    common.env().out.print(Text.assemble((s.label, "bold"), f"   accept length {acc}   server accept "
                      f"{_f(s.server_accept_length, 2)}   tok/s median {_f(s.tok_s, 1)}   "
                      f"aggregate {_f(s.aggregate_tok_s, 1)}   latency median "
                      f"{_f(s.latency_s, 2)} s   wall {report.wall_s:.1f} s "
                      f"(concurrency {report.concurrency})"))
     for f in s.garbage_flags:
-        common.out.print(Text.assemble(("garbage:", "yellow"), f" {f}"))
+        common.env().out.print(Text.assemble(("garbage:", "yellow"), f" {f}"))
     if s.divergence:
-        common.out.print(Text.assemble(("divergence:", "yellow"), f" {s.divergence}"))
+        common.env().out.print(Text.assemble(("divergence:", "yellow"), f" {s.divergence}"))
     for n in s.notes:
-        common.out.print(f"note: {n}")
+        common.env().out.print(f"note: {n}")
     if report.sandbox:
-        common.out.print(f"sandbox: {report.sandbox} (answers' code ran on this machine; "
+        common.env().out.print(f"sandbox: {report.sandbox} (answers' code ran on this machine; "
                          "docs/security.md)")
 
 
@@ -139,7 +139,7 @@ def _run_with_progress(url: str, *, show: bool, **kw: object) -> ProbeReport:
     if not show:
         return run_probes(url, **kw)  # type: ignore[arg-type]
     with Progress(TextColumn("probing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.description}", markup=False), console=common.err, transient=True,
+                  TextColumn("{task.description}", markup=False), console=common.env().err, transient=True,
                   redirect_stdout=False, redirect_stderr=False) as prog:
         todo = load_suite(str(kw["suite"])).select(kw.get("tasks"))  # type: ignore[arg-type]
         bar = prog.add_task("", total=len(todo))

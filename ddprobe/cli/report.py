@@ -51,11 +51,11 @@ def register(app: typer.Typer) -> None:
             if output is not None:
                 raise DdprobeError("--format all writes into the run directory; drop --output")
             for name, path in write_reports(rec).items():
-                common.err.print(Text(f"{name}: {path}"))
+                common.env().err.print(Text(f"{name}: {path}"))
             return
         if fmt is Format.term:
             if output is None:
-                render_terminal(rec, common.out)
+                render_terminal(rec, common.env().out)
                 return
             buf = io.StringIO()
             render_terminal(rec, SafeConsole(file=buf, width=120, no_color=True, highlight=False))
@@ -69,7 +69,7 @@ def register(app: typer.Typer) -> None:
             write_text_atomic(output, text)
         except OSError as e:
             raise DdprobeError(f"cannot write {output}: {e.strerror or e}") from None
-        common.err.print(Text(f"{rec.run_id}: {fmt.value} report written to {output}"))
+        common.env().err.print(Text(f"{rec.run_id}: {fmt.value} report written to {output}"))
 
 
 def _stdout(text: str) -> None:

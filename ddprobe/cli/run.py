@@ -207,14 +207,14 @@ def register(app: typer.Typer) -> None:
                           health_timeout=health_timeout, stop_after=stop_after,
                           as_json=as_json)
             return
-        with remote.connect(h) as r, LiveReporter(common.err) as rep:
+        with remote.connect(h) as r, LiveReporter(common.env().err) as rep:
             cell = run_cell(r, h, cfg, probe=opts, baseline=base, log_dir=log_dir,
                             reporter=rep, break_lock=break_lock, health_timeout=health_timeout,
                             keep_answers=keep_answers, stop_after=stop_after)
         if as_json:
             common.emit_json(cell.to_dict())
         else:
-            render_cell(cell, common.out)
+            render_cell(cell, common.env().out)
         code = EXIT[cell.outcome]
         if cell.outcome is Outcome.ERROR and cell.extra.get("error_kind") == "unreachable":
             code = ExitCode.UNREACHABLE
@@ -227,7 +227,7 @@ def _differential(h: Host, cfg: Config, opts: ProbeOptions, *, log_dir: Path | N
                   as_json: bool) -> None:
     from ddprobe.cell.differential import run_differential
     from ddprobe.probes.differential import DIVERGED, NOT_DECISIVE
-    with remote.connect(h) as r, LiveReporter(common.err) as rep:
+    with remote.connect(h) as r, LiveReporter(common.env().err) as rep:
         pair = run_differential(r, h, cfg, probe=opts, log_dir=log_dir, reporter=rep,
                                 break_lock=break_lock, health_timeout=health_timeout,
                                 stop_after=stop_after)
@@ -235,15 +235,15 @@ def _differential(h: Host, cfg: Config, opts: ProbeOptions, *, log_dir: Path | N
     if as_json:
         common.emit_json(pair.to_dict())
     else:
-        render_cell(pair.eager, common.out)
-        render_cell(pair.graph, common.out)
+        render_cell(pair.eager, common.env().out)
+        render_cell(pair.graph, common.env().out)
         col = {DIVERGED: "red", NOT_DECISIVE: "yellow"}.get(d.status, "green")
-        common.out.print(Text.assemble(("differential", col), ": ", d.summary),
+        common.env().out.print(Text.assemble(("differential", col), ": ", d.summary),
                          highlight=False)
         for x in d.diverged[:8]:
-            common.out.print(f"  - {x.line()}", markup=False, highlight=False)
+            common.env().out.print(f"  - {x.line()}", markup=False, highlight=False)
         if d.determinism:
-            common.out.print(f"  determinism: {d.determinism}", markup=False, highlight=False)
+            common.env().out.print(f"  determinism: {d.determinism}", markup=False, highlight=False)
     worst = pair.graph if pair.graph.outcome is not Outcome.OK else pair.eager
     code = EXIT[worst.outcome]
     if code != ExitCode.OK:

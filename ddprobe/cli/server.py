@@ -27,7 +27,7 @@ _START_EXIT = {"healthy": ExitCode.OK, "started": ExitCode.OK, "crash": ExitCode
 
 
 def _render_start(rep: StartReport) -> None:
-    o = common.out
+    o = common.env().out
     col = COLOR.get(rep.status, "white")
     what = Text.assemble((rep.host, "bold"), f" {rep.config.key}: ", (rep.status, col))
     if rep.elapsed is not None:
@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
         cfg = make_config(h, budget=budget, graph=graph, max_bs=max_bs, backend=backend,
                           extra=extra, env=env)
         with remote.connect(h) as r, HostLock(r, h, break_lock=break_lock), \
-                LiveReporter(common.err) as rep:
+                LiveReporter(common.env().err) as rep:
             res = start_server(r, h, cfg, restart=restart, wait=wait, timeout=health_timeout,
                                reporter=rep)
         if as_json:
@@ -117,13 +117,13 @@ def register(app: typer.Typer) -> None:
         if as_json:
             common.emit_json({"host": h.name, **info.to_dict()})
         elif not info.was_running:
-            common.out.print(f"{h.name}: no server running", highlight=False)
+            common.env().out.print(f"{h.name}: no server running", highlight=False)
         else:
             sig = "+".join(info.signals)
-            common.out.print(f"{h.name}: stopped {len(info.pids)} process(es) with {sig} in "
+            common.env().out.print(f"{h.name}: stopped {len(info.pids)} process(es) with {sig} in "
                              f"{info.elapsed:.1f}s", highlight=False)
         if not info.clean:
-            common.err.print(Text.assemble(("error:", "red"), f" {h.name}: {info.problem()}"))
+            common.env().err.print(Text.assemble(("error:", "red"), f" {h.name}: {info.problem()}"))
             raise typer.Exit(int(ExitCode.SERVER))
 
     @srv.command("status")
@@ -141,18 +141,18 @@ def register(app: typer.Typer) -> None:
         else:
             state = ("running", "green") if st.running else ("not running", "yellow")
             extra = f" ({st.detail})" if st.detail else ""
-            common.out.print(Text.assemble((h.name, "bold"), f" ({st.manager}): ", state, extra),
+            common.env().out.print(Text.assemble((h.name, "bold"), f" ({st.manager}): ", state, extra),
                              highlight=False)
             if st.running:
                 up = f", up {st.uptime_s:.0f}s" if st.uptime_s is not None else ""
-                common.out.print(f"  config {st.config_key or '?'}, pids "
+                common.env().out.print(f"  config {st.config_key or '?'}, pids "
                                  f"{', '.join(map(str, st.pids))}{up}, port {st.port}, "
                                  f"{'healthy' if healthy else 'NOT healthy'}",
                                  markup=False, highlight=False)
             if st.log_path:
-                common.out.print(f"  log: {st.log_path}", markup=False, highlight=False)
+                common.env().out.print(f"  log: {st.log_path}", markup=False, highlight=False)
             if lock:
-                common.out.print(f"  locked by {lock.describe()}", markup=False,
+                common.env().out.print(f"  locked by {lock.describe()}", markup=False,
                                  highlight=False)
         if not st.running:
             raise typer.Exit(int(ExitCode.FAILED))

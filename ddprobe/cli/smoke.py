@@ -34,8 +34,8 @@ def render_smoke(rep: SmokeReport) -> None:
             color = _COLOR.get(c.status, "white")
             detail = c.message or (c.output if c.name.startswith("probes") else "")
             t.add_row(hs.host, c.name, Text(c.status, style=color), detail[:200])
-    common.out.print(t)
-    common.out.print(f"exit {rep.exit_code}; wall {rep.wall_s:.1f} s; run dir {rep.run_dir}")
+    common.env().out.print(t)
+    common.env().out.print(f"exit {rep.exit_code}; wall {rep.wall_s:.1f} s; run dir {rep.run_dir}")
 
 
 def register(app: typer.Typer) -> None:
@@ -59,7 +59,7 @@ def register(app: typer.Typer) -> None:
         probe = probe_options(tuple(x.strip() for x in tasks.split(",")) if tasks else ())
 
         def progress(c: CellResult) -> None:
-            common.err.print(f"{escape(c.host)}: {c.config.key}: {escape(describe(c))}",
+            common.env().err.print(f"{escape(c.host)}: {c.config.key}: {escape(describe(c))}",
                              highlight=False)
 
         base = None

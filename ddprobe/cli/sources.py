@@ -59,11 +59,11 @@ def render_grep(res: GrepResult) -> None:
     grouped = any(h.kind == "context" for h in res.hits)  # `--` between groups, like grep -C
     for h in res.hits:
         if grouped and last is not None and (h.file != last[0] or h.line > last[1] + 1):
-            common.out.print(Text("--", style="dim"))
+            common.env().out.print(Text("--", style="dim"))
         sep = ":" if h.kind == "match" else "-"
         line = Text(f"{h.file}{sep}{h.line}{sep}", style="cyan" if h.kind == "match" else "dim")
         line.append(h.text)
-        common.out.print(line)
+        common.env().out.print(line)
         last = (h.file, h.line)
 
 
@@ -72,7 +72,7 @@ _FLAG_CODES = {FLAG_NONE: "N", FLAG_FIXED: "F", FLAG_SHORT: "S"}
 
 def _wide(renderable: object) -> None:
     # piped output gets 80 columns from rich: too narrow for a buffer table
-    out = common.out
+    out = common.env().out
     if out.is_terminal:
         out.print(renderable)
         return
@@ -103,18 +103,18 @@ def render_buffers(rep: BufferReport, *, flagged_only: bool = False) -> None:
         cells.append(Text("".join(_FLAG_CODES.get(f, "?") for f in r.flags), style="red"))
         t.add_row(*cells)
     _wide(t)
-    common.out.print(Text("flags: N = set to None in one place, allocated in another; "
+    common.env().out.print(Text("flags: N = set to None in one place, allocated in another; "
                           "F = fixed size but budget-dependent accesses; S = short at full "
                           "context for the budget", style="dim"))
     if budgets:
-        common.out.print(Text(f"sizes for max_bs={rep.params.max_bs}, context_len="
+        common.env().out.print(Text(f"sizes for max_bs={rep.params.max_bs}, context_len="
                               f"{rep.params.context_len}, draft tokens = budget + 1; ? = needs "
                               "--var NAME=N", style="dim"))
     _render_findings(rep)
 
 
 def _render_findings(rep: BufferReport) -> None:
-    p = common.out.print
+    p = common.env().out.print
     for r in rep.rows:
         if r.status != "found":
             p(Text(f"not found: {r.message}", style="yellow"))
@@ -217,7 +217,7 @@ def register(app: typer.Typer) -> None:
                 _grep_json([HostGrep(hs[0].name, "ok", res, None)])
             else:
                 render_grep(res)
-                common.err.print(f"{hs[0].name}: {len(res.matches)} match(es) in "
+                common.env().err.print(f"{hs[0].name}: {len(res.matches)} match(es) in "
                                  f"{res.install.package} {res.install.version} ({res.tool}, "
                                  f"{res.dialect or '?'})"
                                  + (" [truncated]" if res.truncated else ""), markup=False)
@@ -241,10 +241,10 @@ def register(app: typer.Typer) -> None:
                 t.add_row(Text(c.file), Text(c.text), *[
                     Text(str(c.lines[o.host]) if c.lines[o.host] is not None else "-",
                          style=style) for o in ok])
-            common.out.print(t)
+            common.env().out.print(t)
             for o in outs:
                 if o.result is None:
-                    common.err.print(f"{o.host}: {o.status}: {o.error}", markup=False)
+                    common.env().err.print(f"{o.host}: {o.status}: {o.error}", markup=False)
         if any(o.result is None for o in outs):
             raise typer.Exit(int(ExitCode.UNREACHABLE))
         if not rows:
@@ -306,7 +306,7 @@ def register(app: typer.Typer) -> None:
                 common.emit_json({"host": h.name, "ok": True, "argv": argv,
                                   "version": fs.version})
             else:
-                common.out.print(Text(f"ok: {fs.package} {fs.version} accepts: {check}"))
+                common.env().out.print(Text(f"ok: {fs.package} {fs.version} accepts: {check}"))
             return
         if as_json:
             common.emit_json({"host": h.name, **fs.to_dict()})

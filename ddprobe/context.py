@@ -1,0 +1,85 @@
+"""The Context of one `ddprobe` invocation (httpie's `Environment` is the model).
+
+Built once by the CLI (`ddprobe.cli.main`), filled in by the global options and active for the
+invocation (`activate`, undone when the command's click context closes): the global options, the
+two consoles (stdout carries data, stderr messages), the inventory (loaded on first use), the
+remote options and the per-run caches. Commands reach it with `current()`. Nothing here outlives
+an invocation: a second `main([...])` in the same process starts from a fresh Context, so no
+state leaks between invocations (tests call `main` many times in one process).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+from rich.console import Console
+
+from ddprobe.inventory import Host, Inventory, load_inventory
+from ddprobe.remote import RemoteOptions
+from ddprobe.safeconsole import make_console
+
+
+@dataclass(frozen=True)
+class Options:
+    """The global command-line options (`ddprobe --help`)."""
+
+    inventory: str | None = None
+    ssh_config: str | None = None
+    accept_new_host_keys: bool = False
+    debug: bool = False
+    connect_timeout: float = 15.0
+    limit: str | None = None  # --limit PATTERN, applied to every --host
+    verbose: int = 0  # -v count
+
+    @property
+    def remote(self) -> RemoteOptions:
+        return RemoteOptions(ssh_config=self.ssh_config,
+                             accept_new_host_keys=self.accept_new_host_keys,
+                             connect_timeout=self.connect_timeout)
+
+
+@dataclass
+class Context:
+    """One invocation's options, consoles, inventory and caches."""
+
+    options: Options = field(default_factory=Options)
+    out: Console = field(default_factory=lambda: make_console(stderr=False))
+    err: Console = field(default_factory=lambda: make_console(stderr=True))
+    caches: dict[str, Any] = field(default_factory=dict)  # per-run memo: name -> value
+    _inventory: Inventory | None = field(default=None, repr=False)
+
+    @property
+    def inventory(self) -> Inventory:
+        """The inventory of --inventory (or the default search), loaded on first use."""
+        if self._inventory is None:
+            self._inventory = load_inventory(self.options.inventory)
+        return self._inventory
+
+    @property
+    def remote_options(self) -> RemoteOptions:
+        return self.options.remote
+
+    def hosts(self, spec: str) -> list[Host]:
+        """The hosts `spec` (a host, group or comma list) selects, within --limit."""
+        return self.inventory.select(spec, self.options.limit)
+
+    def one_host(self, name: str) -> Host:
+        return self.inventory.get(name)
+
+
+_active: ContextVar[Context | None] = ContextVar("ddprobe_context", default=None)
+
+
+def activate(ctx: Context) -> Callable[[], None]:
+    """Make `ctx` the invocation's Context; returns the function that undoes it."""
+    token = _active.set(ctx)
+    return lambda: _active.reset(token)
+
+
+def current() -> Context:
+    """The active Context; outside an invocation (a test calling a renderer, a worker thread):
+    a fresh default one, so nothing is shared by accident."""
+    ctx = _active.get()
+    return ctx if ctx is not None else Context()
