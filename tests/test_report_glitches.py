@@ -55,11 +55,7 @@ def test_verdict_list_is_numbered_from_one(tmp_path: Path) -> None:
     rep.disagreements, rep.restarts_used, rep.restarts_now = [], 8, 8
     rep.restarts_full_sweep, rep.rounds, rep.wall_s, rep.run_dir = 8, 8, 1.0, "d"
     buf = io.StringIO()
-    clibisect.common.out = Console(file=buf, width=300)
-    try:
-        clibisect.render_verdicts(rep)
-    finally:
-        clibisect.common.reset()
+    clibisect.render_verdicts(rep, Console(file=buf, width=300))
     out = buf.getvalue()
     assert "\n1. b16: " in out and "\n2. b32: " in out and "\n3. b64: " in out
     assert "4. " not in out and "garbage: garbage:" not in out

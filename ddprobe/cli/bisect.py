@@ -156,17 +156,16 @@ def _tasks(text: str | None, default: tuple[str, ...] = ()) -> tuple[str, ...]:
     return tuple(t.strip() for t in text.split(",") if t.strip())
 
 
-def _wide() -> Console:
+def _wide(out: Console) -> Console:
     """stdout; piped output gets 80 columns from rich, too narrow for the verdict table."""
-    out = common.env().out
     if out.is_terminal:
         return out
     return SafeConsole(file=out.file, width=max(out.width, 160), no_color=out.no_color,
                        highlight=False, soft_wrap=True)
 
 
-def render_verdicts(rep: BisectReport) -> None:
-    out = _wide()
+def render_verdicts(rep: BisectReport, console: Console) -> None:
+    out = _wide(console)
     t = Table(title=f"bisect {rep.run_id}: budgets {','.join(map(str, rep.budgets))}",
               title_justify="left")
     multi = len(rep.groups) > 1
@@ -240,8 +239,8 @@ def latent_note(v: Verdict) -> str:
     return out
 
 
-def render_sweep(rep: SweepReport) -> None:
-    out = _wide()
+def render_sweep(rep: SweepReport, console: Console) -> None:
+    out = _wide(console)
     t = Table(title=f"sweep {rep.run_id}", title_justify="left")
     groups = sorted({r.group for r in rep.rows})
     if len(groups) > 1:
@@ -478,7 +477,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             common.emit_json(rep.to_dict())
         else:
-            render_sweep(rep)
+            render_sweep(rep, common.env().out)
         if rep.errored:
             common.env().err.print(f"{rep.errored} cell(s) ended in an infrastructure error: the "
                              f"matrix is incomplete; run them again with `ddprobe sweep "
@@ -545,6 +544,6 @@ def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backen
     if as_json:
         common.emit_json(rep.to_dict())
     else:
-        render_verdicts(rep)
+        render_verdicts(rep, common.env().out)
     return rep.exit_code(exit_protocol)
 
