@@ -76,5 +76,5 @@ def register(app: typer.Typer) -> None:
             code = ExitCode.UNREACHABLE if any(o.status in ("unreachable", "timeout")
                                                for o in bad) else ExitCode.FAILED
             if len(res) == 1 and bad[0].exc is not None and hasattr(bad[0].exc, "exit_code"):
-                code = bad[0].exc.exit_code  # type: ignore[union-attr]
+                code = bad[0].exc.exit_code
             raise typer.Exit(int(code))

@@ -57,11 +57,19 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
 
 # option (long name) -> panel; options not listed stay in "Options"
 PANELS: dict[str, str] = {
-    **dict.fromkeys(("--host", "--limit", "--inventory", "--ssh-config", "--accept-new-host-keys", "--connect-timeout", "--break-lock", "--deadline", "--url"), "Hosts"),
-    **dict.fromkeys(("--budgets", "--budget", "--graph", "--max-bs", "--backend", "--extra", "--env", "--health-timeout", "--wait", "--keep-server", "--grace", "--stop-after"), "Server config"),
-    **dict.fromkeys(("--tasks", "--suite", "--concurrency", "--max-tokens", "--accept-tokens", "--timeout", "--probe-timeout", "--baseline", "--save-baseline", "--keep-answers"), "Probes"),
-    **dict.fromkeys(("--repeat", "--graph-first", "--eager-first", "--confirm-patch", "--no-latent-check", "--sanitize", "--plan", "--resume", "--exit-protocol", "--no-parallel", "--small-max-bs", "--suspect", "--order"), "Bisect plan"),
-    **dict.fromkeys(("--json", "--junit", "--format", "--output", "--runs", "--log-dir", "--verbose", "--debug", "--version"), "Output"),
+    **dict.fromkeys(("--host", "--limit", "--inventory", "--ssh-config", "--accept-new-host-keys",
+                     "--connect-timeout", "--break-lock", "--deadline", "--url"), "Hosts"),
+    **dict.fromkeys(("--budgets", "--budget", "--graph", "--max-bs", "--backend", "--extra",
+                     "--env", "--health-timeout", "--wait", "--keep-server", "--grace",
+                     "--stop-after"), "Server config"),
+    **dict.fromkeys(("--tasks", "--suite", "--concurrency", "--max-tokens", "--accept-tokens",
+                     "--timeout", "--probe-timeout", "--baseline", "--save-baseline",
+                     "--keep-answers"), "Probes"),
+    **dict.fromkeys(("--repeat", "--graph-first", "--eager-first", "--confirm-patch",
+                     "--no-latent-check", "--sanitize", "--plan", "--resume", "--exit-protocol",
+                     "--no-parallel", "--small-max-bs", "--suspect", "--order"), "Bisect plan"),
+    **dict.fromkeys(("--json", "--junit", "--format", "--output", "--runs", "--log-dir",
+                     "--verbose", "--debug", "--version"), "Output"),
 }
 
 # option (long name) -> metavar

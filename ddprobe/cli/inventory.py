@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import time
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.table import Table
@@ -42,7 +42,7 @@ def register(app: typer.Typer) -> None:
         """List the inventory; with --check, reachability and round-trip time per host."""
         inv = common.env().inventory
         hs = inv.select(host) if host else list(inv.hosts.values())
-        rows = [{"name": h.name, "target": h.target, "transport": h.transport,
+        rows: list[dict[str, Any]] = [{"name": h.name, "target": h.target, "transport": h.transport,
                  "python": h.python, "package": h.package, "labels": h.labels_dict,
                  "groups": [g for g, m in inv.groups.items() if h.name in m],
                  "source": h.source} for h in hs]
@@ -50,7 +50,7 @@ def register(app: typer.Typer) -> None:
         if check:
             with common.env().err.status(f"checking {len(hs)} host(s)..."):
                 res = remote.fan_out(hs, _check, max_workers=16, deadline=deadline)
-            for row, o in zip(rows, res):
+            for row, o in zip(rows, res, strict=True):
                 row["status"] = o.status
                 row["rtt_ms"] = round(o.value[0] * 1000, 2) if o.value is not None else None
                 row["connect_ms"] = round(o.value[1] * 1000, 1) if o.value is not None else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import Optional
 
 import httpx
@@ -70,7 +71,7 @@ def register(app: typer.Typer) -> None:
         if code != ExitCode.OK:
             raise typer.Exit(int(code))
 
-    def _opts(restart: bool):  # type: ignore[no-untyped-def]
+    def _opts(restart: bool) -> Callable[..., None]:
         def cmd(
             host: str = common.HostOpt,
             budget: Optional[int] = typer.Option(None, "--budget", "-b", min=1,

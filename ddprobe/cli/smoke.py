@@ -30,10 +30,10 @@ def render_smoke(rep: SmokeReport) -> None:
     for c in ("host", "check", "result", "detail"):
         t.add_column(c, overflow="fold")
     for hs in rep.hosts:
-        for c in hs.cases:
-            color = _COLOR.get(c.status, "white")
-            detail = c.message or (c.output if c.name.startswith("probes") else "")
-            t.add_row(hs.host, c.name, Text(c.status, style=color), detail[:200])
+        for case in hs.cases:
+            color = _COLOR.get(case.status, "white")
+            detail = case.message or (case.output if case.name.startswith("probes") else "")
+            t.add_row(hs.host, case.name, Text(case.status, style=color), detail[:200])
     common.env().out.print(t)
     common.env().out.print(f"exit {rep.exit_code}; wall {rep.wall_s:.1f} s; run dir {rep.run_dir}")
 

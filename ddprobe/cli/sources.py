@@ -1,7 +1,7 @@
 """`ddprobe grep`, `ddprobe grep-buffers`, `ddprobe flags`: read an install's sources on a host."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.table import Table
@@ -106,7 +106,7 @@ def render_buffers(rep: BufferReport, *, flagged_only: bool = False) -> None:
     common.env().out.print(Text("flags: N = set to None in one place, allocated in another; "
                           "F = fixed size but budget-dependent accesses; S = short at full "
                           "context for the budget", style="dim"))
-    if budgets:
+    if budgets and rep.params is not None:
         common.env().out.print(Text(f"sizes for max_bs={rep.params.max_bs}, context_len="
                               f"{rep.params.context_len}, draft tokens = budget + 1; ? = needs "
                               "--var NAME=N", style="dim"))
@@ -208,11 +208,11 @@ def register(app: typer.Typer) -> None:
         if tool not in ("auto", "rg", "grep"):
             raise typer.BadParameter("must be auto, rg or grep", param_hint="--tool")
         hs = common.hosts(host)
-        kw = dict(subdir=path, context=context, fixed=fixed, ignore_case=ignore_case,
-                  include=glob, tool=tool)
+        kw: dict[str, Any] = {"subdir": path, "context": context, "fixed": fixed,
+                              "ignore_case": ignore_case, "include": glob, "tool": tool}
         if len(hs) == 1:
             with remote.connect(hs[0]) as r:
-                res = grep(r, pattern, host=hs[0], **kw)  # type: ignore[arg-type]
+                res = grep(r, pattern, host=hs[0], **kw)
             if as_json:  # the shape of several hosts, with one: scripts read one shape
                 _grep_json([HostGrep(hs[0].name, "ok", res, None)])
             else:
