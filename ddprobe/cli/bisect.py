@@ -408,12 +408,12 @@ def register(app: typer.Typer) -> None:
         for s, p, vs in results:
             marks = sum(len(r) for r in p.results.values())
             common.env().out.print(f"[bold]{escape(s.hosts)}[/bold]: {marks} marks replayed",
-                             markup=True)
+                                   markup=True)
             for v in vs:
                 color = _COLOR.get(v.kind, "white")
                 common.env().out.print(f"  b{',b'.join(map(str, v.budgets))}: [{color}]{v.label}"
-                                 f"[/{color}] ({v.decided_by}, {v.confidence}) "
-                                 f"{escape(what(v))}", markup=True)
+                                       f"[/{color}] ({v.decided_by}, {v.confidence}) "
+                                       f"{escape(what(v))}", markup=True)
 
     from ddprobe.cli import bisectman
     bisectman.register(bis)
@@ -480,8 +480,8 @@ def register(app: typer.Typer) -> None:
             render_sweep(rep, common.env().out)
         if rep.errored:
             common.env().err.print(f"{rep.errored} cell(s) ended in an infrastructure error: the "
-                             f"matrix is incomplete; run them again with `ddprobe sweep "
-                             f"--resume {rep.run_id}`", markup=False)
+                                   f"matrix is incomplete; run them again with `ddprobe sweep "
+                                   f"--resume {rep.run_id}`", markup=False)
         raise typer.Exit(rep.exit_code)
 
 

@@ -30,18 +30,19 @@ def _print_next(st: manual.State, *, as_json: bool) -> int:
         common.env().out.print("the bisect is complete; verdicts:")
         for v in st.verdicts:
             common.env().out.print(f"  b{',b'.join(map(str, v.budgets))}: {v.kind} "
-                             f"({v.decided_by}, {v.confidence})")
+                                   f"({v.decided_by}, {v.confidence})")
             for e in v.evidence:
                 common.env().out.print(f"     - {e.kind}: {e.summary}")
             common.env().out.print(f"     next: {v.next_step}")
-        common.env().out.print("`ddprobe bisect log` prints the session; `ddprobe bisect reset` ends it")
+        common.env().out.print("`ddprobe bisect log` prints the session; `ddprobe bisect reset` "
+                               "ends it")
         return exit_code(st.verdicts)
     c = st.next
     common.env().out.print(f"Bisecting: at most {st.left} configs left (worst case of the plan)")
     common.env().out.print(f"next: {c.key}  {manual.PURPOSE_TEXT.get(c.purpose, c.purpose)}")
     common.env().out.print(f"  run it: {manual.how_to_run(c)}")
     common.env().out.print("  then:   ddprobe bisect good | ddprobe bisect bad --mode 'crash' "
-                     "(or --log server.log) | ddprobe bisect skip")
+                           "(or --log server.log) | ddprobe bisect skip")
     return 0
 
 
@@ -198,7 +199,7 @@ def register(bis: typer.Typer) -> None:
         for line in lines:
             common.env().out.print(line, highlight=False)
         common.env().out.print(f"at most {st.left} configs left"
-                         + (f"; next: {st.next.key}" if st.next else "; complete"))
+                               + (f"; next: {st.next.key}" if st.next else "; complete"))
 
     @bis.command("reset", rich_help_panel=PANEL)
     def reset_cmd() -> None:

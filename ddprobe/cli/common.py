@@ -57,7 +57,8 @@ def _default(o: Any) -> Any:
     return str(o)
 
 
-HostOpt = typer.Option(..., "--host", "-H", help="Host, group, or comma list (see `ddprobe hosts`).")
+HostOpt = typer.Option(..., "--host", "-H",
+                       help="Host, group, or comma list (see `ddprobe hosts`).")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
 
 
@@ -70,8 +71,9 @@ def _duration(s: float) -> str:
 def live_progress(console: Console) -> tuple[Progress, TaskID]:
     """A started, transient spinner line on stderr. redirect_stdout=False: rich would otherwise
     move JSON written to stdout during the progress onto its console (REMOTE_AND_CI.md 5.1)."""
-    p = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False), TimeElapsedColumn(),
-                 console=console, transient=True, redirect_stdout=False, redirect_stderr=False)
+    p = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False),
+                 TimeElapsedColumn(), console=console, transient=True, redirect_stdout=False,
+                 redirect_stderr=False)
     p.start()
     return p, p.add_task("starting", total=None)
 

@@ -70,7 +70,8 @@ def register(app: typer.Typer) -> None:
                 if o.value:
                     common.env().out.print(_render(o.value))
                 else:
-                    common.env().err.print(Text(f"{o.host.name}: {o.status}: {o.error}", style="red"))
+                    common.env().err.print(Text(f"{o.host.name}: {o.status}: {o.error}",
+                                                style="red"))
         bad = [o for o in res if o.status != "ok"]
         if bad:
             code = ExitCode.UNREACHABLE if any(o.status in ("unreachable", "timeout")

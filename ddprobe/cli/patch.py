@@ -33,7 +33,7 @@ def _print_backups(backups: tuple[dict[str, Any], ...]) -> None:
     common.env().out.print(t)
     if backups:
         common.env().out.print(Text("`ddprobe patch recover --host H --apply` restores the files "
-                              "that differ from their oldest backup", style="yellow"))
+                                    "that differ from their oldest backup", style="yellow"))
 
 
 def _print_diff(diff: str) -> None:
@@ -95,7 +95,7 @@ def register(app: typer.Typer) -> None:
                "recorded": "the files were already patched: recorded in the ledger",
                "noop": "already applied: nothing to do"}.get(res.status, res.status)
         common.env().err.print(Text(f"{h.name}: patch {res.patch_id}: {msg}"
-                              + (f" (ledger {res.ledger})" if res.ledger else "")))
+                                    + (f" (ledger {res.ledger})" if res.ledger else "")))
 
     @papp.command("revert")
     def revert_cmd(
@@ -121,7 +121,7 @@ def register(app: typer.Typer) -> None:
             common.env().err.print(Text(f"{h.name}: {res.message or 'nothing to revert'}"))
         for pid, files in res.reverted:
             common.env().err.print(Text(f"{h.name}: reverted {pid}: restored {len(files)} file(s)"
-                                  + (f" ({res.message})" if res.message else "")))
+                                        + (f" ({res.message})" if res.message else "")))
 
     @papp.command("status")
     def status_cmd(host: str = common.HostOpt, as_json: bool = common.JsonOpt) -> None:
@@ -133,7 +133,7 @@ def register(app: typer.Typer) -> None:
             common.emit_json(st.to_dict())
         else:
             common.env().out.print(Text(f"{h.name}: {st.install.package} {st.install.version} at "
-                                  f"{st.install.path}"))
+                                        f"{st.install.path}"))
             if st.ledger_error:
                 common.env().out.print(Text(f"ledger: {st.ledger_error}", style="bold red"))
                 _print_backups(st.backups)
@@ -143,7 +143,7 @@ def register(app: typer.Typer) -> None:
                 color = "green" if e.verdict == "applied" else "red"
                 common.env().out.print(Text(f"{e.id}: {e.verdict}", style=f"bold {color}"))
                 common.env().out.print(Text(f"  {e.description}  [{e.applied_at} by {e.who}]",
-                                      style="dim"))
+                                            style="dim"))
                 t = Table(show_header=True, box=None, pad_edge=False)
                 for c in ("file", "state", "sha256 before", "after", "backup"):
                     t.add_column(c)
@@ -174,11 +174,11 @@ def register(app: typer.Typer) -> None:
             return
         if res["status"] == "dry-run":
             common.env().out.print(Text(f"{h.name}: would restore {len(res['restore'])} file(s) "
-                                  "(run again with --apply):"))
+                                        "(run again with --apply):"))
             _print_backups(tuple(res["restore"]))
         else:
             common.env().out.print(Text(f"{h.name}: restored {len(res['restored'])} file(s); the "
-                                  f"damaged ledger is kept as {res['damaged_ledger']}"))
+                                        f"damaged ledger is kept as {res['damaged_ledger']}"))
         for b in res.get("refused") or ():
             common.env().err.print(Text(f"refused {b['backup']}: {b['state']}", style="yellow"))
 

@@ -86,15 +86,16 @@ def _progress(ev: StepEvent) -> None:
 def _summary(res: PlaybookResult) -> None:
     if res.ok:
         common.env().err.print(Text(f"playbook {res.playbook} on {res.host}: ok "
-                              f"({len(res.steps)} steps); run {res.run_id}", style="bold green"))
+                                    f"({len(res.steps)} steps); run {res.run_id}",
+                                    style="bold green"))
     else:
         common.env().err.print(Text(f"playbook {res.playbook} on {res.host}: failed at step "
-                              f"{res.failed_step}: {res.error}", style="bold red"))
+                                    f"{res.failed_step}: {res.error}", style="bold red"))
     if res.reverted:
         common.env().err.print(Text(f"reverted: {', '.join(res.reverted)}"))
     if res.kept:
         common.env().err.print(Text(f"patches left applied: {', '.join(res.kept)} (`ddprobe patch "
-                              f"revert ID --host {res.host}` to undo)", style="yellow"))
+                                    f"revert ID --host {res.host}` to undo)", style="yellow"))
     for e in res.revert_errors:
         common.env().err.print(Text(f"could not revert {e}", style="bold red"))
 

@@ -66,11 +66,12 @@ def _render(report: ProbeReport) -> None:
                   _f(r.tok_s, 1), _f(r.accept_length, 2), _f(r.latency_s, 2), why)
     common.env().out.print(t)
     acc = f"{_f(s.accept_length, 2)} ({s.accept_source or 'not reported'})"
-    common.env().out.print(Text.assemble((s.label, "bold"), f"   accept length {acc}   server accept "
-                     f"{_f(s.server_accept_length, 2)}   tok/s median {_f(s.tok_s, 1)}   "
-                     f"aggregate {_f(s.aggregate_tok_s, 1)}   latency median "
-                     f"{_f(s.latency_s, 2)} s   wall {report.wall_s:.1f} s "
-                     f"(concurrency {report.concurrency})"))
+    common.env().out.print(Text.assemble((s.label, "bold"), f"   accept length {acc}   server "
+                           "accept "
+                           f"{_f(s.server_accept_length, 2)}   tok/s median {_f(s.tok_s, 1)}   "
+                           f"aggregate {_f(s.aggregate_tok_s, 1)}   latency median "
+                           f"{_f(s.latency_s, 2)} s   wall {report.wall_s:.1f} s "
+                           f"(concurrency {report.concurrency})"))
     for f in s.garbage_flags:
         common.env().out.print(Text.assemble(("garbage:", "yellow"), f" {f}"))
     if s.divergence:
@@ -79,7 +80,7 @@ def _render(report: ProbeReport) -> None:
         common.env().out.print(f"note: {n}")
     if report.sandbox:
         common.env().out.print(f"sandbox: {report.sandbox} (answers' code ran on this machine; "
-                         "docs/security.md)")
+                               "docs/security.md)")
 
 
 def _f(v: float | None, digits: int) -> str:
@@ -139,8 +140,8 @@ def _run_with_progress(url: str, *, show: bool, **kw: object) -> ProbeReport:
     if not show:
         return run_probes(url, **kw)  # type: ignore[arg-type]
     with Progress(TextColumn("probing"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TextColumn("{task.description}", markup=False), console=common.env().err, transient=True,
-                  redirect_stdout=False, redirect_stderr=False) as prog:
+                  TextColumn("{task.description}", markup=False), console=common.env().err,
+                  transient=True, redirect_stdout=False, redirect_stderr=False) as prog:
         todo = load_suite(str(kw["suite"])).select(kw.get("tasks"))  # type: ignore[arg-type]
         bar = prog.add_task("", total=len(todo))
 

@@ -239,7 +239,7 @@ def _differential(h: Host, cfg: Config, opts: ProbeOptions, *, log_dir: Path | N
         render_cell(pair.graph, common.env().out)
         col = {DIVERGED: "red", NOT_DECISIVE: "yellow"}.get(d.status, "green")
         common.env().out.print(Text.assemble(("differential", col), ": ", d.summary),
-                         highlight=False)
+                               highlight=False)
         for x in d.diverged[:8]:
             common.env().out.print(f"  - {x.line()}", markup=False, highlight=False)
         if d.determinism:

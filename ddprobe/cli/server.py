@@ -122,7 +122,7 @@ def register(app: typer.Typer) -> None:
         else:
             sig = "+".join(info.signals)
             common.env().out.print(f"{h.name}: stopped {len(info.pids)} process(es) with {sig} in "
-                             f"{info.elapsed:.1f}s", highlight=False)
+                                   f"{info.elapsed:.1f}s", highlight=False)
         if not info.clean:
             common.env().err.print(Text.assemble(("error:", "red"), f" {h.name}: {info.problem()}"))
             raise typer.Exit(int(ExitCode.SERVER))
@@ -142,19 +142,19 @@ def register(app: typer.Typer) -> None:
         else:
             state = ("running", "green") if st.running else ("not running", "yellow")
             extra = f" ({st.detail})" if st.detail else ""
-            common.env().out.print(Text.assemble((h.name, "bold"), f" ({st.manager}): ", state, extra),
-                             highlight=False)
+            common.env().out.print(Text.assemble((h.name, "bold"), f" ({st.manager}): ", state,
+                                                 extra), highlight=False)
             if st.running:
                 up = f", up {st.uptime_s:.0f}s" if st.uptime_s is not None else ""
                 common.env().out.print(f"  config {st.config_key or '?'}, pids "
-                                 f"{', '.join(map(str, st.pids))}{up}, port {st.port}, "
-                                 f"{'healthy' if healthy else 'NOT healthy'}",
-                                 markup=False, highlight=False)
+                                       f"{', '.join(map(str, st.pids))}{up}, port {st.port}, "
+                                       f"{'healthy' if healthy else 'NOT healthy'}",
+                                       markup=False, highlight=False)
             if st.log_path:
                 common.env().out.print(f"  log: {st.log_path}", markup=False, highlight=False)
             if lock:
                 common.env().out.print(f"  locked by {lock.describe()}", markup=False,
-                                 highlight=False)
+                                       highlight=False)
         if not st.running:
             raise typer.Exit(int(ExitCode.FAILED))
 

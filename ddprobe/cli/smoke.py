@@ -60,7 +60,7 @@ def register(app: typer.Typer) -> None:
 
         def progress(c: CellResult) -> None:
             common.env().err.print(f"{escape(c.host)}: {c.config.key}: {escape(describe(c))}",
-                             highlight=False)
+                                   highlight=False)
 
         base = None
         if baseline:

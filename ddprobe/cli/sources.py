@@ -104,12 +104,12 @@ def render_buffers(rep: BufferReport, *, flagged_only: bool = False) -> None:
         t.add_row(*cells)
     _wide(t)
     common.env().out.print(Text("flags: N = set to None in one place, allocated in another; "
-                          "F = fixed size but budget-dependent accesses; S = short at full "
-                          "context for the budget", style="dim"))
+                                "F = fixed size but budget-dependent accesses; S = short at full "
+                                "context for the budget", style="dim"))
     if budgets and rep.params is not None:
         common.env().out.print(Text(f"sizes for max_bs={rep.params.max_bs}, context_len="
-                              f"{rep.params.context_len}, draft tokens = budget + 1; ? = needs "
-                              "--var NAME=N", style="dim"))
+                                    f"{rep.params.context_len}, draft tokens = budget + 1; "
+                                    "? = needs --var NAME=N", style="dim"))
     _render_findings(rep)
 
 
@@ -218,9 +218,9 @@ def register(app: typer.Typer) -> None:
             else:
                 render_grep(res)
                 common.env().err.print(f"{hs[0].name}: {len(res.matches)} match(es) in "
-                                 f"{res.install.package} {res.install.version} ({res.tool}, "
-                                 f"{res.dialect or '?'})"
-                                 + (" [truncated]" if res.truncated else ""), markup=False)
+                                       f"{res.install.package} {res.install.version} ({res.tool}, "
+                                       f"{res.dialect or '?'})"
+                                       + (" [truncated]" if res.truncated else ""), markup=False)
             if not res.matches:
                 raise typer.Exit(int(ExitCode.FAILED))
             return
@@ -253,7 +253,9 @@ def register(app: typer.Typer) -> None:
     @app.command("grep-buffers")
     def grep_buffers_cmd(
         host: str = common.HostOpt,
-        backend: str = typer.Option("all", "--backend", help="An --attention-backend name (its classes follow the install's hierarchy) or all"),
+        backend: str = typer.Option("all", "--backend",
+                                    help="An --attention-backend name (its classes follow the "
+                                         "install's hierarchy) or all"),
         max_bs: Optional[int] = typer.Option(None, "--max-bs", help="CUDA-graph max batch size."),
         budgets: Optional[str] = typer.Option(None, "--budgets", help="Draft budgets, e.g. "
                                               "8,16,32 (draft tokens = budget + 1)."),

@@ -7,11 +7,9 @@ from typing import Optional
 import typer
 from rich.text import Text
 
+from ddprobe.cli import common
 from ddprobe.errors import ConfigError, DdprobeError
-from ddprobe.safeconsole import SafeConsole
 from ddtestbed.install import InstallError, InstallResult, default_prefix, sync_testbed
-
-_console = SafeConsole()
 
 
 def register(app: typer.Typer) -> None:
@@ -70,15 +68,18 @@ def _sync(prefix: Path, *, force: bool, suite: Optional[Path]) -> InstallResult:
 
 
 def _render(result: InstallResult) -> None:
+    out = common.env().out
     where = f"{result.package_dir} (ddtestbed {result.version})"
     if result.changed:
-        _console.print(f"installed {where}: {len(result.written)} written, "
-                       f"{len(result.removed)} removed")
+        out.print(f"installed {where}: {len(result.written)} written, "
+                  f"{len(result.removed)} removed")
     else:
-        _console.print(f"up to date: {where}")
+        out.print(f"up to date: {where}")
     for rel in result.kept_modified:
-        _console.print(Text.assemble(("kept locally modified file", "yellow"), f" {rel} (use --force to replace)"))
+        out.print(Text.assemble(("kept locally modified file", "yellow"),
+                                f" {rel} (use --force to replace)"))
     if result.suite is None:
-        _console.print(Text.assemble(("no coding suite found", "yellow"), ": the model will only know generic text"))
-    _console.print(f"run: PYTHONPATH={result.prefix} python -m ddtestbed.launch_server "
-                   "--model-path sim --port 30000")
+        out.print(Text.assemble(("no coding suite found", "yellow"),
+                                ": the model will only know generic text"))
+    out.print(f"run: PYTHONPATH={result.prefix} python -m ddtestbed.launch_server "
+              "--model-path sim --port 30000")
