@@ -1,7 +1,10 @@
 """Every exit code ddprobe uses, in one place (documented in README.md)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import IntEnum
+from types import MappingProxyType
+from typing import Final
 
 
 class ExitCode(IntEnum):
@@ -23,3 +26,16 @@ class ExitCode(IntEnum):
     BISECT_SKIP = 125  # git bisect run protocol: skip
     BISECT_ABORT = 128  # git bisect run protocol: abort (ddprobe cannot run: usage, config)
     INTERRUPTED = 130
+
+
+# A cell's outcome (ddprobe.results.Outcome, a str enum) -> the exit code of `run`, `smoke` and
+# `classify`: the one table (an outcome string looks up the same entry as its enum member).
+OUTCOME_EXIT: Final[Mapping[str, ExitCode]] = MappingProxyType({
+    "ok": ExitCode.OK, "crash": ExitCode.CRASH, "garbage": ExitCode.GARBAGE,
+    "degraded": ExitCode.DEGRADED, "hang": ExitCode.HANG, "refused": ExitCode.REFUSED,
+    "error": ExitCode.SERVER})
+
+
+def for_outcome(outcome: str) -> ExitCode:
+    """The exit code of one cell outcome ('ok', 'crash', ... or an Outcome member)."""
+    return OUTCOME_EXIT[outcome]

@@ -28,7 +28,7 @@ from typing import Any, Final
 
 from ddprobe.cell.experiment import run_cell
 from ddprobe.errors import ConfigError, DdprobeError, RefusedError, RemoteError, UsageError
-from ddprobe.exitcodes import ExitCode
+from ddprobe.exitcodes import ExitCode, for_outcome
 from ddprobe.facts import Facts, gather_facts
 from ddprobe.inventory import Host
 from ddprobe.remote import connect
@@ -40,10 +40,6 @@ from ddprobe.untrusted import excerpt, for_xml
 
 SEVERITY: Final = (ExitCode.CRASH, ExitCode.HANG, ExitCode.GARBAGE, ExitCode.DEGRADED,
                    ExitCode.REFUSED, ExitCode.SERVER, ExitCode.UNREACHABLE)
-OUTCOME_EXIT: Final = {Outcome.OK: ExitCode.OK, Outcome.CRASH: ExitCode.CRASH,
-                       Outcome.HANG: ExitCode.HANG, Outcome.GARBAGE: ExitCode.GARBAGE,
-                       Outcome.DEGRADED: ExitCode.DEGRADED, Outcome.REFUSED: ExitCode.REFUSED,
-                       Outcome.ERROR: ExitCode.SERVER}
 LOG_TAIL_LINES: Final = 80
 LOG_TAIL_BYTES: Final = 64 << 10
 
@@ -224,7 +220,7 @@ def _one(r: Any, host: Host, cfg: Config, hs: HostSmoke, flags: Any, why: str,
         mark(cases, cell, cell.signature.id if cell.signature else "")
     if cell.outcome is Outcome.ERROR:
         return int(ExitCode.SERVER)
-    return int(OUTCOME_EXIT[cell.outcome])
+    return int(for_outcome(cell.outcome))
 
 
 def _check_flags(case: Case, host: Host, cfg: Config, flags: Any, why: str

@@ -23,17 +23,18 @@ import gzip
 from dataclasses import replace
 from pathlib import Path
 
+from test_sanitize_cell import _report
+
 from ddprobe.bisect.cells import PlannedCell
 from ddprobe.bisect.latent import LATENT_MODE, LatentOptions
-from ddprobe.bisect.planner import BisectSpec, PlanOptions, Planner, simulate
+from ddprobe.bisect.planner import BisectSpec, Planner, PlanOptions, simulate
 from ddprobe.bisect.plantext import plan_lines
 from ddprobe.bisect.static import Suspect
 from ddprobe.bisect.verdicts import build_verdicts, exit_code
-from ddprobe.cli.bisect import what
-from ddprobe.results import CellResult, Config, Outcome, Signature
-from ddprobe.cell.sanitize import name_buffer
 from ddprobe.cell.memcheck import parse_memcheck
-from test_sanitize_cell import _report
+from ddprobe.cell.sanitize import name_buffer
+from ddprobe.report.terminal import what
+from ddprobe.results import CellResult, Config, Outcome, Signature
 
 DATA = Path(__file__).resolve().parent / "data"
 BUDGETS = (8, 16, 32, 64)
@@ -246,9 +247,11 @@ def test_bisect_on_the_cpu_testbed_memchecks_the_passing_budget(tmp_path: Path) 
     memcheck's banner and a clean summary), so `ok` b8 "memcheck clean at b8"; the restart
     count includes that cell (8 + 1)."""
     import stat
-    from ddprobe.bisect.run import BisectRequest, run_bisect
+
     from test_sanitize_cell import STAND_IN, _host
     from testbed_util import install_prefix
+
+    from ddprobe.bisect.run import BisectRequest, run_bisect
     bindir = tmp_path / "bin"
     bindir.mkdir()
     exe = bindir / "compute-sanitizer"
@@ -285,8 +288,9 @@ def test_the_h200_ssh_run_logs_give_its_verdicts() -> None:
     has memcheck's banner, one answered request and no finding (stopped: no summary); b16's
     has 474 invalid 1-byte writes in write_tree_mask_kernel, some just past the 18,879,552 B
     mask. The verdicts: b8 "memcheck clean", b16 buffer_sizing (latent) naming the mask."""
-    from ddprobe.bisect.latent import CLEAN as OK_STATUS, DIRTY, judge
     from ddprobe.bisect.cells import observe
+    from ddprobe.bisect.latent import CLEAN as OK_STATUS
+    from ddprobe.bisect.latent import DIRTY, judge
     b8 = _cell_from_log(8, (DATA / "testbed-h200-ssh-latent-b8-sanitize.log").read_text(), "ok")
     text = gzip.decompress((DATA / "testbed-h200-ssh-latent-b16-sanitize.log.gz").read_bytes())
     b16 = _cell_from_log(16, text.decode(), "crash")

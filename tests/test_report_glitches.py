@@ -4,7 +4,6 @@ reports (escaped, bounded)."""
 from __future__ import annotations
 
 import io
-from dataclasses import replace
 from pathlib import Path
 
 from rich.console import Console
@@ -15,7 +14,8 @@ from ddprobe.bisect.synthetic import threshold
 from ddprobe.bisect.verdicts import build_verdicts
 from ddprobe.cli import bisect as clibisect
 from ddprobe.report.style import failure_text
-from ddprobe.results import CellResult, Config, Outcome, Signature, Verdict
+from ddprobe.report.terminal import render_bisect
+from ddprobe.results import CellResult, Config, Outcome, Signature
 from ddprobe.store import RunStore, load_run
 from tests.test_planner import seed, spec
 
@@ -55,7 +55,7 @@ def test_verdict_list_is_numbered_from_one(tmp_path: Path) -> None:
     rep.disagreements, rep.restarts_used, rep.restarts_now = [], 8, 8
     rep.restarts_full_sweep, rep.rounds, rep.wall_s, rep.run_dir = 8, 8, 1.0, "d"
     buf = io.StringIO()
-    clibisect.render_verdicts(rep, Console(file=buf, width=300))
+    render_bisect(rep, Console(file=buf, width=300))
     out = buf.getvalue()
     assert "\n1. b16: " in out and "\n2. b32: " in out and "\n3. b64: " in out
     assert "4. " not in out and "garbage: garbage:" not in out

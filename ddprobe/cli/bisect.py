@@ -21,16 +21,15 @@ from typing import Any, Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.table import Table
 
 from ddprobe.bisect.cells import describe
 from ddprobe.bisect.engine import Event
 from ddprobe.bisect.latent import LatentOptions
 from ddprobe.bisect.planner import small_max_bs_for
 from ddprobe.bisect.plantext import plan_lines
-from ddprobe.bisect.run import BisectReport, BisectRequest, load_resume, run_bisect
+from ddprobe.bisect.run import BisectRequest, load_resume, run_bisect
 from ddprobe.bisect.sessionlog import render_log, replay
-from ddprobe.bisect.sweep import SweepReport, SweepRequest, run_sweep
+from ddprobe.bisect.sweep import SweepRequest, run_sweep
 from ddprobe.cli import common
 from ddprobe.errors import (
     ConfigError,
@@ -41,13 +40,9 @@ from ddprobe.errors import (
     UsageError,
 )
 from ddprobe.exitcodes import ExitCode
-from ddprobe.report.style import failure_text
-from ddprobe.results import Verdict
-from ddprobe.safeconsole import SafeConsole
+from ddprobe.report.style import outcome_rich
+from ddprobe.report.terminal import render_bisect, render_replay, render_sweep
 from ddprobe.store import find_run, load_run
-
-_COLOR = {"ok": "green", "buffer_sizing": "red", "graph_capture": "red", "kernel": "red",
-          "inconclusive": "yellow", "flaky": "yellow", "config_error": "magenta"}
 
 
 class EventRenderer(common.LiveStatus):
@@ -96,7 +91,7 @@ class EventRenderer(common.LiveStatus):
         elif e.kind == "cell_done":
             res = e.data.get("result")
             out = res.outcome.value if res is not None else "?"
-            color = {"ok": "green", "error": "yellow", "refused": "magenta"}.get(out, "red")
+            color = outcome_rich(out)
             secs = f" ({res.extra.get('wall_s', 0):.0f} s)" if res is not None else ""
             self.done += 1
             if res is not None and res.extra.get("wall_s"):
@@ -154,128 +149,6 @@ def _tasks(text: str | None, default: tuple[str, ...] = ()) -> tuple[str, ...]:
     if text.strip().lower() == "all":
         return ()
     return tuple(t.strip() for t in text.split(",") if t.strip())
-
-
-def _wide(out: Console) -> Console:
-    """stdout; piped output gets 80 columns from rich, too narrow for the verdict table."""
-    if out.is_terminal:
-        return out
-    return SafeConsole(file=out.file, width=max(out.width, 160), no_color=out.no_color,
-                       highlight=False, soft_wrap=True)
-
-
-def render_verdicts(rep: BisectReport, console: Console) -> None:
-    out = _wide(console)
-    t = Table(title=f"bisect {rep.run_id}: budgets {','.join(map(str, rep.budgets))}",
-              title_justify="left")
-    multi = len(rep.groups) > 1
-    for c in (["hosts"] if multi else []) + ["budgets", "verdict", "what", "decided by",
-                                              "confidence"]:
-        t.add_column(c, overflow="fold")
-    for v in rep.verdicts:
-        color = _COLOR.get(v.kind, "white")
-        row = ([v.host or ""] if multi else []) + [
-            ",".join(str(b) for b in v.budgets), f"[{color}]{v.label}[/{color}]",
-            escape(what(v)), v.decided_by, v.confidence]
-        t.add_row(*row)
-    out.print(t, markup=True)
-    shown = [v for v in rep.verdicts if not (v.kind == "ok" and v.tested and
-                                             len(rep.verdicts) > 1)]
-    for n, v in enumerate(shown, 1):  # numbered as printed: the list starts at 1
-        head = f"[bold]{n}. b{',b'.join(map(str, v.budgets))}: {v.label}[/bold]"
-        if v.signature:
-            head += f"  [dim]{escape(failure_text(v.outcome, v.signature))}[/dim]"
-        out.print(head, markup=True)
-        for e in v.evidence:
-            out.print(f"   - [cyan]{e.kind}[/cyan]: {escape(e.summary)}", markup=True)
-        if v.patch_confirmed is not None:
-            out.print(f"   - patch: {'fixes it' if v.patch_confirmed else 'does not fix it'}")
-        out.print(f"   next: {v.next_step}")
-        if v.would_decide:
-            out.print(f"   would decide it: {v.would_decide}")
-        if v.next_command:
-            out.print(f"   run: {v.next_command}")
-    for d in rep.disagreements:
-        out.print(f"[yellow]hosts disagree[/yellow] {escape(d['text'])}", markup=True)
-    out.print(f"restarts: {rep.restarts_used} (this invocation {rep.restarts_now}) vs "
-              f"{rep.restarts_full_sweep} for the full sweep (budgets x {{graph, eager}}); "
-              f"rounds {rep.rounds}; wall {rep.wall_s:.1f} s; run dir {rep.run_dir}")
-
-
-def what(v: Verdict) -> str:
-    b = v.buffer or {}
-    if v.latent:
-        mem = next((e for e in v.evidence if e.kind == "memcheck"), None)
-        return mem.summary if mem else v.decided_by
-    if v.kind == "buffer_sizing" and b.get("attr"):
-        return f"{b['attr']} ({b.get('where')})"
-    if v.kind == "buffer_sizing" and b.get("attrs"):
-        return ", ".join(b["attrs"])
-    if v.kind == "buffer_sizing":
-        m = next((e for e in v.evidence if e.kind == "max_bs"), None)
-        return "fixed-capacity workspace" + (": a smaller max bs avoids it" if m else "")
-    if v.kind == "ok":
-        return ("passes with CUDA graphs" if v.tested else "assumed ok (not tested)") + \
-            latent_note(v)
-    if not v.tested:
-        return f"assumed {v.kind} (not tested)"
-    if v.kind == "inconclusive" and v.reason == "preload":
-        return "fails before the model is loaded, in every config"
-    return v.signature or v.outcome
-
-
-def latent_note(v: Verdict) -> str:
-    """`; memcheck clean at b8` / `; latent check could not run (why)` for an ok verdict."""
-    lat = [e.details for e in v.evidence if e.kind == "latent"]
-    clean = [f"b{d['budget']}" for d in lat if d.get("latent") == "clean" and "budget" in d]
-    out = "; memcheck clean at " + ", ".join(clean) if clean else ""
-    for d in lat:
-        if d.get("latent") == "off":
-            out += f"; latent check off ({d.get('why', '')})"
-        elif d.get("latent") == "not_run":
-            where = f" at b{d['budget']}" if "budget" in d else ""
-            out += f"; latent check could not run{where}" + (
-                f" ({d['why']})" if d.get("why") else "")
-    return out
-
-
-def render_sweep(rep: SweepReport, console: Console) -> None:
-    out = _wide(console)
-    t = Table(title=f"sweep {rep.run_id}", title_justify="left")
-    groups = sorted({r.group for r in rep.rows})
-    if len(groups) > 1:
-        t.add_column("hosts")
-    t.add_column("budget", justify="right")
-    for v in rep.variants:
-        t.add_column(v, overflow="fold")
-    for r in rep.rows:
-        cells = [r.group] if len(groups) > 1 else []
-        cells.append(str(r.budget))
-        for v in rep.variants:
-            e = r.entries.get(v)
-            cells.append(_entry(e) if e else "-")
-        t.add_row(*cells)
-    out.print(t, markup=True)
-    out.print(f"restarts: {rep.restarts_used}; wall {rep.wall_s:.1f} s; run dir "
-                     f"{rep.run_dir}")
-
-
-def _entry(e: dict[str, Any]) -> str:
-    out = e["outcome"]
-    color = {"ok": "green", "error": "yellow", "refused": "magenta", "flaky": "yellow"}.get(
-        out, "red")
-    parts = [f"[{color}]{out}[/{color}]"]
-    if e.get("accept_length") is not None:
-        parts.append(f"accept {e['accept_length']:.2f}")
-    if e.get("tok_s") is not None:
-        parts.append(f"{e['tok_s']:.0f} tok/s")
-    if e.get("coding"):
-        parts.append(f"coding {e['coding']}")
-    if e.get("signature") and out != "ok":
-        parts.append(f"[dim]{escape(e['signature'])}[/dim]")
-    elif e.get("error") and out in ("error", "refused"):
-        parts.append(f"[dim]{escape(e['error'])}[/dim]")
-    return " ".join(parts)
 
 
 def _protocol_exit(e: DdprobeError, protocol: str | None) -> int:
@@ -405,15 +278,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             common.emit_json({"verdicts": [v.to_dict() for v in verdicts]})
             return
-        for s, p, vs in results:
-            marks = sum(len(r) for r in p.results.values())
-            common.env().out.print(f"[bold]{escape(s.hosts)}[/bold]: {marks} marks replayed",
-                                   markup=True)
-            for v in vs:
-                color = _COLOR.get(v.kind, "white")
-                common.env().out.print(f"  b{',b'.join(map(str, v.budgets))}: [{color}]{v.label}"
-                                       f"[/{color}] ({v.decided_by}, {v.confidence}) "
-                                       f"{escape(what(v))}", markup=True)
+        render_replay(results, common.env().out)
 
     from ddprobe.cli import bisectman
     bisectman.register(bis)
@@ -544,6 +409,6 @@ def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backen
     if as_json:
         common.emit_json(rep.to_dict())
     else:
-        render_verdicts(rep, common.env().out)
+        render_bisect(rep, common.env().out)
     return rep.exit_code(exit_protocol)
 

@@ -8,19 +8,16 @@ from pathlib import Path
 import typer
 from rich.text import Text
 
+from ddprobe.cell.logverdict import LogVerdict, classify_log
 from ddprobe.cli import common
 from ddprobe.errors import UsageError
-from ddprobe.exitcodes import ExitCode
-from ddprobe.cell.logverdict import LogVerdict, classify_log
+from ddprobe.exitcodes import OUTCOME_EXIT, ExitCode
+from ddprobe.report.style import status_rich
 from ddprobe.untrusted import clean
 
 MAX_BYTES = 64 << 20  # a log bigger than this is read from its tail
 # the outcome's exit code, as `ddprobe run` gives it (incomplete: the log cannot decide)
-EXIT = {"ok": ExitCode.OK, "crash": ExitCode.CRASH, "garbage": ExitCode.GARBAGE,
-        "hang": ExitCode.HANG, "refused": ExitCode.REFUSED, "error": ExitCode.SERVER,
-        "incomplete": ExitCode.INCONCLUSIVE}
-COLOR = {"ok": "green", "crash": "red", "garbage": "red", "hang": "red", "refused": "magenta",
-         "error": "yellow", "incomplete": "yellow"}
+EXIT = {**OUTCOME_EXIT, "incomplete": ExitCode.INCONCLUSIVE}
 
 
 def register(app: typer.Typer) -> None:
@@ -67,7 +64,7 @@ def _read(path: str) -> str:
 
 def _render(v: LogVerdict) -> None:
     out = common.env().out
-    out.print(Text.assemble(("outcome: ", "bold"), (v.outcome, COLOR.get(v.outcome, "")),
+    out.print(Text.assemble(("outcome: ", "bold"), (v.outcome, status_rich(v.outcome)),
                             f"  (phase: {v.phase})"))
     if v.signature is not None:
         out.print(Text.assemble(("signature: ", "bold"), clean(v.signature.id)))

@@ -19,17 +19,11 @@ from ddprobe import remote
 from ddprobe.cell.experiment import Baseline, CellReporter, ProbeOptions, run_cell
 from ddprobe.cli import common
 from ddprobe.errors import ConfigError, UsageError
-from ddprobe.exitcodes import ExitCode
+from ddprobe.exitcodes import ExitCode, for_outcome
 from ddprobe.inventory import Host, env_name_problem
 from ddprobe.probes.runner import TaskResult
+from ddprobe.report.style import status_rich
 from ddprobe.results import CellResult, Config, Outcome
-
-EXIT = {Outcome.OK: ExitCode.OK, Outcome.CRASH: ExitCode.CRASH,
-        Outcome.GARBAGE: ExitCode.GARBAGE, Outcome.DEGRADED: ExitCode.DEGRADED,
-        Outcome.HANG: ExitCode.HANG, Outcome.REFUSED: ExitCode.REFUSED,
-        Outcome.ERROR: ExitCode.SERVER}
-COLOR = {"ok": "green", "crash": "red", "garbage": "red", "hang": "red", "degraded": "yellow",
-         "refused": "magenta", "error": "yellow", "healthy": "green", "started": "green"}
 
 
 class LiveReporter(common.LiveStatus, CellReporter):
@@ -103,7 +97,7 @@ def _f(v: float | None, fmt: str = ".1f") -> str:
 
 
 def render_cell(c: CellResult, console: Console) -> None:
-    col = COLOR.get(c.outcome.value, "white")
+    col = status_rich(c.outcome.value)
     head = Text.assemble((c.host, "bold"), f" {c.config.key}: ", (c.outcome.value.upper(), col))
     if c.signature and c.outcome is not Outcome.OK:
         head.append(f"  {c.signature.id}")
@@ -215,7 +209,7 @@ def register(app: typer.Typer) -> None:
             common.emit_json(cell.to_dict())
         else:
             render_cell(cell, common.env().out)
-        code = EXIT[cell.outcome]
+        code = for_outcome(cell.outcome)
         if cell.outcome is Outcome.ERROR and cell.extra.get("error_kind") == "unreachable":
             code = ExitCode.UNREACHABLE
         if code != ExitCode.OK:
@@ -245,6 +239,6 @@ def _differential(h: Host, cfg: Config, opts: ProbeOptions, *, log_dir: Path | N
         if d.determinism:
             common.env().out.print(f"  determinism: {d.determinism}", markup=False, highlight=False)
     worst = pair.graph if pair.graph.outcome is not Outcome.OK else pair.eager
-    code = EXIT[worst.outcome]
+    code = for_outcome(worst.outcome)
     if code != ExitCode.OK:
         raise typer.Exit(int(code))

@@ -16,20 +16,22 @@ from rich.text import Text
 from ddprobe import remote
 from ddprobe.cell.restart import StartReport, start_server
 from ddprobe.cli import common
-from ddprobe.cli.run import COLOR, EnvOpt, ExtraOpt, LiveReporter, make_config
-from ddprobe.exitcodes import ExitCode
+from ddprobe.cli.run import EnvOpt, ExtraOpt, LiveReporter, make_config
+from ddprobe.exitcodes import OUTCOME_EXIT, ExitCode
 from ddprobe.inventory import Host
+from ddprobe.report.style import status_rich
 from ddprobe.server import HostLock, Manager, get_manager, read_lock
 from ddprobe.server.launch import server_target
 from ddprobe.untrusted import clean
 
-_START_EXIT = {"healthy": ExitCode.OK, "started": ExitCode.OK, "crash": ExitCode.CRASH,
-               "hang": ExitCode.HANG, "refused": ExitCode.REFUSED, "error": ExitCode.SERVER}
+# a start's status: up, or the outcome it failed with (exit codes as `ddprobe run` gives them)
+_START_EXIT = {"healthy": ExitCode.OK, "started": ExitCode.OK,
+               **{s: OUTCOME_EXIT[s] for s in ("crash", "hang", "refused", "error")}}
 
 
 def _render_start(rep: StartReport) -> None:
     o = common.env().out
-    col = COLOR.get(rep.status, "white")
+    col = status_rich(rep.status)
     what = Text.assemble((rep.host, "bold"), f" {rep.config.key}: ", (rep.status, col))
     if rep.elapsed is not None:
         what.append(f" after {rep.elapsed:.1f}s")

@@ -19,10 +19,9 @@ from ddprobe.bisect.executor import probe_options
 from ddprobe.cli import common
 from ddprobe.cli.bisect import parse_ints
 from ddprobe.errors import ConfigError
+from ddprobe.report.style import status_rich
 from ddprobe.results import CellResult
 from ddprobe.smoke import SmokeReport, junit_xml, run_smoke
-
-_COLOR = {"pass": "green", "failure": "red", "error": "yellow", "skipped": "dim"}
 
 
 def render_smoke(rep: SmokeReport) -> None:
@@ -31,7 +30,7 @@ def render_smoke(rep: SmokeReport) -> None:
         t.add_column(c, overflow="fold")
     for hs in rep.hosts:
         for case in hs.cases:
-            color = _COLOR.get(case.status, "white")
+            color = status_rich(case.status)
             detail = case.message or (case.output if case.name.startswith("probes") else "")
             t.add_row(hs.host, case.name, Text(case.status, style=color), detail[:200])
     common.env().out.print(t)

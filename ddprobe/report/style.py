@@ -29,6 +29,13 @@ VERDICT_STYLE: Final[dict[str, tuple[str, str]]] = {
     "ok": ("#2e7d32", "bold green"),
 }
 
+# Terminal styles of the statuses that are not cell outcomes: a server start, a log that ends
+# before it decides (classify), a smoke check (JUnit case).
+STATUS_RICH: Final[dict[str, str]] = {
+    "healthy": "bold green", "started": "bold green", "incomplete": "bold yellow",
+    "pass": "bold green", "failure": "bold red", "skipped": "dim",
+}
+
 # Chart series colours by mode (graph / eager), then a fallback cycle for other hosts.
 SERIES_COLOURS: Final[tuple[str, ...]] = ("#1565c0", "#00897b", "#5e35b1", "#6d4c41",
                                           "#d81b60", "#3949ab")
@@ -40,6 +47,13 @@ def outcome_colour(outcome: str) -> str:
 
 def outcome_rich(outcome: str) -> str:
     return OUTCOME_STYLE.get(outcome, OUTCOME_STYLE["error"])[1]
+
+
+def status_rich(status: str) -> str:
+    """The terminal style of an outcome or another status (STATUS_RICH); unknown: plain."""
+    if status in STATUS_RICH:
+        return STATUS_RICH[status]
+    return OUTCOME_STYLE[status][1] if status in OUTCOME_STYLE else ""
 
 
 def verdict_colour(kind: str) -> str:

@@ -1,7 +1,15 @@
-"""The run in a terminal (rich): header, verdicts, the coloured budget x graph matrix, cells."""
+"""The run in a terminal (rich): header, verdicts, the coloured budget x graph matrix, cells.
+
+Two views of a run: `render_terminal` reads a recorded run (`ddprobe report`); `render_bisect`,
+`render_sweep` and `render_replay` print what a bisect or sweep just found (`ddprobe bisect`,
+`sweep`, `bisect replay`). Colours and words come from report/style.py.
+"""
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -21,7 +29,12 @@ from ddprobe.report.style import (
     verdict_words,
 )
 from ddprobe.results import Verdict
+from ddprobe.safeconsole import SafeConsole
 from ddprobe.store import RunRecord
+
+if TYPE_CHECKING:  # the bisect imports report (write_reports): types only, no cycle
+    from ddprobe.bisect.run import BisectReport
+    from ddprobe.bisect.sweep import SweepReport
 
 
 def _entry_text(e: MatrixEntry) -> Text:
@@ -130,3 +143,141 @@ def render_terminal(rec: RunRecord, console: Console, *, model: ReportModel | No
         console.print(cells_table(m), soft_wrap=False)
     for note in m.notes:
         console.print(Text(f"note: {note}", style="dim"))
+
+
+# --- what a bisect or sweep just found ---
+
+def _wide(out: Console) -> Console:
+    """stdout; piped output gets 80 columns from rich, too narrow for the verdict table."""
+    if out.is_terminal:
+        return out
+    return SafeConsole(file=out.file, width=max(out.width, 160), no_color=out.no_color,
+                       highlight=False, soft_wrap=True)
+
+
+def render_bisect(rep: BisectReport, console: Console) -> None:
+    """A finished bisect: the verdict table, then each verdict numbered with its evidence."""
+    out = _wide(console)
+    t = Table(title=f"bisect {rep.run_id}: budgets {','.join(map(str, rep.budgets))}",
+              title_justify="left")
+    multi = len(rep.groups) > 1
+    for c in (["hosts"] if multi else []) + ["budgets", "verdict", "what", "decided by",
+                                              "confidence"]:
+        t.add_column(c, overflow="fold")
+    for v in rep.verdicts:
+        color = verdict_rich(v.kind)
+        row = ([v.host or ""] if multi else []) + [
+            ",".join(str(b) for b in v.budgets), f"[{color}]{v.label}[/{color}]",
+            escape(what(v)), v.decided_by, v.confidence]
+        t.add_row(*row)
+    out.print(t, markup=True)
+    shown = [v for v in rep.verdicts if not (v.kind == "ok" and v.tested and
+                                             len(rep.verdicts) > 1)]
+    for n, v in enumerate(shown, 1):  # numbered as printed: the list starts at 1
+        head = f"[bold]{n}. b{',b'.join(map(str, v.budgets))}: {v.label}[/bold]"
+        if v.signature:
+            head += f"  [dim]{escape(failure_text(v.outcome, v.signature))}[/dim]"
+        out.print(head, markup=True)
+        for e in v.evidence:
+            out.print(f"   - [cyan]{e.kind}[/cyan]: {escape(e.summary)}", markup=True)
+        if v.patch_confirmed is not None:
+            out.print(f"   - patch: {'fixes it' if v.patch_confirmed else 'does not fix it'}")
+        out.print(f"   next: {v.next_step}")
+        if v.would_decide:
+            out.print(f"   would decide it: {v.would_decide}")
+        if v.next_command:
+            out.print(f"   run: {v.next_command}")
+    for d in rep.disagreements:
+        out.print(f"[yellow]hosts disagree[/yellow] {escape(d['text'])}", markup=True)
+    out.print(f"restarts: {rep.restarts_used} (this invocation {rep.restarts_now}) vs "
+              f"{rep.restarts_full_sweep} for the full sweep (budgets x {{graph, eager}}); "
+              f"rounds {rep.rounds}; wall {rep.wall_s:.1f} s; run dir {rep.run_dir}")
+
+
+def what(v: Verdict) -> str:
+    """A verdict's 'what' column: the buffer, the signature, or why it is assumed."""
+    b = v.buffer or {}
+    if v.latent:
+        mem = next((e for e in v.evidence if e.kind == "memcheck"), None)
+        return mem.summary if mem else v.decided_by
+    if v.kind == "buffer_sizing" and b.get("attr"):
+        return f"{b['attr']} ({b.get('where')})"
+    if v.kind == "buffer_sizing" and b.get("attrs"):
+        return ", ".join(b["attrs"])
+    if v.kind == "buffer_sizing":
+        m = next((e for e in v.evidence if e.kind == "max_bs"), None)
+        return "fixed-capacity workspace" + (": a smaller max bs avoids it" if m else "")
+    if v.kind == "ok":
+        return ("passes with CUDA graphs" if v.tested else "assumed ok (not tested)") + \
+            latent_note(v)
+    if not v.tested:
+        return f"assumed {v.kind} (not tested)"
+    if v.kind == "inconclusive" and v.reason == "preload":
+        return "fails before the model is loaded, in every config"
+    return v.signature or v.outcome
+
+
+def latent_note(v: Verdict) -> str:
+    """`; memcheck clean at b8` / `; latent check could not run (why)` for an ok verdict."""
+    lat = [e.details for e in v.evidence if e.kind == "latent"]
+    clean = [f"b{d['budget']}" for d in lat if d.get("latent") == "clean" and "budget" in d]
+    out = "; memcheck clean at " + ", ".join(clean) if clean else ""
+    for d in lat:
+        if d.get("latent") == "off":
+            out += f"; latent check off ({d.get('why', '')})"
+        elif d.get("latent") == "not_run":
+            where = f" at b{d['budget']}" if "budget" in d else ""
+            out += f"; latent check could not run{where}" + (
+                f" ({d['why']})" if d.get("why") else "")
+    return out
+
+
+def render_sweep(rep: SweepReport, console: Console) -> None:
+    """A finished sweep: one row per budget, one column per variant."""
+    out = _wide(console)
+    t = Table(title=f"sweep {rep.run_id}", title_justify="left")
+    groups = sorted({r.group for r in rep.rows})
+    if len(groups) > 1:
+        t.add_column("hosts")
+    t.add_column("budget", justify="right")
+    for v in rep.variants:
+        t.add_column(v, overflow="fold")
+    for r in rep.rows:
+        cells = [r.group] if len(groups) > 1 else []
+        cells.append(str(r.budget))
+        for v in rep.variants:
+            e = r.entries.get(v)
+            cells.append(_entry(e) if e else "-")
+        t.add_row(*cells)
+    out.print(t, markup=True)
+    out.print(f"restarts: {rep.restarts_used}; wall {rep.wall_s:.1f} s; run dir "
+                     f"{rep.run_dir}")
+
+
+def _entry(e: dict[str, Any]) -> str:
+    out = e["outcome"]
+    color = outcome_rich(out)
+    parts = [f"[{color}]{out}[/{color}]"]
+    if e.get("accept_length") is not None:
+        parts.append(f"accept {e['accept_length']:.2f}")
+    if e.get("tok_s") is not None:
+        parts.append(f"{e['tok_s']:.0f} tok/s")
+    if e.get("coding"):
+        parts.append(f"coding {e['coding']}")
+    if e.get("signature") and out != "ok":
+        parts.append(f"[dim]{escape(e['signature'])}[/dim]")
+    elif e.get("error") and out in ("error", "refused"):
+        parts.append(f"[dim]{escape(e['error'])}[/dim]")
+    return " ".join(parts)
+
+
+def render_replay(results: list[tuple[Any, Any, list[Verdict]]], console: Console) -> None:
+    """`bisect replay`: per session of the log, the marks replayed and the verdicts."""
+    for s, p, vs in results:
+        marks = sum(len(r) for r in p.results.values())
+        console.print(f"[bold]{escape(s.hosts)}[/bold]: {marks} marks replayed", markup=True)
+        for v in vs:
+            color = verdict_rich(v.kind)
+            console.print(f"  b{',b'.join(map(str, v.budgets))}: [{color}]{v.label}"
+                          f"[/{color}] ({v.decided_by}, {v.confidence}) "
+                          f"{escape(what(v))}", markup=True)
