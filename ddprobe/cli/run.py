@@ -104,38 +104,50 @@ def render_cell(c: CellResult, console: Console) -> None:
     console.print(head, highlight=False)
     if c.error and (not c.signature or c.error not in c.signature.id):
         console.print(f"  {c.error}", markup=False, highlight=False)
-    p = c.probes
-    if p is not None:
-        console.print(f"  probes: {p.label}, accept length {_f(p.accept_length, '.2f')}"
-                      f" ({p.accept_source or 'not reported'}), server accept "
-                      f"{_f(p.server_accept_length, '.2f')}, tok/s {_f(p.tok_s)} (aggregate "
-                      f"{_f(p.aggregate_tok_s)}), latency {_f(p.latency_s, '.2f')} s",
-                      markup=False, highlight=False)
-        for g in p.garbage_flags:
-            console.print(f"  garbage: {g}", markup=False, highlight=False)
-        if p.divergence:
-            console.print(f"  divergence: {p.divergence}", markup=False, highlight=False)
-    t = c.timings
-    if t:
-        share = 100.0 * t.get("overhead", 0.0) / t["total"] if t.get("total") else 0.0
-        console.print(f"  timings: restart {_f(t.get('restart'), '.2f')}s, health "
-                      f"{_f(t.get('health'), '.2f')}s, probe {_f(t.get('probe'), '.2f')}s, "
-                      f"total {_f(t.get('total'), '.2f')}s (ddprobe's own overhead "
-                      f"{_f(t.get('overhead'), '.2f')}s, {share:.0f}%)", highlight=False)
-    notes = [n for n in (c.extra.get("notes") or []) if n]
-    for n in notes:
-        console.print(f"  note: {n}", markup=False, highlight=False)
-    if c.extra.get("hint") and c.outcome is not Outcome.OK:
-        console.print(f"  hint: {c.extra['hint']}", markup=False, highlight=False)
-    if c.log_path:
-        local = c.extra.get("local_log")
-        console.print(f"  log: {c.log_path} (on the host)" + (f", copy: {local}" if local
-                                                               else ""),
-                      markup=False, highlight=False)
+    for line in _probe_lines(c):
+        console.print(line, markup=False, highlight=False)
+    if c.timings:
+        console.print(_timings_line(c.timings), highlight=False)
+    for line in _note_lines(c):
+        console.print(line, markup=False, highlight=False)
     if c.log_excerpt and c.outcome is not Outcome.OK:
         console.print("  --- log excerpt ---", highlight=False)
         for line in c.log_excerpt:
             console.print(f"  | {line}", markup=False, highlight=False)
+
+
+def _probe_lines(c: CellResult) -> list[str]:
+    p = c.probes
+    if p is None:
+        return []
+    lines = [f"  probes: {p.label}, accept length {_f(p.accept_length, '.2f')}"
+             f" ({p.accept_source or 'not reported'}), server accept "
+             f"{_f(p.server_accept_length, '.2f')}, tok/s {_f(p.tok_s)} (aggregate "
+             f"{_f(p.aggregate_tok_s)}), latency {_f(p.latency_s, '.2f')} s"]
+    lines += [f"  garbage: {g}" for g in p.garbage_flags]
+    if p.divergence:
+        lines.append(f"  divergence: {p.divergence}")
+    return lines
+
+
+def _timings_line(t: dict[str, float]) -> str:
+    share = 100.0 * t.get("overhead", 0.0) / t["total"] if t.get("total") else 0.0
+    return (f"  timings: restart {_f(t.get('restart'), '.2f')}s, health "
+            f"{_f(t.get('health'), '.2f')}s, probe {_f(t.get('probe'), '.2f')}s, "
+            f"total {_f(t.get('total'), '.2f')}s (ddprobe's own overhead "
+            f"{_f(t.get('overhead'), '.2f')}s, {share:.0f}%)")
+
+
+def _note_lines(c: CellResult) -> list[str]:
+    """The cell's notes, its hint (a failure's), and where its server log is."""
+    lines = [f"  note: {n}" for n in (c.extra.get("notes") or []) if n]
+    if c.extra.get("hint") and c.outcome is not Outcome.OK:
+        lines.append(f"  hint: {c.extra['hint']}")
+    if c.log_path:
+        local = c.extra.get("local_log")
+        lines.append(f"  log: {c.log_path} (on the host)" + (f", copy: {local}" if local
+                                                             else ""))
+    return lines
 
 
 ExtraOpt = typer.Option(None, "--extra", help="Extra launch flags (shell words), e.g. "

@@ -12,7 +12,15 @@ from ddprobe.cli import common
 from ddprobe.errors import UsageError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.safeconsole import SafeConsole
-from ddprobe.sources.buffers import FLAG_FIXED, FLAG_NONE, FLAG_SHORT, BufferReport, SizingParams
+from ddprobe.sources.buffers import (
+    FLAG_FIXED,
+    FLAG_NONE,
+    FLAG_SHORT,
+    BufferReport,
+    BufferRow,
+    SizeAt,
+    SizingParams,
+)
 from ddprobe.sources.fetch import grep_buffers, read_flags
 from ddprobe.sources.flags import FlagSet
 from ddprobe.sources.grep import GrepResult, HostGrep, compare, grep, grep_hosts
@@ -119,47 +127,54 @@ def _render_findings(rep: BufferReport) -> None:
         if r.status != "found":
             p(Text(f"not found: {r.message}", style="yellow"))
     for r in rep.rows:
-        # details for what matters to the budget; a None-initialised index buffer is noise
-        if r.status != "found" or not (FLAG_FIXED in r.flags or FLAG_SHORT in r.flags or (
-                FLAG_NONE in r.flags and r.grows_with_budget)):
-            continue
-        head = Text(f"\n{r.attr}", style="bold")
-        head.append(f"  ({r.file}:{r.line}, {r.scope})")
-        p(head)
-        p(Text(f"  allocated: {r.allocator}({r.shape}, dtype={r.dtype})"))
-        if r.via:
-            p(Text(f"  via: {r.via}"))
-        if r.resolved:
-            p(Text(f"  = {r.resolved}"))
-        for n in r.notes:
-            p(Text(f"    {n}", style="dim"))
-        if r.conditions:
-            p(Text(f"  only when: {' and '.join(r.conditions)}", style="dim"))
-        if FLAG_NONE in r.flags:
-            for site in r.none_sites:
-                p(Text(f"  set to None at {site}; really allocated at {r.file}:{r.line} "
-                       f"({r.scope})"))
-        if FLAG_FIXED in r.flags:
-            p(Text("  its size does not depend on the draft tokens, but these accesses do:",
-                   style="red"))
-            for u in r.growing_uses:
-                p(Text(f"    {u}"))
-        if r.demand:
-            p(Text(f"  the use's layout: {r.demand}"))
-        for s in r.sizes:
-            line = Text(f"  budget {s.budget} (draft tokens {s.draft_tokens}): "
-                        f"{_fmt_n(s.elements)} elements, {_fmt_bytes(s.bytes)}")
-            if s.demand_elements is not None:
-                line.append(f"; the layout needs {_fmt_n(s.demand_elements)}")
-            if s.short_by:
-                line.append(f"; SHORT by {_fmt_n(s.short_by)} at full context", style="red")
-            if s.missing:
-                line.append(f"; unknown: {', '.join(s.missing)} (give --var NAME=N)",
-                            style="dim")
-            p(line)
-        if FLAG_SHORT in r.flags:
-            p(Text("  -> undersized for long sequences at these budgets: a candidate for the "
-                   "buffer-sizing verdict", style="red"))
+        if _matters(r):
+            for line in _finding_lines(r):
+                p(line)
+
+
+def _matters(r: BufferRow) -> bool:
+    """Details for what matters to the budget; a None-initialised index buffer is noise."""
+    return r.status == "found" and (FLAG_FIXED in r.flags or FLAG_SHORT in r.flags or (
+        FLAG_NONE in r.flags and r.grows_with_budget))
+
+
+def _finding_lines(r: BufferRow) -> list[Text]:
+    head = Text(f"\n{r.attr}", style="bold")
+    head.append(f"  ({r.file}:{r.line}, {r.scope})")
+    lines = [head, Text(f"  allocated: {r.allocator}({r.shape}, dtype={r.dtype})")]
+    if r.via:
+        lines.append(Text(f"  via: {r.via}"))
+    if r.resolved:
+        lines.append(Text(f"  = {r.resolved}"))
+    lines += [Text(f"    {n}", style="dim") for n in r.notes]
+    if r.conditions:
+        lines.append(Text(f"  only when: {' and '.join(r.conditions)}", style="dim"))
+    if FLAG_NONE in r.flags:
+        lines += [Text(f"  set to None at {site}; really allocated at {r.file}:{r.line} "
+                       f"({r.scope})") for site in r.none_sites]
+    if FLAG_FIXED in r.flags:
+        lines.append(Text("  its size does not depend on the draft tokens, but these accesses "
+                          "do:", style="red"))
+        lines += [Text(f"    {u}") for u in r.growing_uses]
+    if r.demand:
+        lines.append(Text(f"  the use's layout: {r.demand}"))
+    lines += [_size_line(s) for s in r.sizes]
+    if FLAG_SHORT in r.flags:
+        lines.append(Text("  -> undersized for long sequences at these budgets: a candidate "
+                          "for the buffer-sizing verdict", style="red"))
+    return lines
+
+
+def _size_line(s: SizeAt) -> Text:
+    line = Text(f"  budget {s.budget} (draft tokens {s.draft_tokens}): "
+                f"{_fmt_n(s.elements)} elements, {_fmt_bytes(s.bytes)}")
+    if s.demand_elements is not None:
+        line.append(f"; the layout needs {_fmt_n(s.demand_elements)}")
+    if s.short_by:
+        line.append(f"; SHORT by {_fmt_n(s.short_by)} at full context", style="red")
+    if s.missing:
+        line.append(f"; unknown: {', '.join(s.missing)} (give --var NAME=N)", style="dim")
+    return line
 
 
 def render_flags(fs: FlagSet) -> None:

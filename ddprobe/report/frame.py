@@ -1,9 +1,11 @@
 """`cells.csv`: one row per cell, through pandas (so a notebook reads it with `read_csv`)."""
 from __future__ import annotations
 
+from typing import Any
+
 import pandas as pd
 
-from ddprobe.results import Verdict
+from ddprobe.results import CellResult, ProbeSummary, Verdict
 from ddprobe.store import RunRecord
 from ddprobe.untrusted import for_csv
 
@@ -24,31 +26,7 @@ def _verdict_of(rec: RunRecord, host: str, budget: int) -> Verdict | None:
 
 
 def cells_frame(rec: RunRecord) -> pd.DataFrame:
-    rows = []
-    for i, c in enumerate(rec.cells, 1):
-        p = c.probes
-        t = c.timings
-        v = _verdict_of(rec, c.host, c.config.budget)
-        rows.append({
-            "run_id": rec.run_id, "index": i, "host": c.host, "key": c.config.key,
-            "budget": c.config.budget, "graph": c.config.graph, "max_bs": c.config.max_bs,
-            "backend": c.config.backend or "", "extra_args": " ".join(c.config.extra_args),
-            "outcome": c.outcome.value,
-            "signature_kind": c.signature.kind if c.signature else "",
-            "signature": c.signature.key if c.signature else "",
-            "coding_passed": p.passed if p else None, "coding_total": p.total if p else None,
-            "accept_length": p.accept_length if p else None,
-            "accept_source": p.accept_source if p else "",
-            "server_accept_length": p.server_accept_length if p else None,
-            "tok_s": p.tok_s if p else None, "aggregate_tok_s": p.aggregate_tok_s if p else None,
-            "latency_s": p.latency_s if p else None,
-            "restart_s": t.get("restart"), "health_s": t.get("health"),
-            "probe_s": t.get("probe"), "total_s": t.get("total"),
-            "patches": " ".join(c.patches), "kind": c.kind, "error": c.error or "",
-            "started_at": c.started_at, "log_path": c.log_path or "",
-            "verdict": v.kind if v else "", "verdict_confidence": v.confidence if v else "",
-            "verdict_tested": v.tested if v else None,
-            "next_command": v.next_command if v else ""})
+    rows = [_row(rec, i, c) for i, c in enumerate(rec.cells, 1)]
     # host text (errors, signatures, paths): cleaned, formulas defused (ddprobe/untrusted.py)
     df = pd.DataFrame([{k: for_csv(v) for k, v in r.items()} for r in rows],
                       columns=list(COLUMNS))
@@ -60,3 +38,39 @@ def cells_frame(rec: RunRecord) -> pd.DataFrame:
 
 def render_csv(rec: RunRecord) -> str:
     return str(cells_frame(rec).to_csv(index=False, lineterminator="\n"))
+
+
+def _row(rec: RunRecord, i: int, c: CellResult) -> dict[str, Any]:
+    """One cell's CSV row: its config, outcome, probes, timings and the verdict of its budget."""
+    t = c.timings
+    return {"run_id": rec.run_id, "index": i, "host": c.host, "key": c.config.key,
+            "budget": c.config.budget, "graph": c.config.graph, "max_bs": c.config.max_bs,
+            "backend": c.config.backend or "", "extra_args": " ".join(c.config.extra_args),
+            "outcome": c.outcome.value,
+            "signature_kind": c.signature.kind if c.signature else "",
+            "signature": c.signature.key if c.signature else "",
+            **_probe_columns(c.probes),
+            "restart_s": t.get("restart"), "health_s": t.get("health"),
+            "probe_s": t.get("probe"), "total_s": t.get("total"),
+            "patches": " ".join(c.patches), "kind": c.kind, "error": c.error or "",
+            "started_at": c.started_at, "log_path": c.log_path or "",
+            **_verdict_columns(_verdict_of(rec, c.host, c.config.budget))}
+
+
+def _probe_columns(p: ProbeSummary | None) -> dict[str, Any]:
+    if p is None:
+        return {"coding_passed": None, "coding_total": None, "accept_length": None,
+                "accept_source": "", "server_accept_length": None, "tok_s": None,
+                "aggregate_tok_s": None, "latency_s": None}
+    return {"coding_passed": p.passed, "coding_total": p.total,
+            "accept_length": p.accept_length, "accept_source": p.accept_source,
+            "server_accept_length": p.server_accept_length, "tok_s": p.tok_s,
+            "aggregate_tok_s": p.aggregate_tok_s, "latency_s": p.latency_s}
+
+
+def _verdict_columns(v: Verdict | None) -> dict[str, Any]:
+    if v is None:
+        return {"verdict": "", "verdict_confidence": "", "verdict_tested": None,
+                "next_command": ""}
+    return {"verdict": v.kind, "verdict_confidence": v.confidence, "verdict_tested": v.tested,
+            "next_command": v.next_command}

@@ -215,41 +215,17 @@ def _cells(m: ReportModel) -> str:
 def render_html(rec: RunRecord, model: ReportModel | None = None) -> str:
     m = model or build_model(rec)
     title = f"ddprobe {m.command or 'run'} {m.run_id}"
-    state = "finished" if m.finished else "unfinished (resume with --resume)"
-    meta = [f"hosts <b>{_e(', '.join(m.hosts) or '-')}</b>",
-            f"budgets <b>{_e(', '.join(map(str, m.budgets)) or '-')}</b>",
-            f"{len(m.cells)} cells, {_e(restarts_line(m.restarts_used, m.restarts_full_sweep))}",
-            f"started {_e(m.started_at or '?')}, {_e(state)}"
-            + (f" {_e(m.finished_at)}" if m.finished_at else "")]
-    if m.argv:
-        meta.append(f"<code>{_e(' '.join(m.argv))}</code>")
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
              "style-src 'unsafe-inline'; img-src data:\">",
              '<meta name="viewport" content="width=device-width, initial-scale=1">',
              f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>",
-             f"<h1>{_e(title)}</h1>", f'<div class="meta">{"<br>".join(meta)}</div>',
-             '<h2 id="matrix">Outcome matrix: budget x CUDA graph</h2>']
-    for hm in m.matrices:
-        if len(m.matrices) > 1:
-            parts.append(f"<h3>{_e(hm.host)}</h3>")
-        parts.append(_grid(hm))
-    if not m.matrices:
-        parts.append("<p>No cells were run.</p>")
-    parts.append(_legend())
-    for d in m.disagreements:
-        parts.append(f'<p class="warn">hosts disagree: {_e(d)}</p>')
+             f"<h1>{_e(title)}</h1>", f'<div class="meta">{"<br>".join(_meta(m))}</div>']
+    parts += _matrix_section(m)
     parts.append('<h2 id="verdicts">Verdicts</h2>')
     parts += [_verdict(n, v, m) for n, v in enumerate(m.verdicts, 1)] or [
         "<p>No verdicts recorded.</p>"]
-    parts.append('<h2 id="charts">Acceptance length and throughput per budget</h2>'
-                 '<div class="charts">')
-    parts.append(bar_chart(m.accept_series, title="acceptance length per budget",
-                           unit="tokens / step", chart_id="chart-accept", digits=2,
-                           width=520))
-    parts.append(bar_chart(m.tok_series, title="output tok/s per budget", unit="tok/s",
-                           chart_id="chart-tok-s", digits=0, width=520))
-    parts.append("</div>")
+    parts += _charts(m)
     parts.append('<h2 id="cells">Cells</h2>' + _cells(m))
     failing = [c for c in m.cells if c.failed]
     if failing:
@@ -260,3 +236,38 @@ def render_html(rec: RunRecord, model: ReportModel | None = None) -> str:
                      + "".join(f"<li>{_e(n)}</li>" for n in m.notes) + "</ul>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _meta(m: ReportModel) -> list[str]:
+    state = "finished" if m.finished else "unfinished (resume with --resume)"
+    meta = [f"hosts <b>{_e(', '.join(m.hosts) or '-')}</b>",
+            f"budgets <b>{_e(', '.join(map(str, m.budgets)) or '-')}</b>",
+            f"{len(m.cells)} cells, {_e(restarts_line(m.restarts_used, m.restarts_full_sweep))}",
+            f"started {_e(m.started_at or '?')}, {_e(state)}"
+            + (f" {_e(m.finished_at)}" if m.finished_at else "")]
+    if m.argv:
+        meta.append(f"<code>{_e(' '.join(m.argv))}</code>")
+    return meta
+
+
+def _matrix_section(m: ReportModel) -> list[str]:
+    parts = ['<h2 id="matrix">Outcome matrix: budget x CUDA graph</h2>']
+    for hm in m.matrices:
+        if len(m.matrices) > 1:
+            parts.append(f"<h3>{_e(hm.host)}</h3>")
+        parts.append(_grid(hm))
+    if not m.matrices:
+        parts.append("<p>No cells were run.</p>")
+    parts.append(_legend())
+    parts += [f'<p class="warn">hosts disagree: {_e(d)}</p>' for d in m.disagreements]
+    return parts
+
+
+def _charts(m: ReportModel) -> list[str]:
+    return ['<h2 id="charts">Acceptance length and throughput per budget</h2>'
+            '<div class="charts">',
+            bar_chart(m.accept_series, title="acceptance length per budget",
+                      unit="tokens / step", chart_id="chart-accept", digits=2, width=520),
+            bar_chart(m.tok_series, title="output tok/s per budget", unit="tok/s",
+                      chart_id="chart-tok-s", digits=0, width=520),
+            "</div>"]

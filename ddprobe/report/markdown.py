@@ -125,6 +125,13 @@ def _failing_cell(m: ReportModel, c: CellView) -> list[str]:
 
 def render_markdown(rec: RunRecord, model: ReportModel | None = None) -> str:
     m = model or build_model(rec)
+    out = _header(m) + _verdicts(m) + _matrices(m) + _cells(m) + _failing(m)
+    if m.notes:
+        out += ["## Notes", ""] + [f"- {_esc(n)}" for n in m.notes] + [""]
+    return "\n".join(out)
+
+
+def _header(m: ReportModel) -> list[str]:
     out = [f"# ddprobe {m.command or 'run'} {m.run_id}", ""]
     state = "finished" if m.finished else "unfinished (resume with `--resume`)"
     out += [f"- hosts: {_esc(', '.join(m.hosts)) or '-'}",
@@ -135,13 +142,20 @@ def render_markdown(rec: RunRecord, model: ReportModel | None = None) -> str:
             f" {restarts_line(m.restarts_used, m.restarts_full_sweep)}"]
     if m.exit_code is not None:
         out.append(f"- exit code: {m.exit_code}")
-    out.append("")
-    out += ["## Verdicts", ""]
+    return out + [""]
+
+
+def _verdicts(m: ReportModel) -> list[str]:
+    out = ["## Verdicts", ""]
     if not m.verdicts:
         out += ["No verdicts recorded.", ""]
     for n, v in enumerate(m.verdicts, 1):
         out += _verdict(n, v, m)
-    out += ["## Outcome matrix (budget x CUDA graph)", ""]
+    return out
+
+
+def _matrices(m: ReportModel) -> list[str]:
+    out = ["## Outcome matrix (budget x CUDA graph)", ""]
     for hm in m.matrices:
         if len(m.matrices) > 1:
             out += [f"### {_esc(hm.host)}", ""]
@@ -151,10 +165,14 @@ def render_markdown(rec: RunRecord, model: ReportModel | None = None) -> str:
     if m.disagreements:
         out += ["Hosts disagree (architecture-specific?):", ""]
         out += [f"- {_esc(d)}" for d in m.disagreements] + [""]
-    out += ["## Cells", "",
-            "| # | host | config | outcome | signature | coding | accept | tok/s | restart "
-            "| total | note |",
-            "| ---: | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
+    return out
+
+
+def _cells(m: ReportModel) -> list[str]:
+    out = ["## Cells", "",
+           "| # | host | config | outcome | signature | coding | accept | tok/s | restart "
+           "| total | note |",
+           "| ---: | --- | --- | --- | --- | --- | ---: | ---: | ---: | ---: | --- |"]
     for c in m.cells:
         note = "; ".join(x for x in (c.variant, c.error or "") if x)
         # a failing cell links to its section below; a passing one is its own link target
@@ -163,12 +181,14 @@ def render_markdown(rec: RunRecord, model: ReportModel | None = None) -> str:
         out.append(f"| {num} | " + " | ".join(_esc(x) for x in (
             c.host, c.key, c.outcome, c.signature or "", c.coding, fmt_accept(c.accept),
             fmt_tok_s(c.tok_s), fmt_secs(c.restart_s), fmt_secs(c.total_s), note)) + " |")
-    out.append("")
+    return out + [""]
+
+
+def _failing(m: ReportModel) -> list[str]:
     failing = [c for c in m.cells if c.failed]
-    if failing:
-        out += ["## Failing cells", ""]
-        for c in failing:
-            out += _failing_cell(m, c)
-    if m.notes:
-        out += ["## Notes", ""] + [f"- {_esc(n)}" for n in m.notes] + [""]
-    return "\n".join(out)
+    if not failing:
+        return []
+    out = ["## Failing cells", ""]
+    for c in failing:
+        out += _failing_cell(m, c)
+    return out

@@ -263,35 +263,17 @@ def _budgets(rec: RunRecord) -> list[int]:
 
 def build_model(rec: RunRecord) -> ReportModel:
     """Everything a renderer needs, computed once from the run record."""
-    plain = [c for c in rec.cells if not c.patches and c.kind == "cell"]
-    bs_counts = Counter(c.config.max_bs for c in plain or rec.cells)
-    common_bs = bs_counts.most_common(1)[0][0] if bs_counts else None
-    views = []
-    for i, c in enumerate(rec.cells, 1):
-        _, words = _variation(c, common_bs)
-        views.append(_view(i, c, words, getattr(rec, "dir", None)))
+    views = _views(rec)
     hosts = list(dict.fromkeys([v.host for v in views]
                                + [str(h) for h in rec.meta.get("hosts") or []]))
     budgets = _budgets(rec)
-    modes = tuple(m for m in MODES if any(v.mode == m for v in views)) or ("graph",)
-    matrices = []
-    for h in hosts if views else []:  # no cells (e.g. a playbook of static steps): no grid
-        entries = []
-        for b in budgets:
-            for m in modes:
-                here = [v for v in views if v.host == h and v.budget == b and v.mode == m]
-                if here:
-                    entries.append(_entry(h, b, m, here))
-        matrices.append(HostMatrix(h, tuple(budgets), modes, tuple(entries)))
+    matrices = _matrices(views, hosts, budgets)
     end = rec.end or {}
     used = end.get("restarts_used")
-    meta_budgets = tuple(budgets)
     return ReportModel(
         run_id=rec.run_id, command=str(rec.meta.get("command") or ""), hosts=tuple(hosts),
-        budgets=meta_budgets, started_at=str(rec.meta.get("started_at") or ""),
-        finished_at=str(end["finished_at"]) if end.get("finished_at") else (
-            "" if rec.end is not None else None),
-        exit_code=end.get("exit_code"),
+        budgets=tuple(budgets), started_at=str(rec.meta.get("started_at") or ""),
+        finished_at=_finished_at(rec), exit_code=end.get("exit_code"),
         restarts_used=int(used) if isinstance(used, int) else rec.restarts_used,
         restarts_full_sweep=end.get("restarts_full_sweep"),
         cells=tuple(views), matrices=tuple(matrices), verdicts=tuple(rec.verdicts),
@@ -299,6 +281,41 @@ def build_model(rec: RunRecord) -> ReportModel:
         tok_series=_series(matrices, "tok_s"), disagreements=_disagreements(matrices),
         counts=tuple(sorted(Counter(v.outcome for v in views).items())),
         argv=tuple(str(a) for a in rec.meta.get("argv") or ()))
+
+
+def _views(rec: RunRecord) -> list[CellView]:
+    """One view per cell, its variation named against the run's most common max bs."""
+    plain = [c for c in rec.cells if not c.patches and c.kind == "cell"]
+    bs_counts = Counter(c.config.max_bs for c in plain or rec.cells)
+    common_bs = bs_counts.most_common(1)[0][0] if bs_counts else None
+    return [_view(i, c, _variation(c, common_bs)[1], getattr(rec, "dir", None))
+            for i, c in enumerate(rec.cells, 1)]
+
+
+def _matrices(views: Sequence[CellView], hosts: Sequence[str],
+              budgets: Sequence[int]) -> list[HostMatrix]:
+    """A budget x mode grid per host; no cells (a playbook of static steps): no grid."""
+    if not views:
+        return []
+    modes = tuple(m for m in MODES if any(v.mode == m for v in views)) or ("graph",)
+    matrices = []
+    for h in hosts:
+        entries = []
+        for b in budgets:
+            for m in modes:
+                here = [v for v in views if v.host == h and v.budget == b and v.mode == m]
+                if here:
+                    entries.append(_entry(h, b, m, here))
+        matrices.append(HostMatrix(h, tuple(budgets), modes, tuple(entries)))
+    return matrices
+
+
+def _finished_at(rec: RunRecord) -> str | None:
+    """The end's time; '' for an end without one; None for an unfinished run."""
+    end = rec.end or {}
+    if end.get("finished_at"):
+        return str(end["finished_at"])
+    return "" if rec.end is not None else None
 
 
 def _series(matrices: Sequence[HostMatrix], metric: str) -> tuple[Series, ...]:
