@@ -3,7 +3,7 @@
 Built once by the CLI (`ddprobe.cli.main`), filled in by the global options and active for the
 invocation (`activate`, undone when the command's click context closes): the global options, the
 two consoles (stdout carries data, stderr messages), the inventory (loaded on first use), the
-remote options and the per-run caches. Commands reach it with `current()`. Nothing here outlives
+remote options. Commands reach it with `current()`. Nothing here outlives
 an invocation: a second `main([...])` in the same process starts from a fresh Context, so no
 state leaks between invocations (tests call `main` many times in one process).
 """
@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any
 
 from rich.console import Console
 
@@ -42,12 +41,11 @@ class Options:
 
 @dataclass
 class Context:
-    """One invocation's options, consoles, inventory and caches."""
+    """One invocation's options, consoles and inventory."""
 
     options: Options = field(default_factory=Options)
     out: Console = field(default_factory=lambda: make_console(stderr=False))
     err: Console = field(default_factory=lambda: make_console(stderr=True))
-    caches: dict[str, Any] = field(default_factory=dict)  # per-run memo: name -> value
     _inventory: Inventory | None = field(default=None, repr=False)
 
     @property

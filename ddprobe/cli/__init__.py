@@ -71,7 +71,11 @@ def _global(
                           accept_new_host_keys=accept_new_host_keys, debug=debug,
                           connect_timeout=connect_timeout, limit=limit, verbose=verbose)
     ctx.call_on_close(activate(env))
+    # the remote package still reads its options from one default: set it for this invocation
+    # only, and put the previous one back when the command ends (no leak into the next call)
+    previous = remote.default_options()
     remote.set_default_options(env.remote_options)
+    ctx.call_on_close(lambda: remote.set_default_options(previous))
     if debug:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(_CleanFormatter("%(asctime)s %(name)s %(message)s"))
