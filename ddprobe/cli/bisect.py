@@ -40,6 +40,7 @@ from ddprobe.errors import (
     UsageError,
 )
 from ddprobe.exitcodes import ExitCode
+from ddprobe.inventory import Host
 from ddprobe.report.style import outcome_rich
 from ddprobe.report.terminal import render_bisect, render_replay, render_sweep
 from ddprobe.store import find_run, load_run
@@ -219,10 +220,8 @@ def register(app: typer.Typer) -> None:
                                                  "(a number; default 8), or 'all'."),
         no_parallel: bool = typer.Option(False, "--no-parallel",
                                          help="Never share rounds between hosts."),
-        keep_server: bool = typer.Option(False, "--keep-server",
-                                         help="Leave the last cell's server running."),
-        break_lock: bool = typer.Option(False, "--break-lock",
-                                        help="Take over a stale host lock."),
+        keep_server: bool = common.KeepServerOpt,
+        break_lock: bool = common.BreakLockOpt,
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Bisect budgets with CUDA graphs, then diagnose each failure mode."""
@@ -304,9 +303,8 @@ def register(app: typer.Typer) -> None:
                                              help="Continue an interrupted sweep (RUN_ID)."),
         no_parallel: bool = typer.Option(False, "--no-parallel",
                                          help="Never share cells between hosts."),
-        keep_server: bool = typer.Option(False, "--keep-server",
-                                         help="Leave the last cell's server running."),
-        break_lock: bool = typer.Option(False, "--break-lock", help="Take over a stale lock."),
+        keep_server: bool = common.KeepServerOpt,
+        break_lock: bool = common.BreakLockOpt,
         as_json: bool = common.JsonOpt,
     ) -> None:
         """The full matrix of cells: outcomes, acceptance, tok/s, coding, signatures."""
@@ -367,10 +365,10 @@ def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backen
     else:
         if not host:
             raise UsageError("give --host (a host, group or comma list; see `ddprobe hosts`)")
-        order = "graph-first" if graph_first else "eager-first" if eager_first else "auto"
         if confirm_patch:
             from ddprobe.sources.patches import load_patch
             load_patch(confirm_patch)  # a missing/bad patch is reported before any restart
+        order = "graph-first" if graph_first else "eager-first" if eager_first else "auto"
         req = BisectRequest(budgets=_budgets(budgets), max_bs=max_bs, backend=backend,
                             order=order, repeat=repeat, sanitize=sanitize,
                             confirm_patch=confirm_patch, parallel=parallel,
@@ -379,28 +377,7 @@ def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backen
                             thorough=thorough, oversize_factor=oversize_factor)
         hosts = common.hosts(host)
     if plan:
-        eff = req.max_bs or hosts[0].server.max_bs
-        spec = req.spec(small_max_bs=small_max_bs_for(eff), sanitize_available=False,
-                        sanitize_note="decided when the run gathers facts",
-                        latent=LatentOptions(enabled=req.latent_check, available=False,
-                                             note="if the host has compute-sanitizer: "
-                                                  "decided when the run gathers facts")
-                        if req.latent_check else None)
-        k = len(hosts) if req.parallel else 1
-        lines = plan_lines(spec, k=k)
-        from ddprobe.bisect.preflight import preview
-        looks = preview(hosts, budgets=req.budgets, base=req.base(), backend=req.backend,
-                        context_len=req.context_len, factor=req.oversize_factor)
-        if as_json:
-            common.emit_json({"plan": lines, "request": req.to_dict(),
-                              "hosts": [h.name for h in hosts],
-                              "preview": [p.to_dict() for p in looks]})
-        else:
-            if k > 1:
-                lines.append(f"  (assuming the {k} hosts are identical; hosts that differ run "
-                             "the plan side by side)")
-            for line in lines + [ln for p in looks for ln in p.lines()]:
-                common.env().out.print(line)
+        _print_plan(req, hosts, as_json=as_json)
         return 0
     with EventRenderer(common.env().err, quiet=False) as ren:
         rep = run_bisect(hosts, req, resume=rec, on_event=ren, break_lock=break_lock,
@@ -412,3 +389,27 @@ def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backen
         render_bisect(rep, common.env().out)
     return rep.exit_code(exit_protocol)
 
+
+def _print_plan(req: BisectRequest, hosts: list[Host], *, as_json: bool) -> None:
+    """--plan: the plan, the preflight of every budget and the static suspects (no restart)."""
+    eff = req.max_bs or hosts[0].server.max_bs
+    latent = LatentOptions(enabled=req.latent_check, available=False,
+                           note="if the host has compute-sanitizer: decided when the run "
+                                "gathers facts") if req.latent_check else None
+    spec = req.spec(small_max_bs=small_max_bs_for(eff), sanitize_available=False,
+                    sanitize_note="decided when the run gathers facts", latent=latent)
+    k = len(hosts) if req.parallel else 1
+    lines = plan_lines(spec, k=k)
+    from ddprobe.bisect.preflight import preview
+    looks = preview(hosts, budgets=req.budgets, base=req.base(), backend=req.backend,
+                    context_len=req.context_len, factor=req.oversize_factor)
+    if as_json:
+        common.emit_json({"plan": lines, "request": req.to_dict(),
+                          "hosts": [h.name for h in hosts],
+                          "preview": [p.to_dict() for p in looks]})
+        return
+    if k > 1:
+        lines.append(f"  (assuming the {k} hosts are identical; hosts that differ run "
+                     "the plan side by side)")
+    for line in lines + [ln for p in looks for ln in p.lines()]:
+        common.env().out.print(line)

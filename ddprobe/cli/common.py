@@ -60,6 +60,8 @@ def _default(o: Any) -> Any:
 HostOpt = typer.Option(..., "--host", "-H",
                        help="Host, group, or comma list (see `ddprobe hosts`).")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
+BreakLockOpt = typer.Option(False, "--break-lock", help="Take over a stale host lock.")
+KeepServerOpt = typer.Option(False, "--keep-server", help="Leave the last cell's server running.")
 
 
 def _duration(s: float) -> str:

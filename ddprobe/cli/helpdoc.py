@@ -162,31 +162,41 @@ def _metavar(param: Any) -> str | None:
 def decorate(cmd: Any) -> Any:
     """Examples, panels and metavars on every command of the tree (see the module doc)."""
     for path, c in walk(cmd):
-        key = " ".join(path)
-        ex = EXAMPLES.get(key)
+        ex = EXAMPLES.get(" ".join(path))
         if ex and "Example" not in (c.help or ""):
             c.epilog = "Example:\n\n" + "\n\n".join(f"    {line}" for line in ex)
-        try:
-            from typer._click.core import Context
-            h = c.get_help_option(Context(c, info_name=path[-1] if path else "ddprobe"))
-            if h is not None:
-                h.metavar = ""
-        except Exception:
-            pass
+        _no_help_metavar(c, path)
         for p in c.params:
-            complete = COMPLETERS.get(long_name(p)) or COMPLETERS.get(p.name or "")
-            if complete is not None and getattr(p, "_custom_shell_complete", None) is None:
-                p._custom_shell_complete = complete
-            if getattr(p, "param_type_name", "") == "argument":
-                if p.metavar is None:
-                    p.metavar = (p.name or "ARG").upper()
-                p.display_type_rich = _no_type  # the metavar says it; no `<str>` beside it
-                continue
-            if p.hidden if hasattr(p, "hidden") else False:
-                continue
-            if getattr(p, "rich_help_panel", None) is None and long_name(p) in PANELS:
-                p.rich_help_panel = PANELS[long_name(p)]
-            if p.metavar is None:
-                flag = getattr(p, "is_flag", False) or getattr(p, "count", False)
-                p.metavar = "" if flag else _metavar(p)  # a flag takes no value: no label
+            _decorate_param(p)
     return cmd
+
+
+def _no_help_metavar(c: Any, path: tuple[str, ...]) -> None:
+    """--help takes no value: no label beside it (best effort: click's Context is private in
+    the typer versions that vendor click)."""
+    try:
+        from typer._click.core import Context
+        h = c.get_help_option(Context(c, info_name=path[-1] if path else "ddprobe"))
+        if h is not None:
+            h.metavar = ""
+    except Exception:
+        pass
+
+
+def _decorate_param(p: Any) -> None:
+    """Its shell completer, and: an argument's metavar; an option's panel and metavar."""
+    complete = COMPLETERS.get(long_name(p)) or COMPLETERS.get(p.name or "")
+    if complete is not None and getattr(p, "_custom_shell_complete", None) is None:
+        p._custom_shell_complete = complete
+    if getattr(p, "param_type_name", "") == "argument":
+        if p.metavar is None:
+            p.metavar = (p.name or "ARG").upper()
+        p.display_type_rich = _no_type  # the metavar says it; no `<str>` beside it
+        return
+    if getattr(p, "hidden", False):
+        return
+    if getattr(p, "rich_help_panel", None) is None and long_name(p) in PANELS:
+        p.rich_help_panel = PANELS[long_name(p)]
+    if p.metavar is None:
+        flag = getattr(p, "is_flag", False) or getattr(p, "count", False)
+        p.metavar = "" if flag else _metavar(p)  # a flag takes no value: no label

@@ -75,7 +75,7 @@ def register(app: typer.Typer) -> None:
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the diff, change nothing."),
         force: bool = typer.Option(False, "--force", help="Apply even if the file was edited "
                                    "or the version differs."),
-        break_lock: bool = typer.Option(False, "--break-lock", help="Take over a stale lock."),
+        break_lock: bool = common.BreakLockOpt,
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Apply a patch atomically (all files or none), recording it in the host's ledger."""
@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
         all_: bool = typer.Option(False, "--all", help="Revert every applied patch."),
         force: bool = typer.Option(False, "--force", help="Restore even if the patched file "
                                    "changed since (the changed copy is kept beside the backup)."),
-        break_lock: bool = typer.Option(False, "--break-lock", help="Take over a stale lock."),
+        break_lock: bool = common.BreakLockOpt,
         as_json: bool = common.JsonOpt,
     ) -> None:
         """Restore the originals byte for byte (sha256 checked) and drop the ledger entry."""

@@ -186,8 +186,7 @@ def register(app: typer.Typer) -> None:
                                                "later --baseline)."),
         log_dir: Optional[Path] = typer.Option(None, "--log-dir",
                                                help="Copy the server log here."),
-        break_lock: bool = typer.Option(False, "--break-lock",
-                                        help="Take over a stale host lock."),
+        break_lock: bool = common.BreakLockOpt,
         stop_after: bool = typer.Option(False, "--stop-after",
                                         help="Stop the server after the cell (default: leave "
                                              "a working server running)."),

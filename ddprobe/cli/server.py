@@ -91,8 +91,7 @@ def register(app: typer.Typer) -> None:
                                       help="Wait until /health_generate answers."),
             health_timeout: Optional[float] = typer.Option(
                 None, "--health-timeout", help="Seconds to wait for /health_generate."),
-            break_lock: bool = typer.Option(False, "--break-lock",
-                                            help="Take over a stale host lock."),
+            break_lock: bool = common.BreakLockOpt,
             as_json: bool = common.JsonOpt,
         ) -> None:
             _start(restart, host, budget, graph, max_bs, backend, extra, env, wait,
@@ -110,8 +109,7 @@ def register(app: typer.Typer) -> None:
     def stop_cmd(host: str = common.HostOpt,
                  grace: Optional[float] = typer.Option(None, "--grace",
                                                        help="TERM grace (s) before KILL."),
-                 break_lock: bool = typer.Option(False, "--break-lock",
-                                            help="Take over a stale host lock."),
+                 break_lock: bool = common.BreakLockOpt,
                  as_json: bool = common.JsonOpt) -> None:
         """Stop the server: TERM its process group, KILL after the grace; verify it is gone."""
         h = common.one_host(host)
