@@ -26,7 +26,8 @@ def suite_path() -> Path | None:
     env = os.environ.get(SUITE_ENV)
     if env:
         return Path(env)
-    for candidate in (_PKG / "data" / "coding.json", _PKG.parent / "probes" / "suites" / "coding.json"):
+    in_tree = _PKG.parent / "ddprobe" / "probes" / "suites" / "coding.json"
+    for candidate in (_PKG / "data" / "coding.json", in_tree):
         if candidate.is_file():
             return candidate
     return None

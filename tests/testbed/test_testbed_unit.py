@@ -301,3 +301,16 @@ def test_fix_patch_applies_to_the_current_source(tmp_path: Path) -> None:
                    capture_output=True)
     assert "num_tokens_per_bs = self.num_draft_tokens" in target.read_text()
     assert "self.default_num_draft_tokens\n" not in target.read_text().split("def init_cuda_graph_state")[1]
+
+
+def test_a_checkout_testbed_reads_the_in_tree_coding_suite(monkeypatch: pytest.MonkeyPatch
+                                                            ) -> None:
+    """`python -m ddtestbed` from a checkout (the built-in host) knows the suite's tasks: the
+    in-tree fallback is ddprobe/probes/suites/coding.json beside the ddtestbed package."""
+    from ddtestbed import knowledge
+    monkeypatch.delenv(knowledge.SUITE_ENV, raising=False)
+    path = knowledge.suite_path()
+    repo = Path(__file__).resolve().parents[2]
+    assert path in (knowledge._PKG / "data" / "coding.json",
+                    repo / "ddprobe" / "probes" / "suites" / "coding.json")
+    assert any(t.id == "fizzbuzz" for t in load_tasks(path))
