@@ -9,9 +9,14 @@ import hashlib
 import os
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any
+from typing import Any, Final, Literal
 
 from ddprobe.effective import EffectiveConfig
+
+# why the planner wanted a cell (PlannedCell.purpose); written as the bare string
+Purpose = Literal["frontier", "eager", "oversize", "max_bs", "sanitize", "confirm", "sweep",
+                  "smoke"]
+CellKind = Literal["cell", "sanitize"]
 
 
 class Outcome(str, Enum):
@@ -123,6 +128,27 @@ class ProbeSummary:
         return None if d is None else cls(**d)
 
 
+# The typed fields below are written under "extra" in the journal and in `--json`, the form
+# every earlier version wrote, so old run dirs load and `--json` readers see the same document.
+# field name -> key under "extra"
+_WIRE: Final[dict[str, str]] = {
+    # every cell
+    "wall_s": "wall_s", "local_log": "local_log", "error_kind": "error_kind", "hint": "hint",
+    "phase": "phase", "log_signature": "log_signature", "details": "details",
+    "launch": "launch", "env_names": "env", "flags_checked": "flags_checked",
+    "preflight": "preflight", "stop": "stop", "health": "health",
+    "health_after_probes": "health_after_probes", "cleanup": "cleanup",
+    "server_info_path": "server_info_path", "probe_check_s": "probe_check_s",
+    "model_loaded": "model_loaded", "decode": "decode", "xid": "xid",
+    "answers": "answers", "answer_ids": "answer_ids", "differential": "differential",
+    # plan metadata (set by the bisect engine)
+    "plan": "plan", "group": "group", "round": "round", "purpose": "purpose",
+    # a sanitize cell
+    "sanitizer": "sanitizer", "buffer": "buffer", "buffer_match": "buffer_match",
+    "sizing": "sizing", "answered": "answered",
+}
+
+
 @dataclass
 class CellResult:
     host: str
@@ -136,11 +162,47 @@ class CellResult:
     log_path: str | None = None  # server log of this cell on the host
     started_at: str = ""
     patches: list[str] = field(default_factory=list)  # patch ids applied during the cell
-    kind: str = "cell"  # "cell" | "sanitize"
-    extra: dict[str, Any] = field(default_factory=dict)
+    kind: CellKind = "cell"
     # what the server said it runs (/server_info + the capture log line), or the preflight's
     # answer when it never answered; None in journals written before it existed
     effective: EffectiveConfig | None = None
+    notes: list[str] = field(default_factory=list)  # what a reader should know, one line each
+    # every field below is None when not known (and then not written)
+    wall_s: float | None = None  # the cell's wall time as the executor saw it
+    local_log: str | None = None  # the server log copied into the run dir
+    error_kind: str | None = None  # an ERROR cell: unreachable | disk | server | ...
+    hint: str | None = None  # the matched log pattern's advice
+    phase: str | None = None  # where it failed: start-up, capture, decode, ...
+    log_signature: str | None = None  # Signature.id of the matched log line (also for ERROR)
+    details: dict[str, Any] | None = None  # the log match's details (e.g. sizes in the line)
+    launch: list[str] | None = None  # the argv the server was started with
+    env_names: list[str] | None = None  # names of the launch's env (values are secret)
+    flags_checked: bool | None = None  # the flags were checked against the server's argparse
+    preflight: str | None = None  # the preflight's status for this config
+    stop: dict[str, Any] | None = None  # StopResult.to_dict() of the previous server
+    health: dict[str, Any] | None = None  # status, elapsed, stage, polls, peeks
+    health_after_probes: Any = None  # health_now() after a probe error
+    cleanup: dict[str, Any] | None = None  # StopResult.to_dict() of the cell's own server
+    server_info_path: str | None = None  # /server_info or /get_server_info
+    probe_check_s: float | None = None  # seconds spent checking the answers
+    model_loaded: bool | None = None  # the log says the weights were loaded
+    decode: dict[str, Any] | None = None  # DecodeSummary.to_dict() from the server's log
+    xid: list[str] | None = None  # NVIDIA Xid kernel-log lines during the cell
+    answers: dict[str, str] | None = None  # task id -> answer text (a baseline, differential)
+    answer_ids: dict[str, Any] | None = None  # task id -> output token ids
+    differential: dict[str, Any] | None = None  # the graph/eager comparison of this cell
+    plan: dict[str, Any] | None = None  # PlannedCell.to_dict() of the cell the planner wanted
+    group: str | None = None  # the host group's key
+    round: int | None = None  # the bisect round it ran in
+    purpose: Purpose | None = None  # why the planner wanted it
+    sanitizer: dict[str, Any] | None = None  # SanitizerReport.to_dict() (a sanitize cell)
+    buffer: dict[str, Any] | None = None  # the grep-buffers row sized as the allocation
+    buffer_match: str | None = None  # how the buffer was (or was not) named
+    sizing: dict[str, Any] | None = None  # the sizing parameters the buffer was matched with
+    answered: bool | None = None  # the sanitized server answered a request
+    # keys of journals this version does not read (e.g. `effective`, `captured_bs` of older
+    # versions): kept so that they are written back unchanged
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -149,20 +211,32 @@ class CellResult:
             "probes": self.probes.to_dict() if self.probes else None,
             "timings": self.timings, "log_excerpt": self.log_excerpt, "error": self.error,
             "log_path": self.log_path, "started_at": self.started_at, "patches": self.patches,
-            "kind": self.kind, "extra": self.extra,
+            "kind": self.kind, "extra": self._wire_extra(),
             "effective": self.effective.to_dict() if self.effective else None,
         }
 
+    def _wire_extra(self) -> dict[str, Any]:
+        wire = dict(self.extra)
+        wire["notes"] = self.notes
+        for name, key in _WIRE.items():
+            value = getattr(self, name)
+            if value is not None:
+                wire[key] = value
+        return wire
+
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> CellResult:
+        extra = dict(d.get("extra") or {})
+        notes = list(extra.pop("notes", None) or [])
+        typed = {name: extra.pop(key) for name, key in _WIRE.items() if key in extra}
         return cls(host=d["host"], config=Config.from_dict(d["config"]),
                    outcome=Outcome(d["outcome"]), signature=Signature.from_dict(d.get("signature")),
                    probes=ProbeSummary.from_dict(d.get("probes")), timings=d.get("timings") or {},
                    log_excerpt=d.get("log_excerpt") or [], error=d.get("error"),
                    log_path=d.get("log_path"), started_at=d.get("started_at", ""),
                    patches=d.get("patches") or [], kind=d.get("kind", "cell"),
-                   extra=d.get("extra") or {},
-                   effective=EffectiveConfig.from_dict(d.get("effective")))
+                   effective=EffectiveConfig.from_dict(d.get("effective")),
+                   notes=notes, extra=extra, **typed)
 
 
 VERDICT_KINDS = ("buffer_sizing", "graph_capture", "kernel", "config_error", "inconclusive",
@@ -173,7 +247,8 @@ VERDICT_KINDS = ("buffer_sizing", "graph_capture", "kernel", "config_error", "in
 class Evidence:
     """One piece of evidence behind a verdict."""
 
-    kind: str  # eager | frontier | static | oversize | max_bs | sanitize | patch | signature | facts
+    # eager | frontier | static | oversize | max_bs | sanitize | patch | signature | facts
+    kind: str
     summary: str  # one line a reviewer reads
     cells: list[str] = field(default_factory=list)  # config keys of the cells it rests on
     details: dict[str, Any] = field(default_factory=dict)  # e.g. buffer file:line and sizes

@@ -130,7 +130,7 @@ def _properties(host: Host, facts: Facts | None) -> dict[str, str]:
 
 def _tail(c: CellResult) -> str:
     """The end of the cell's server log: bounded and cleaned (it goes into a CI artifact)."""
-    path = c.extra.get("local_log")
+    path = c.local_log
     text = "\n".join(c.log_excerpt)
     if path:
         try:

@@ -30,8 +30,8 @@ def _journal(tmp: Path) -> Path:
         for c in cells:
             n += 1
             r = seed(c)
-            r = replace(r, host="gpu-a", extra={"plan": c.to_dict(), "group": "g", "round": n,
-                                                "purpose": c.purpose})
+            r = replace(r, host="gpu-a", plan=c.to_dict(), group="g", round=n,
+                          purpose=c.purpose)
             p.record(c, r)
             store.cell(r)
     for v in build_verdicts(p, host="gpu-a"):

@@ -70,11 +70,11 @@ def _json(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict]:
 def test_manual_mode_reaches_the_automatic_verdicts_on_the_seed(
         seed_run: dict, session: Path, capsys: pytest.CaptureFixture[str]) -> None:
     rec = seed_run["record"]
-    by_key = {c.extra["plan"]["key"]: c for c in rec.cells}
-    auto_order = [c.extra["plan"]["key"] for c in rec.cells]
+    by_key = {c.plan["key"]: c for c in rec.cells}
+    auto_order = [c.plan["key"] for c in rec.cells]
     v16 = next(v for v in seed_run["verdicts"] if v["budgets"] == [16])
     suspect = f"{v16['buffer']['attr']}@{v16['buffer']['where']}"
-    small = next(c.config.max_bs for c in rec.cells if c.extra["plan"]["purpose"] == "max_bs")
+    small = next(c.config.max_bs for c in rec.cells if c.plan["purpose"] == "max_bs")
     # the server runs with its own max bs (64 on the testbed): the max-bs experiment uses 16
     start = ["bisect", "start", "--budgets", "8,16,32,64", "--suspect", suspect,
              "--small-max-bs", str(small), "--json"]
@@ -199,7 +199,7 @@ def test_reports_of_the_seed_run_carry_each_failing_cells_evidence(seed_run: dic
         log_lines = sect.split("```text\n", 1)[1].split("\n```", 1)[0].splitlines()
         assert 0 < len(log_lines) <= 41  # 40 lines and at most one "left out" note
         assert f'id="cell-{i}"' in html
-    b16 = next(i for i, c in failing if c.extra["plan"]["key"] == "b16-graph")
+    b16 = next(i for i, c in failing if c.plan["key"] == "b16-graph")
     sect16 = md.split(f'<a id="cell-{b16}"></a>', 1)[1].split('<a id="cell-', 1)[0]
     assert "illegal memory access" in sect16 and "cited by: [verdict" in sect16
     # every in-page link has a target, both ways

@@ -34,8 +34,8 @@ def cell(graph: bool, texts: dict[str, str], ids: dict[str, list[int]] | None = 
          ran_graph: bool | None = None) -> CellResult:
     c = CellResult("h", Config(16, graph=graph, backend=backend), Outcome.OK,
                    probes=ProbeSummary(passed=len(texts), total=len(texts)),
-                   extra={"answers": dict(texts), "answer_ids": dict(ids or {}),
-                          "launch": list(launch), "notes": []})
+                   answers=dict(texts), answer_ids=dict(ids or {}), launch=list(launch),
+                   notes=[])
     if ran_graph is not None:
         c.effective = EffectiveConfig(cuda_graph=ran_graph, attention_backend=backend)
     return c
@@ -63,8 +63,8 @@ def test_a_flipped_token_makes_the_graph_cell_garbage_even_with_coding_passing()
     assert g.outcome is Outcome.GARBAGE and g.signature is not None
     assert g.signature.key == "graph-eager divergence"
     assert g.probes is not None and g.probes.passed == g.probes.total  # coding passed
-    assert g.extra["differential"]["status"] == "diverged"
-    assert e.extra["differential"]["status"] == "diverged" and e.outcome is Outcome.OK
+    assert g.differential["status"] == "diverged"
+    assert e.differential["status"] == "diverged" and e.outcome is Outcome.OK
     assert "token 2 of /generate" in d.summary and "1/2 greedy answers differ" in d.summary
     assert "--enable-deterministic-inference is off (the default backend" in d.note
 
@@ -109,7 +109,7 @@ def test_host_text_is_escaped_and_bounded() -> None:
 
 def test_pairs_match_graph_and_eager_of_one_config() -> None:
     a, b = cell(True, {"t": "x"}), cell(False, {"t": "x"})
-    other = CellResult("h", Config(8, graph=False), Outcome.OK, extra={"answers": {"t": "x"}})
+    other = CellResult("h", Config(8, graph=False), Outcome.OK, answers={"t": "x"})
     patched = cell(True, {"t": "x"})
     patched.patches = ["ddprobe-oversize-1"]
     assert D.pairs([a, b, other, patched]) == [(a, b)]
@@ -159,8 +159,8 @@ def test_stale_scenario_on_the_cpu_testbed(prefix: Path, tmp_path: Path, budget:
     assert g.probes.accept_length is not None and e.probes.accept_length is not None
     assert abs(g.probes.accept_length - e.probes.accept_length) / e.probes.accept_length < 0.1
     for x in d.diverged:  # the flips are one space for two, and nothing else
-        assert D.escape(pair.graph.extra["answers"][x.task]).replace("  ", " ") == \
-            D.escape(pair.eager.extra["answers"][x.task]).replace("  ", " ") or x.char is None
+        assert D.escape(pair.graph.answers[x.task]).replace("  ", " ") == \
+            D.escape(pair.eager.answers[x.task]).replace("  ", " ") or x.char is None
 
 
 def test_run_differential_refuses_a_baseline(tmp_path: Path) -> None:

@@ -140,7 +140,7 @@ def test_cells_record_what_the_testbed_server_runs(make_host: Callable[..., Host
     assert e.cuda_graph is True and e.cuda_graph_max_bs == 64
     assert e.cuda_graph_bs == (1, 2, 4, 8, 12, *range(16, 65, 8))
     assert e.attention_backend == "triton" and e.context_length == 32768
-    assert ok.extra["server_info_path"] == "/server_info"
+    assert ok.server_info_path == "/server_info"
     assert eager.outcome is Outcome.OK and eager.effective is not None
     assert eager.effective.cuda_graph is False and eager.effective.cuda_graph_bs is None
     assert eager.effective.draft_tokens == 17

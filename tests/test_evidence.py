@@ -40,7 +40,7 @@ def spec(budgets: tuple[int, ...] = (8, 16, 32, 64), *, suspects: tuple[Suspect,
 def res(c: PlannedCell, out: str, sig: Signature | None = None, **extra: object) -> CellResult:
     e = {"model_loaded": True, **extra}
     return CellResult("h", c.config, Outcome(out), signature=sig, timings={"restart": 1.0},
-                      extra=e)
+                      **e)
 
 
 def per_budget(vs: list) -> dict[int, tuple[str, str, bool]]:

@@ -66,8 +66,8 @@ def test_ssh_drop_mid_cell_is_an_error(sshd2: SshServer, make_host: Callable[...
                         reporter=rep)
         assert rep.dropped
         assert cell.outcome is Outcome.ERROR and cell.signature is None
-        assert cell.extra["error_kind"] == "unreachable" and cell.error
-        assert any("lock could not be released" in n for n in cell.extra["notes"])
+        assert cell.error_kind == "unreachable" and cell.error
+        assert any("lock could not be released" in n for n in cell.notes)
         # the detached server outlived the session; a new connection finds and stops it
         state = json.loads(Path(host.server.workdir, "server.json").read_text())
         with remote.connect(host) as r2:
@@ -130,7 +130,7 @@ def test_disk_full_is_an_error(make_host: Callable[..., Host], tb_prefix: Path, 
     finally:
         subprocess.run(["umount", str(small)], check=False)
     assert cell.outcome is Outcome.ERROR and cell.signature is None
-    assert cell.extra["error_kind"] == "disk" and "free" in (cell.error or "")
+    assert cell.error_kind == "disk" and "free" in (cell.error or "")
 
 
 def test_launch_prefix_wraps_the_command(make_host: Callable[..., Host],
@@ -141,9 +141,9 @@ def test_launch_prefix_wraps_the_command(make_host: Callable[..., Host],
                            env=tb_env(tb_prefix), server=tb_server(free_port(), tmp_path / "w"))
     with remote.connect(host) as r:
         cell = run_cell(r, host, Config(budget=64), launch_prefix=("env", "WRAPPED_BY=ddprobe"))
-    assert cell.extra["launch"][:3] == ["env", "WRAPPED_BY=ddprobe", sys.executable]
+    assert cell.launch[:3] == ["env", "WRAPPED_BY=ddprobe", sys.executable]
     assert cell.outcome is Outcome.CRASH and cell.signature is not None
-    assert cell.signature.kind == "cublas" and cell.extra["flags_checked"] is True
+    assert cell.signature.kind == "cublas" and cell.flags_checked is True
 
 
 def test_unknown_task_id_is_refused_before_the_host_is_touched(

@@ -54,7 +54,7 @@ def spec(*, suspects: tuple[Suspect, ...] = (MASK,), latent: LatentOptions = ON)
 
 def res(c: PlannedCell, out: str, sig: Signature | None = None, **extra: object) -> CellResult:
     return CellResult("h", c.config, Outcome(out), signature=sig, timings={"restart": 1.0},
-                      kind=c.kind, extra=dict(extra))
+                      kind=c.kind, **extra)
 
 
 def h200_memcheck_b16() -> dict:
@@ -294,7 +294,7 @@ def test_the_h200_ssh_run_logs_give_its_verdicts() -> None:
     b8 = _cell_from_log(8, (DATA / "testbed-h200-ssh-latent-b8-sanitize.log").read_text(), "ok")
     text = gzip.decompress((DATA / "testbed-h200-ssh-latent-b16-sanitize.log.gz").read_bytes())
     b16 = _cell_from_log(16, text.decode(), "crash")
-    san = b16.extra["sanitizer"]
+    san = b16.sanitizer
     assert san["ran"] and san["error_count"] == 474
     assert {f["kernel"] for f in san["findings"]} == {"write_tree_mask_kernel"}
     assert 18_879_552 in {f["allocation_size"] for f in san["findings"]}

@@ -112,10 +112,10 @@ def test_replayed_through_a_run_cell(case: CorpusLog, linger: float, tmp_path: P
     cell = run_replay(case, tmp_path / "work", linger=linger)
     cells[(case.name, linger)] = cell
     assert cell.outcome is CELL_OUTCOME[case.outcome], (cell.outcome, cell.signature,
-                                                        cell.error, cell.extra.get("notes"))
+                                                        cell.error, cell.notes)
     if case.outcome in ("crash", "hang", "refused"):
         assert cell.signature is not None and cell.signature.kind == case.kind, cell.signature
-        assert cell.extra.get("phase") == case.phase, cell.extra.get("phase")
+        assert cell.phase == case.phase, cell.phase
     if case.outcome == "ok":
         assert cell.signature is None and cell.probes is not None and cell.probes.passed == 1
     others = [v for (name, lg), v in cells.items() if name == case.name and lg != linger]
@@ -151,5 +151,5 @@ def test_driver_xid_lines_during_a_crashed_cell_are_evidence(tmp_path: Path) -> 
         cell = run_cell(r, host, Config(budget=8), probe=ProbeOptions(tasks=("reverse_words",)))
     assert cell.outcome is Outcome.CRASH and cell.signature is not None
     assert cell.signature.kind == "oom"
-    assert len(cell.extra["xid"]) == 1 and "Xid (PCI:0000:3b:00): 79" in cell.extra["xid"][0]
-    assert any(n.startswith("kernel log (dmesg): 1 NVIDIA Xid") for n in cell.extra["notes"])
+    assert len(cell.xid) == 1 and "Xid (PCI:0000:3b:00): 79" in cell.xid[0]
+    assert any(n.startswith("kernel log (dmesg): 1 NVIDIA Xid") for n in cell.notes)

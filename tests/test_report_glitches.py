@@ -31,7 +31,7 @@ def test_failure_text_never_repeats_the_outcome() -> None:
 def test_progress_lines_name_a_one_host_group_once() -> None:
     buf = io.StringIO()
     ren = clibisect.EventRenderer(Console(file=buf, width=200))
-    res = CellResult("testbed", Config(16), Outcome.OK, extra={"wall_s": 3})
+    res = CellResult("testbed", Config(16), Outcome.OK, wall_s=3)
     ren(Event("cell_done", "testbed", "testbed: b16-graph", {"result": res}))
     ren(Event("cell_done", "a,b", "a: b16-graph", {"result": res}))
     out = buf.getvalue()
@@ -68,7 +68,7 @@ def test_a_hostile_server_log_is_escaped_and_bounded(tmp_path: Path) -> None:
     store.append({"type": "run", "run_id": store.run_id, "command": "bisect", "hosts": ["h"],
                   "budgets": [16], "started_at": "now", "options": {}})
     c = CellResult("h", Config(16), Outcome.CRASH, Signature("segfault", "boom"),
-                   extra={"plan": {"key": "b16-graph"}, "launch": ["python", "-m", "x"]})
+                   plan={"key": "b16-graph"}, launch=["python", "-m", "x"])
     store.cell(c)
     evil = "".join(f"line {i}\n" for i in range(5000)) + \
         "</pre><script>alert(1)</script>\n```\n\x1b[2Jcleared\n<img src=x onerror=alert(1)>\n"

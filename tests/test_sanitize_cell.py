@@ -176,17 +176,16 @@ def test_cell_runs_the_config_under_the_sanitizer_and_sends_one_request(
     with connect(host) as r:
         cell = run_sanitize_cell(r, host, Config(budget=8), log_dir=tmp_path / "logs")
     assert cell.kind == "sanitize" and cell.outcome is Outcome.OK, cell.to_dict()
-    x = cell.extra
-    assert x["launch"][0].endswith("/compute-sanitizer") and x["launch"][1:5] == list(
+    assert cell.launch[0].endswith("/compute-sanitizer") and cell.launch[1:5] == list(
         SANITIZER_ARGS)
-    assert x["answered"] is True and x["sanitizer"]["ran"] and x["sanitizer"]["clean"]
-    assert x["buffer"] is None and x["buffer_match"] == "no out-of-bounds access reported"
-    log = Path(x["local_log"]).read_text()
+    assert cell.answered is True and cell.sanitizer["ran"] and cell.sanitizer["clean"]
+    assert cell.buffer is None and cell.buffer_match == "no out-of-bounds access reported"
+    log = Path(cell.local_log).read_text()
     assert "stand-in: --tool memcheck --print-limit 1000 caching-off=1" in log
     prompts = [int(n) for n in re.findall(r"Prefill batch\. #new-seq: 1, #new-token: (\d+)", log)]
     assert len([n for n in prompts if n > 10]) == 1  # one request (the others: warm-up, health)
     assert {"restart", "health", "request", "stop", "total"} <= set(cell.timings)
-    assert x["stop"]["clean"] and not (tmp_path / "work" / "server.json").exists()
+    assert cell.stop["clean"] and not (tmp_path / "work" / "server.json").exists()
 
 
 def test_cell_reports_a_crash_with_the_servers_signature(prefix: Path, tmp_path: Path,
@@ -197,8 +196,8 @@ def test_cell_reports_a_crash_with_the_servers_signature(prefix: Path, tmp_path:
     assert cell.outcome is Outcome.CRASH, cell.to_dict()
     assert cell.signature is not None and cell.signature.kind == "cuda_illegal_address"
     # the simulated device has no memcheck: the sanitizer ran and found nothing to name
-    assert cell.extra["sanitizer"]["ran"] and cell.extra["sanitizer"]["findings"] == []
-    assert cell.extra["answered"] is False
+    assert cell.sanitizer["ran"] and cell.sanitizer["findings"] == []
+    assert cell.answered is False
 
 
 @pytest.mark.skipif(bool(shutil.which("compute-sanitizer"))
@@ -210,7 +209,7 @@ def test_cell_without_a_sanitizer_is_an_error_that_says_so(prefix: Path, tmp_pat
         cell = run_sanitize_cell(r, host, Config(budget=16))
     assert cell.outcome is Outcome.ERROR and cell.kind == "sanitize"
     assert cell.error == "compute-sanitizer not found on san"
-    assert cell.extra["sanitizer"] is None
+    assert cell.sanitizer is None
 
 
 def test_captured_h200_memcheck_with_a_higher_print_limit_names_the_mask_by_size() -> None:
@@ -262,10 +261,10 @@ def test_the_report_printed_while_the_server_is_stopped_is_read(prefix: Path,
     host = _host(prefix, tmp_path, bindir)
     with connect(host) as r:
         cell = run_sanitize_cell(r, host, Config(budget=8))
-    san = cell.extra["sanitizer"]
-    assert cell.extra["answered"] is True, cell.to_dict()
+    san = cell.sanitizer
+    assert cell.answered is True, cell.to_dict()
     assert san["error_count"] == 1 and len(san["findings"]) == 1, san
     f = san["findings"][0]
     assert f["kernel"] == "write_tree_mask_kernel" and f["allocation_size"] == 18_879_552
     assert "stop" in cell.timings and not any("could not be read" in n
-                                              for n in cell.extra["notes"])
+                                              for n in cell.notes)

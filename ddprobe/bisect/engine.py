@@ -109,8 +109,8 @@ def replay_journal(plan: Plan, record: RunRecord | None, group_key: str,
     if record is None:
         return
     for c in record.cells:
-        meta = c.extra.get("plan")
-        if c.extra.get("group") != group_key or not isinstance(meta, dict):
+        meta = c.plan
+        if c.group != group_key or not isinstance(meta, dict):
             continue
         if c.outcome.value == "error":
             # infrastructure (a drop, a full disk, a busy port) is never final: run it again
@@ -118,7 +118,7 @@ def replay_journal(plan: Plan, record: RunRecord | None, group_key: str,
         pc = PlannedCell.from_dict(meta)
         plan.record(pc, c)
         run.cells.append((pc, c))
-        run.rounds = max(run.rounds, int(c.extra.get("round") or 0))
+        run.rounds = max(run.rounds, int(c.round or 0))
     run.resumed = len(run.cells)
 
 
@@ -165,17 +165,15 @@ def drive(group: HostGroup, plan: Plan, sessions: dict[str, HostSession], execut
                 except HostGone as e:  # journal the round's other cells, then stop the run
                     gone = gone or e
                     continue
-                extra = dict(res.extra)
-                extra.update(plan=cell.to_dict(), group=group.key, round=run.rounds,
-                             purpose=cell.purpose)
-                res = replace(res, extra=extra)
+                res = replace(res, plan=cell.to_dict(), group=group.key, round=run.rounds,
+                              purpose=cell.purpose)
                 finish = getattr(plan, "finish", None)  # e.g. the sweep's differential
                 if finish is not None:
                     res = finish(cell, res)
                 journal.cell(res)
                 plan.record(cell, res)
                 run.cells.append((cell, res))
-                slowest = max(slowest, float(extra.get("wall_s") or 0.0))
+                slowest = max(slowest, float(res.wall_s or 0.0))
                 emit(Event("cell_done", group.name, f"{s.host.name}: {cell.key}", {
                     "host": s.host.name, "cell": cell.key, "result": res}))
             run.cell_s += slowest

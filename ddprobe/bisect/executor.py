@@ -191,9 +191,7 @@ class Executor:
             else:
                 if s.r.connected:
                     if notes:
-                        extra = dict(res.extra)
-                        extra["notes"] = list(extra.get("notes") or []) + notes
-                        res = replace(res, extra=extra)
+                        res = replace(res, notes=list(res.notes) + notes)
                     return res
                 why = f"during {cell.key}; its result ({res.outcome.value}) is discarded"
             if attempt == RETRIES_PER_CELL:
@@ -274,18 +272,17 @@ class Executor:
 
     def _finish(self, s: HostSession, cell: PlannedCell, res: CellResult, t0: float,
                 applied: list[str]) -> CellResult:
-        extra = dict(res.extra)
-        extra.setdefault("wall_s", round(time.monotonic() - t0, 3))
+        wall_s = res.wall_s if res.wall_s is not None else round(time.monotonic() - t0, 3)
         res = replace(res, patches=list(res.patches) + [p for p in applied
                                                          if p not in res.patches],
-                      kind=cell.kind, extra=extra)
+                      kind=cell.kind, wall_s=wall_s)
         if self.run_dir is not None:
             res = self._copy_log(s, cell, res)
         return res
 
     def _copy_log(self, s: HostSession, cell: PlannedCell, res: CellResult) -> CellResult:
         src = res.log_path
-        if not src or res.extra.get("local_log"):
+        if not src or res.local_log:
             return res
         dest = (self.run_dir / "logs"  # type: ignore[operator]
                 / f"{file_part(s.host.name)}-{file_part(cell.key)}.log")
@@ -300,9 +297,7 @@ class Executor:
             return res
         dest.parent.mkdir(parents=True, exist_ok=True)
         dest.write_bytes(data[-LOG_CAP:])
-        extra = dict(res.extra)
-        extra["local_log"] = str(dest)
-        return replace(res, extra=extra)
+        return replace(res, local_log=str(dest))
 
 
 def _reporter(host: str, key: str, progress: Callable[[str], None]) -> Any:

@@ -168,7 +168,7 @@ def judge(cell: PlannedCell, o: Obs, suspects: Sequence[Suspect]) -> Judgement:
     r: CellResult | None = o.first
     if r is None:
         return Judgement(b, NOT_RUN, f"b{b}: the sanitize cell did not run", cell)
-    san = r.extra.get("sanitizer") if isinstance(r.extra.get("sanitizer"), dict) else None
+    san = r.sanitizer if isinstance(r.sanitizer, dict) else None
     if r.outcome in (Outcome.ERROR, Outcome.REFUSED) and not (san and san.get("findings")):
         return Judgement(b, NOT_RUN, f"b{b}: the memcheck cell could not run: "
                                      f"{r.error or r.outcome.value}", cell)
@@ -186,9 +186,9 @@ def judge(cell: PlannedCell, o: Obs, suspects: Sequence[Suspect]) -> Judgement:
         return Judgement(b, NOT_RUN, f"b{b}: memcheck reported no invalid access, but the "
                                      f"server did not serve under it ({r.outcome.value}"
                                      f"{': ' + r.signature.id if r.signature else ''})", cell)
-    buf = r.extra.get("buffer") if isinstance(r.extra.get("buffer"), dict) else None
+    buf = r.buffer if isinstance(r.buffer, dict) else None
     flagged = {s.attr: s for s in suspects if s.tier == 1}
-    how = str(r.extra.get("buffer_match") or "")
+    how = str(r.buffer_match or "")
     if buf is not None and buf.get("attr") in flagged and writes:
         s = flagged[str(buf["attr"])]
         text = (f"passes, but writes past {s.attr} ({s.where}): {writes:,} invalid writes in "
@@ -334,7 +334,7 @@ def _safer_next_steps(verdicts: list[Verdict], latent_budgets: list[int],
 
 def _findings(j: Judgement, obs: Callable[[PlannedCell], Obs]) -> Any:
     r = obs(j.cell).first
-    return r.extra.get("sanitizer") if r is not None else None
+    return r.sanitizer if r is not None else None
 
 
 def plan_line(opts: LatentOptions, suspects: Sequence[Suspect], budgets: Sequence[int]) -> str:

@@ -49,4 +49,4 @@ def before_model_load(c: CellResult | None) -> bool:
     """The cell failed before the server had loaded the model (its log never said so)."""
     if c is None or not c.outcome.bad:
         return False
-    return c.extra.get("model_loaded") is False
+    return c.model_loaded is False

@@ -22,6 +22,7 @@ import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from ddprobe.bisect.cells import BAD, GOOD, REFUSED, PlannedCell, describe, status_of
 from ddprobe.bisect.planner import DEFAULT_SMALL_MAX_BS, BisectSpec, Planner, PlanOptions
@@ -54,8 +55,8 @@ def render_log(rec: RunRecord) -> str:
     opts = rec.meta.get("options") or {}
     groups: dict[str, list[CellResult]] = {}
     for c in rec.cells:
-        if isinstance(c.extra.get("plan"), dict):
-            groups.setdefault(str(c.extra.get("group") or ""), []).append(c)
+        if isinstance(c.plan, dict):
+            groups.setdefault(str(c.group or ""), []).append(c)
     out = [f"# ddprobe bisect log: run {rec.run_id}, started {rec.meta.get('started_at', '?')}"]
     for n in rec.notes:
         out.append(f"# note: {n}")
@@ -78,13 +79,13 @@ def render_log(rec: RunRecord) -> str:
             start += ["--suspect", sus]
         out.append(shlex.join(start))
         for c in cells:
-            key = c.extra["plan"].get("key") or c.config.key
+            key = _plan(c).get("key") or c.config.key
             st = status_of(c)
             term = {GOOD: "good", BAD: "bad", REFUSED: "skip"}.get(st, "skip")
             out.append(f"# {term}: [{key}] {describe(c)}" + (
                 f" (on {c.host})" if len(hosts) > 1 else ""))
             cmd = ["ddprobe", "bisect", term, key]
-            bufs = list(c.extra["plan"].get("buffers") or [])
+            bufs = list(_plan(c).get("buffers") or [])
             if bufs and ",".join(bufs) not in key:  # the key abbreviates a long buffer list
                 cmd += ["--oversize", ",".join(bufs)]
             if st == BAD:
@@ -108,6 +109,11 @@ def render_log(rec: RunRecord) -> str:
     return "\n".join(out) + "\n"
 
 
+def _plan(c: CellResult) -> dict[str, Any]:
+    """The planned cell's record (render_log keeps only the cells that carry one)."""
+    return c.plan or {}
+
+
 def _mode_arg(c: CellResult) -> str:
     sig = c.signature
     if sig is None:
@@ -120,7 +126,7 @@ def _suspects_of(cells: Sequence[CellResult], rec: RunRecord | None = None) -> l
     located from the verdicts' static evidence), so a replay keeps file:line."""
     best: list[str] = []
     for c in cells:
-        bufs = list(c.extra["plan"].get("buffers") or [])
+        bufs = list(_plan(c).get("buffers") or [])
         if len(bufs) > len(best):
             best = bufs
     where: dict[str, str] = {}
@@ -149,13 +155,13 @@ def parse_suspect(text: str) -> Suspect:
 
 def _small_max_bs(cells: Sequence[CellResult]) -> int | None:
     for c in cells:
-        if c.extra["plan"].get("purpose") == "max_bs":
+        if _plan(c).get("purpose") == "max_bs":
             return c.config.max_bs
     return None
 
 
 def _first_bad(cells: Sequence[CellResult]) -> CellResult | None:
-    bad = [c for c in cells if c.extra["plan"].get("purpose") == "frontier"
+    bad = [c for c in cells if _plan(c).get("purpose") == "frontier"
            and status_of(c) == BAD and c.config.graph]
     return min(bad, key=lambda c: c.config.budget) if bad else None
 

@@ -104,7 +104,7 @@ class MatrixPlan:
             return result
         twin = replace(cell, config=replace(cell.config, graph=False), rep=1)
         eager = next(iter(self.results.get(twin.base_key, [])), None)
-        if eager is not None and eager.extra.get("answers") and result.extra.get("answers"):
+        if eager is not None and eager.answers and result.answers:
             differential.apply(result, eager)
         return result
 

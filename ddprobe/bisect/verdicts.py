@@ -69,7 +69,7 @@ def _frontier_evidence(p: Planner, idx: list[int]) -> list[Evidence]:
                    line=sig.line if sig else None,
                    log=list(res.log_excerpt[-12:]) if res else None,
                    log_path=res.log_path if res else None,
-                   phase=res.extra.get("phase") if res else None))
+                   phase=res.phase if res else None))
     above = [i for i in range(first + 1, len(b)) if row.obs[i].status == GOOD]
     if above:
         out.append(_ev("frontier", "not a single threshold: "
@@ -376,7 +376,7 @@ def _extra_evidence(p: Planner, lad: LadderState) -> list[Evidence]:
         if zo.decided:
             r = zo.first
             out.append(_ev("sanitize", f"compute-sanitizer: {describe(r)}", [zc],
-                           findings=r.extra.get("sanitizer") if r else None))
+                           findings=r.sanitizer if r else None))
         elif not opts.sanitize_available:
             out.append(_ev("sanitize", "sanitizer not available: " + (opts.sanitize_note or
                                                                        "no support")))

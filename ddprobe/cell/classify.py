@@ -51,7 +51,7 @@ class Baseline:
     @classmethod
     def from_cell(cls, cell: Any) -> Baseline:
         p = cell.probes
-        texts = (cell.extra or {}).get("answers")
+        texts = cell.answers
         return cls(tok_s=p.tok_s if p else None, passed=p.passed if p else None,
                    total=p.total if p else None, texts=dict(texts) if texts else None,
                    key=cell.config.key)

@@ -19,7 +19,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from ddprobe import interrupt
 from ddprobe.cell.classify import (
@@ -115,19 +114,19 @@ def run_cell(r: Remote, host: Host, config: Config, *, probe: ProbeOptions = Pro
         except DdprobeError as e:
             pre_notes, on_install = [f"the patch ledger could not be read: {e}"], []
         cell = run.run()
-        cell.extra["notes"][:0] = pre_notes
+        cell.notes[:0] = pre_notes
         cell.patches = sorted(set(cell.patches) | set(on_install))
         if stop_after and run.started and cell.outcome in (Outcome.OK, Outcome.GARBAGE,
                                                            Outcome.DEGRADED):
             run.cleanup()
             cell.timings["cleanup"] = round(run.timings.get("cleanup", 0.0), 4)
     if lk.release_error:
-        cell.extra["notes"].append(f"the host lock could not be released ({lk.release_error})"
+        cell.notes.append(f"the host lock could not be released ({lk.release_error})"
                                    f"; another run will see it as stale")
     if lk.broken is not None:
-        cell.extra["notes"].append(f"broke a stale lock of {lk.broken.describe()}")
+        cell.notes.append(f"broke a stale lock of {lk.broken.describe()}")
     if log_dir is not None and run.log:
-        cell.extra["local_log"] = str(_copy_log(run.log, Path(log_dir), host.name, config.key))
+        cell.local_log = str(_copy_log(run.log, Path(log_dir), host.name, config.key))
     return cell
 
 
@@ -146,7 +145,6 @@ class _Cell:
         self.offset = 0
         self.timings: dict[str, float] = {}
         self.waited = 0.0  # seconds spent waiting for a server (not ddprobe's own time)
-        self.extra: dict[str, Any] = {"notes": []}
         self.cell = CellResult(host=host.name, config=config, outcome=Outcome.ERROR,
                                started_at=datetime.now(timezone.utc).isoformat(
                                    timespec="seconds"))
@@ -165,7 +163,7 @@ class _Cell:
             verdict = self._steps()
         except _INFRA as e:
             verdict = Verdict(Outcome.ERROR, error=str(e))
-            self.extra["error_kind"] = "unreachable" if isinstance(e, RemoteError) else \
+            self.cell.error_kind = "unreachable" if isinstance(e, RemoteError) else \
                 getattr(e, "kind", "server")
             if self.started:
                 with contextlib.suppress(Exception):
@@ -191,8 +189,8 @@ class _Cell:
             except _INFRA:
                 return
         if lines:
-            self.extra["xid"] = lines
-            self.extra["notes"].append(f"kernel log ({source}): {len(lines)} NVIDIA Xid "
+            self.cell.xid = lines
+            self.cell.notes.append(f"kernel log ({source}): {len(lines)} NVIDIA Xid "
                                        f"line(s) during the cell; last: {lines[-1][:200]}")
 
     def _steps(self) -> Verdict:
@@ -207,17 +205,17 @@ class _Cell:
                 return Verdict(Outcome.REFUSED, refused_signature(str(e)), str(e))
             if self.prefix:
                 launch = replace(launch, argv=(*self.prefix, *launch.argv))
-            self.extra["launch"] = list(launch.argv)
-            self.extra["notes"] += list(launch.notes)
-            self.extra["flags_checked"] = launch.checked
+            self.cell.launch = list(launch.argv)
+            self.cell.notes += list(launch.notes)
+            self.cell.flags_checked = launch.checked
             if launch.preflight is not None:
-                self.extra["preflight"] = launch.preflight.status
+                self.cell.preflight = launch.preflight.status
             self.cell.effective = launch.effective  # until the server says what it runs
         rep.stage("stop", "stopping the previous server")
         with self.timed("stop"):
             stop = mgr.stop()
         self.waited += stop.elapsed
-        self.extra["stop"] = stop.to_dict()
+        self.cell.stop = stop.to_dict()
         if not stop.clean:
             return Verdict(Outcome.ERROR, error=f"the previous server did not stop cleanly: "
                                                 f"{stop.problem()}")
@@ -236,7 +234,7 @@ class _Cell:
                 h = wait_healthy(url, mgr.peek, timeout=self.timeout, reporter=rep,
                                  stall=host.server.stall_timeout)
             self.waited += self.timings["health"]
-            self.extra["health"] = {"status": h.status, "elapsed": round(h.elapsed, 3),
+            self.cell.health = {"status": h.status, "elapsed": round(h.elapsed, 3),
                                     "stage": h.stage, "polls": h.polls, "peeks": h.peeks}
             self.log = h.log
             if not h.healthy:
@@ -254,9 +252,9 @@ class _Cell:
         info, path = fetch_server_info(url)
         if info:
             self.cell.effective = from_server_args(info, source="server_info")
-            self.extra["server_info_path"] = path
+            self.cell.server_info_path = path
         else:
-            self.extra["notes"].append("neither /server_info nor /get_server_info answered: "
+            self.cell.notes.append("neither /server_info nor /get_server_info answered: "
                                        "the effective config comes from the log alone")
 
     def _not_healthy(self, h: HealthResult) -> Verdict:
@@ -317,22 +315,22 @@ class _Cell:
             self.offset = h.offset
             alive = self._tail()
             self.cell.probes = report.summary
-            self.extra["probe_check_s"] = round(sum(t.check_s or 0.0 for t in report.results), 4)
+            self.cell.probe_check_s = round(sum(t.check_s or 0.0 for t in report.results), 4)
             if self.keep_answers:
-                self.extra["answers"] = baseline_from_report(report)
-                self.extra["answer_ids"] = ids_from_report(report)
+                self.cell.answers = baseline_from_report(report)
+                self.cell.answer_ids = ids_from_report(report)
             if alive and (fatal_match(self.log) is not None or
                           serving_failure(self.log) is not None):
                 alive = self._settle()  # read the rest of the failure while it exits
             health = None
             if alive and any(t.errors and not t.text for t in report.results):
                 health = health_now(url, timeout=min(30.0, self.opts.timeout))
-                self.extra["health_after_probes"] = health
+                self.cell.health_after_probes = health
             ratio = self.host.server.tok_s_min_ratio
             v = classify_served(report, alive=alive, log=self.log, package=self.host.package,
                                 baseline=self.baseline, ratio=ratio, health=health)
             if not alive and v.outcome is Outcome.CRASH:
-                self.extra["notes"].append("the server died while being probed")
+                self.cell.notes.append("the server died while being probed")
             if v.outcome in (Outcome.CRASH, Outcome.HANG) or (v.outcome is Outcome.ERROR
                                                                and not alive):
                 self.cleanup()
@@ -344,7 +342,7 @@ class _Cell:
         with self.timed("cleanup"):
             st = self.mgr.stop()
         self.waited += st.elapsed
-        self.extra["cleanup"] = st.to_dict()
+        self.cell.cleanup = st.to_dict()
         self.started = False
 
     def _finish(self, v: Verdict) -> CellResult:
@@ -354,23 +352,22 @@ class _Cell:
         c.log_excerpt = excerpt(self.log, v.signature) if self.log else []
         c.effective = c.effective.with_log(self.log) if c.effective is not None else \
             from_log(self.log)
-        self.extra["model_loaded"] = model_loaded(self.log) if self.log else None
-        self.extra["notes"] += [n for n in v.notes if n not in self.extra["notes"]]
+        self.cell.model_loaded = model_loaded(self.log) if self.log else None
+        self.cell.notes += [n for n in v.notes if n not in self.cell.notes]
         decode = summarise_decode(self.log) if self.log else None
         if decode is not None:  # acceptance and throughput from the server's own log
-            self.extra["decode"] = decode.to_dict()
+            self.cell.decode = decode.to_dict()
             p = c.probes
             http = None if p is None else p.accept_length if p.accept_length is not None \
                 else p.server_accept_length
-            self.extra["notes"] += decode_notes(decode, http_accept=http)
+            self.cell.notes += decode_notes(decode, http_accept=http)
         if v.match is not None:
-            self.extra["phase"] = v.match.phase
-            self.extra["log_signature"] = v.match.signature.id  # also for an infra cell
+            self.cell.phase = v.match.phase
+            self.cell.log_signature = v.match.signature.id  # also for an infra cell
             if v.match.hint:
-                self.extra["hint"] = v.match.hint
+                self.cell.hint = v.match.hint
             if v.match.details:
-                self.extra["details"] = v.match.details_dict
-        c.extra.update(self.extra)
+                self.cell.details = v.match.details_dict
         return c
 
 

@@ -2,8 +2,8 @@
 
     with connect(host) as r:
         cell = run_sanitize_cell(r, host, Config(budget=16))
-        cell.extra["sanitizer"]   # SanitizerReport.to_dict(): kernel, access, address, allocation
-        cell.extra["buffer"]      # the grep-buffers row whose size is the allocation's, or None
+        cell.sanitizer   # SanitizerReport.to_dict(): kernel, access, address, allocation
+        cell.buffer      # the grep-buffers row whose size is the allocation's, or None
 
 Steps: lock -> build the config's launch with the server module (flags checked as for any cell)
 -> prefix it with `compute-sanitizer --tool memcheck --print-limit N` and set
@@ -222,8 +222,6 @@ def run_sanitize_cell(r: Remote, host: Host, config: Config, *,
     when another run holds the host; every other failure is in the cell (outcome error)."""
     cell = CellResult(host=host.name, config=config, outcome=Outcome.ERROR, kind="sanitize",
                       started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    extra: dict[str, Any] = {"notes": [], "sanitizer": None, "buffer": None}
-    cell.extra = extra
     lk = lock if lock is not None else HostLock(r, host, break_lock=break_lock)
     t0 = time.perf_counter()
     with lk:
@@ -242,7 +240,7 @@ def run_sanitize_cell(r: Remote, host: Host, config: Config, *,
         Path(log_dir).mkdir(parents=True, exist_ok=True)
         path = Path(log_dir) / f"{file_part(host.name)}-{file_part(config.key)}-sanitize.log"
         path.write_text(run.log, encoding="utf-8")
-        extra["local_log"] = str(path)
+        cell.local_log = str(path)
     return cell
 
 
@@ -261,7 +259,7 @@ class _Run:
         self.timings: dict[str, float] = {}
 
     def steps(self) -> str:
-        cell, extra = self.cell, self.cell.extra
+        cell = self.cell
         if self.host.server.manager != "command":
             cell.error = (f"sanitize cells need the command manager (host '{self.host.name}' "
                           f"uses {self.host.server.manager})")
@@ -278,9 +276,9 @@ class _Run:
             cell.outcome, cell.error = Outcome.REFUSED, str(e)
             cell.signature = refused_signature(str(e))
             return ""
-        extra["launch"] = list(launch.argv)
-        extra["env"] = sorted(k for k, _ in launch.env)  # names only: journaled (values secret)
-        extra["notes"] += list(launch.notes)
+        cell.launch = list(launch.argv)
+        cell.env_names = sorted(k for k, _ in launch.env)  # names only: journaled (values secret)
+        cell.notes += list(launch.notes)
         t = time.perf_counter()
         stop = mgr.stop()
         if not stop.clean:
@@ -315,7 +313,7 @@ class _Run:
         else:
             v = classify_dead(self.log, package=self.host.package, during="serving")
             cell.outcome, cell.signature, cell.error = v.outcome, v.signature, v.error
-        extra["answered"] = answered
+        cell.answered = answered
         return self.log
 
     def _request(self, url: str) -> bool:
@@ -325,7 +323,7 @@ class _Run:
             res = httpx.post(url + "/generate", json=body, timeout=self.opts.request_timeout,
                              trust_env=False)
         except httpx.HTTPError as e:
-            self.cell.extra["notes"].append(f"request: {type(e).__name__}: {e}")
+            self.cell.notes.append(f"request: {type(e).__name__}: {e}")
             return False
         return res.status_code == 200
 
@@ -352,11 +350,11 @@ class _Run:
         are caught (and noted); anything else is a bug and propagates."""
         if self.mgr is None or not self.started:
             return
-        notes = self.cell.extra["notes"]
+        notes = self.cell.notes
         t = time.perf_counter()
         try:
             st = self.mgr.stop()
-            self.cell.extra["stop"] = st.to_dict()
+            self.cell.stop = st.to_dict()
         except _INFRA as e:
             notes.append(f"stopping the server failed: {type(e).__name__}: {e}")
         self.timings["stop"] = time.perf_counter() - t
@@ -394,22 +392,21 @@ def sizing_for(host: Host, config: Config, info: dict[str, Any]) -> SizingParams
 
 def _analyse(r: Remote, host: Host, config: Config, cell: CellResult, log: str,
              sizing: SizingParams | None, info: dict[str, Any]) -> None:
-    extra = cell.extra
     report = parse_memcheck(log)
-    extra["sanitizer"] = report.to_dict()
+    cell.sanitizer = report.to_dict()
     cell.log_excerpt = excerpt(log, cell.signature) if cell.signature else \
         [ln for ln in log.splitlines() if ln.startswith("=")][:25]
     if not report.ran:
-        extra["notes"].append("no compute-sanitizer banner in the log: did it run?")
+        cell.notes.append("no compute-sanitizer banner in the log: did it run?")
     if not report.findings:
-        extra["buffer_match"] = "no out-of-bounds access reported"
+        cell.buffer_match = "no out-of-bounds access reported"
         return
     params = sizing or sizing_for(host, config, info)
-    extra["sizing"] = {"max_bs": params.max_bs, "context_len": params.context_len,
-                       "budget": config.budget}
+    cell.sizing = {"max_bs": params.max_bs, "context_len": params.context_len,
+                   "budget": config.budget}
     try:
         buffers = grep_buffers(r, host, backend=config.backend or "all", params=params)
     except (DdprobeError, *_INFRA) as e:  # the findings stand without the name: say why
-        extra["buffer_match"] = f"grep-buffers failed: {type(e).__name__}: {e}"
+        cell.buffer_match = f"grep-buffers failed: {type(e).__name__}: {e}"
         return
-    extra["buffer"], extra["buffer_match"] = name_buffer(report, buffers, params, config.budget)
+    cell.buffer, cell.buffer_match = name_buffer(report, buffers, params, config.budget)

@@ -93,10 +93,10 @@ class EventRenderer(common.LiveStatus):
             res = e.data.get("result")
             out = res.outcome.value if res is not None else "?"
             color = outcome_rich(out)
-            secs = f" ({res.extra.get('wall_s', 0):.0f} s)" if res is not None else ""
+            secs = f" ({res.wall_s or 0:.0f} s)" if res is not None else ""
             self.done += 1
-            if res is not None and res.extra.get("wall_s"):
-                self.cell_s.append(float(res.extra["wall_s"]))
+            if res is not None and res.wall_s:
+                self.cell_s.append(float(res.wall_s))
             if e.group in self.left:
                 self.left[e.group] = max(0, self.left[e.group] - 1)
             self._counts()

@@ -140,11 +140,11 @@ def _timings_line(t: dict[str, float]) -> str:
 
 def _note_lines(c: CellResult) -> list[str]:
     """The cell's notes, its hint (a failure's), and where its server log is."""
-    lines = [f"  note: {n}" for n in (c.extra.get("notes") or []) if n]
-    if c.extra.get("hint") and c.outcome is not Outcome.OK:
-        lines.append(f"  hint: {c.extra['hint']}")
+    lines = [f"  note: {n}" for n in c.notes if n]
+    if c.hint and c.outcome is not Outcome.OK:
+        lines.append(f"  hint: {c.hint}")
     if c.log_path:
-        local = c.extra.get("local_log")
+        local = c.local_log
         lines.append(f"  log: {c.log_path} (on the host)" + (f", copy: {local}" if local
                                                              else ""))
     return lines
@@ -221,7 +221,7 @@ def register(app: typer.Typer) -> None:
         else:
             render_cell(cell, common.env().out)
         code = for_outcome(cell.outcome)
-        if cell.outcome is Outcome.ERROR and cell.extra.get("error_kind") == "unreachable":
+        if cell.outcome is Outcome.ERROR and cell.error_kind == "unreachable":
             code = ExitCode.UNREACHABLE
         if code != ExitCode.OK:
             raise typer.Exit(int(code))

@@ -129,16 +129,15 @@ def _dict(v: Any) -> dict[Any, Any]:
 
 def side_of(cell: Any) -> Side:
     """A `CellResult` kept with `keep_answers` as one side of the differential."""
-    extra = cell.extra or {}
     eff = getattr(cell, "effective", None)
     graph = eff.cuda_graph if eff is not None and eff.cuda_graph is not None else None
     backend = (eff.attention_backend if eff is not None else None) or cell.config.backend
-    texts = _dict(extra.get("answers"))
-    ids = _dict(extra.get("answer_ids"))
+    texts = _dict(cell.answers)
+    ids = _dict(cell.answer_ids)
     return Side(cell.config.key, {str(k): str(v) for k, v in texts.items()},
                 {str(k): [int(x) for x in v if isinstance(x, int)] for k, v in ids.items()
                  if isinstance(v, list)},
-                graph, backend, tuple(extra.get("launch") or ()))
+                graph, backend, tuple(cell.launch or ()))
 
 
 def determinism(graph: Side, eager: Side) -> tuple[bool | None, str]:
@@ -221,14 +220,14 @@ def apply(graph_cell: Any, eager_cell: Any) -> Differential:
     (signature `garbage: graph-eager divergence`), in place. Returns the comparison."""
     from ddprobe.results import Outcome, Signature
     d = compare(side_of(graph_cell), side_of(eager_cell))
-    graph_cell.extra["differential"] = d.to_dict()
-    eager_cell.extra["differential"] = {"graph_cell": d.graph_cell, "status": d.status,
-                                        "summary": d.summary}
+    graph_cell.differential = d.to_dict()
+    eager_cell.differential = {"graph_cell": d.graph_cell, "status": d.status,
+                               "summary": d.summary}
     if d.status == DIVERGED and graph_cell.outcome in (Outcome.OK, Outcome.DEGRADED):
         graph_cell.outcome = Outcome.GARBAGE
         first = d.diverged[0]
         graph_cell.signature = Signature("garbage", "graph-eager divergence", d.summary[:500])
-        graph_cell.extra.setdefault("notes", []).append(
+        graph_cell.notes.append(
             f"the greedy output with CUDA graphs differs from eager at {first.where} of "
             f"{first.task} although acceptance and coding passed")
     return d
@@ -239,8 +238,7 @@ def evidence(graph_cell: Any, eager_cell: Any) -> Differential | None:
     evidence (nothing is changed); None when either kept no answers."""
     if graph_cell is None or eager_cell is None:
         return None
-    if not (graph_cell.extra or {}).get("answers") or not (eager_cell.extra or {}).get(
-            "answers"):
+    if not graph_cell.answers or not eager_cell.answers:
         return None
     d = compare(side_of(graph_cell), side_of(eager_cell))
     return None if d.status == INCOMPARABLE else d
@@ -250,8 +248,7 @@ def pairs(cells: Sequence[Any]) -> list[tuple[Any, Any]]:
     """(graph cell, eager cell) pairs of one config but for CUDA graphs, both with answers."""
     by: dict[tuple[Any, ...], dict[bool, Any]] = {}
     for c in cells:
-        if getattr(c, "kind", "cell") != "cell" or c.patches or not (c.extra or {}).get(
-                "answers"):
+        if getattr(c, "kind", "cell") != "cell" or c.patches or not c.answers:
             continue
         k = c.config
         sig = (getattr(c, "host", ""), k.budget, k.max_bs, k.backend, tuple(k.extra_args))

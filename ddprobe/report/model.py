@@ -173,7 +173,7 @@ def _log_excerpt(c: CellResult, run_dir: Any) -> str:
         return ""
     text = ""
     if run_dir is not None:
-        key = (c.extra.get("plan") or {}).get("key") or c.config.key
+        key = (c.plan or {}).get("key") or c.config.key
         f = Path(run_dir) / "logs" / f"{c.host}-{key}.log"
         try:
             with f.open("rb") as fh:
@@ -210,8 +210,8 @@ def _view(i: int, c: CellResult, variant: str, run_dir: Any = None) -> CellView:
         passed=p.passed if p else None, total=p.total if p else None,
         restart_s=_num(c.timings.get("restart")), total_s=_num(c.timings.get("total")),
         error=c.error, patches=tuple(c.patches), kind=c.kind, variant=variant,
-        plan_key=str((c.extra.get("plan") or {}).get("key") or c.config.key),
-        launch=tuple(str(a) for a in c.extra.get("launch") or ()), effective=_effective(c),
+        plan_key=str((c.plan or {}).get("key") or c.config.key),
+        launch=tuple(str(a) for a in c.launch or ()), effective=_effective(c),
         effective_source=c.effective.source if c.effective else "",
         log=_log_excerpt(c, run_dir))
 
