@@ -39,8 +39,9 @@ def spec(budgets: tuple[int, ...] = (8, 16, 32, 64), *, suspects: tuple[Suspect,
 
 def res(c: PlannedCell, out: str, sig: Signature | None = None, **extra: object) -> CellResult:
     e = {"model_loaded": True, **extra}
+    typed = {k: v for k, v in e.items() if k in CellResult.__dataclass_fields__}
     return CellResult("h", c.config, Outcome(out), signature=sig, timings={"restart": 1.0},
-                      **e)
+                      **typed, extra={k: v for k, v in e.items() if k not in typed})
 
 
 def per_budget(vs: list) -> dict[int, tuple[str, str, bool]]:
