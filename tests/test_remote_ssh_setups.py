@@ -15,7 +15,7 @@ import pytest
 from ddprobe import remote
 from ddprobe.errors import HostKeyError
 from ddprobe.inventory import Host
-from ddprobe.remote.knownhosts import cert_problem, parse_cert
+from ddprobe.remote.keytrust import cert_problem, parse_cert
 
 
 def _keygen(p: Path, typ: str = "ed25519") -> str:

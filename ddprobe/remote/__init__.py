@@ -2,7 +2,7 @@
 
 Every command is an argv list joined with shlex quoting at this boundary (base.build_command) and
 nowhere else. One module per concept (pyinfra's connectors/ is the model): base (the record, the
-options, the Remote interface), local, ssh, knownhosts, sshconfig, tunnel, fanout.
+options, the Remote interface), local, ssh, keytrust (host keys), sshconfig, tunnel, fanout.
 """
 from __future__ import annotations
 

@@ -35,7 +35,7 @@ from ddprobe.remote.base import (
     default_options,
     unframe,
 )
-from ddprobe.remote.knownhosts import (
+from ddprobe.remote.keytrust import (
     HostKeyCheck,
     HostKeyPolicy,
     KnownHosts,
@@ -86,7 +86,7 @@ class SshRemote(Remote):
                        connect_timeout=t.connect_timeout or self.opts.connect_timeout,
                        config=Config(ssh_config=paramiko.SSHConfig()),
                        connect_kwargs=ck)
-        # no host keys for paramiko: every server key goes to the policy (knownhosts.py)
+        # no host keys for paramiko: every server key goes to the policy (keytrust.py)
         c.client.set_missing_host_key_policy(policy)
         return c
 
