@@ -16,9 +16,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from ddprobe import interrupt
+from ddprobe.bisect.cellrun import CellRunner
 from ddprobe.bisect.cells import PlannedCell
-from ddprobe.bisect.executor import Executor, HostSession
 from ddprobe.bisect.groups import HostGroup
+from ddprobe.bisect.session import HostSession
 from ddprobe.errors import HostGone
 from ddprobe.results import CellResult
 from ddprobe.store import RunRecord, RunStore
@@ -122,7 +123,7 @@ def replay_journal(plan: Plan, record: RunRecord | None, group_key: str,
     run.resumed = len(run.cells)
 
 
-def drive(group: HostGroup, plan: Plan, sessions: dict[str, HostSession], executor: Executor,
+def drive(group: HostGroup, plan: Plan, sessions: dict[str, HostSession], runner: CellRunner,
           journal: Journal, *, on_event: EventSink | None = None, record: RunRecord | None = None,
           purpose_note: Callable[[PlannedCell], str] | None = None) -> GroupRun:
     run = GroupRun(group)
@@ -146,16 +147,16 @@ def drive(group: HostGroup, plan: Plan, sessions: dict[str, HostSession], execut
             emit(Event("round", group.name, f"round {run.rounds}: " + ", ".join(
                 c.key for c in cells), {"round": run.rounds, "cells": [c.key for c in cells]}))
             futures: list[tuple[PlannedCell, HostSession, Any]] = []
-            for cell, s in zip(cells, hosts):
+            for cell, s in zip(cells, hosts, strict=False):
                 why = purpose_note(cell) if purpose_note else cell.purpose
                 emit(Event("cell_start", group.name, f"{s.host.name}: {cell.key} ({why})",
                            {"host": s.host.name, "cell": cell.key}))
                 if len(cells) == 1:
                     # run in this thread: Ctrl-C then reaches the cell (which stops its server
                     # and reverts its patch) instead of waiting for it to finish
-                    futures.append((cell, s, _Done(executor.run(s, cell, group=group.key))))
+                    futures.append((cell, s, _Done(runner.run(s, cell, group=group.key))))
                 else:
-                    futures.append((cell, s, pool.submit(executor.run, s, cell,
+                    futures.append((cell, s, pool.submit(runner.run, s, cell,
                                                          group=group.key)))
             slowest = 0.0
             gone: BaseException | None = None

@@ -106,7 +106,7 @@ def build_row(budgets: Sequence[int], obs: Mapping[int, Obs]) -> Row:
         # no bad end yet: the largest untestable-so-far budget first (git bisect needs a bad end)
         gaps.append(Gap(top_anchor, n, tuple(above), "top"))
     bounds = [-1, *anchors]
-    for lo, hi in zip(bounds, anchors):
+    for lo, hi in zip(bounds, anchors, strict=False):
         between = tuple(i for i in untested if lo < i < hi)
         lo_st = os_[lo].status if lo >= 0 else None
         hi_o = os_[hi]

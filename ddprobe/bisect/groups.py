@@ -100,7 +100,7 @@ def group_hosts(hosts: Sequence[Host], facts: Sequence[Facts | None], *,
     """Groups in first-appearance order; with parallel=False every host is its own group."""
     groups: list[HostGroup] = []
     by_key: dict[str, HostGroup] = {}
-    for h, f in zip(hosts, facts):
+    for h, f in zip(hosts, facts, strict=False):
         ident = identity(h, f)
         g = by_key.get(ident.key) if parallel else None
         if g is None:

@@ -175,7 +175,7 @@ class LadderInput:
 class _Cells:
     E: PlannedCell
     M: PlannedCell | None
-    O: PlannedCell | None
+    O: PlannedCell | None  # noqa: E741 (the ladder's name for the oversize experiment)
     O2: PlannedCell | None
     notes: list[str]
     O2_spec: PlannedCell | None = None  # the escalation, before O's result is known
@@ -201,7 +201,7 @@ def _cells(li: LadderInput, cls: str) -> _Cells:
     # when grep-buffers evaluated the shortfall and x factor would not cover it, start there
     need = needed_factor(tier1, cfg.budget)
     f1 = min(MAX_FACTOR, 1 << (need - 1).bit_length()) if need and need > li.factor else None
-    O = PlannedCell(cfg, "oversize", label, buffers=names, factor=f1) if names else None
+    O = PlannedCell(cfg, "oversize", label, buffers=names, factor=f1) if names else None  # noqa: E741
     O2 = spec2 = None
     f2 = escalation(tier1, cfg.budget, f1 or li.factor)
     if O is not None and f2 is not None:
@@ -233,38 +233,69 @@ def diagnose(li: LadderInput) -> LadderState:
     steps = step_order(cls, li.order)
     cs = _cells(li, cls)
     cells = cs.named()
-    mode, label = li.mode, li.label
-    eo = li.obs(cs.E)
-    mo = cured(_m_obs(li, cs.M), mode)
-    oo = cured(li.obs(cs.O), mode) if cs.O else NONE_OBS
-    o2 = cured(li.obs(cs.O2), mode) if cs.O2 else NONE_OBS
-    cure = cs.O2 if o2.status == GOOD and oo.status != GOOD else cs.O
+    ob = _observe_all(li, cs)
     tier1 = any(s.tier == 1 for s in li.suspects)
-    decision = _decide(mode, cls, eo, oo, o2, mo, has_suspects=cs.O is not None, tier1=tier1,
-                       escalate_pending=cs.O2 is not None and not o2.decided,
+    decision = _decide(li.mode, cls, ob.eager, ob.oversize, ob.escalated, ob.max_bs,
+                       has_suspects=cs.O is not None, tier1=tier1,
+                       escalate_pending=cs.O2 is not None and not ob.escalated.decided,
                        m_possible=cs.M is not None)
     notes = tuple(cs.notes)
-    if decision is not None and decision.decided_by == "oversize experiment" and \
-            cure is not None:
-        st = _naming(li, cure, decision)
-        if st is not None:
-            return replace(st, cls=cls, order=steps, cells=cells, notes=notes)
+
+    def state(d: Decision | None, needed: tuple[PlannedCell, ...] = (),
+              spec: tuple[PlannedCell, ...] = ()) -> LadderState:
+        return LadderState(li.label, li.config, cls, steps, d, needed, spec, (), cells, notes)
+
     if decision is not None:
-        return LadderState(label, li.config, cls, steps, decision, (), (), (), cells, notes)
+        cure = ob.cure(cs)
+        if decision.decided_by == "oversize experiment" and cure is not None:
+            st = _naming(li, cure, decision)
+            if st is not None:
+                return replace(st, cls=cls, order=steps, cells=cells, notes=notes)
+        return state(decision)
     remaining = [s for s in steps if s in cells and not li.obs(cells[s]).decided]
     if not remaining:
-        d = _inconclusive(cls, eo, oo, o2, mo, tier1=tier1, has_suspects=cs.O is not None,
-                          m_notes=cs.notes)
-        return LadderState(label, li.config, cls, steps, d, (), (), (), cells, notes)
-    needed = (cells[remaining[0]],)
+        return state(_inconclusive(cls, ob.eager, ob.oversize, ob.escalated, ob.max_bs,
+                                   tier1=tier1, has_suspects=cs.O is not None,
+                                   m_notes=cs.notes))
+    return state(None, (cells[remaining[0]],), _speculative(li, cs, cls, remaining))
+
+
+@dataclass(frozen=True)
+class _Observed:
+    """What each experiment of the ladder says about the failure mode (cured or not)."""
+
+    eager: Obs
+    max_bs: Obs
+    oversize: Obs
+    escalated: Obs
+
+    def cure(self, cs: _Cells) -> PlannedCell | None:
+        """The oversize cell that cured it: the escalation when only that one did."""
+        if self.escalated.status == GOOD and self.oversize.status != GOOD:
+            return cs.O2
+        return cs.O
+
+
+def _observe_all(li: LadderInput, cs: _Cells) -> _Observed:
+    mode = li.mode
+    return _Observed(eager=li.obs(cs.E), max_bs=cured(_m_obs(li, cs.M), mode),
+                     oversize=cured(li.obs(cs.O), mode) if cs.O else NONE_OBS,
+                     escalated=cured(li.obs(cs.O2), mode) if cs.O2 else NONE_OBS)
+
+
+def _speculative(li: LadderInput, cs: _Cells, cls: str,
+                 remaining: Sequence[str]) -> tuple[PlannedCell, ...]:
+    """Cells worth running on spare hosts beside the next one needed."""
+    cells = cs.named()
     spec = [cells[s] for s in remaining[1:]]
     if cs.O2_spec is not None:
         spec.append(cs.O2_spec)
     if cs.O is not None and len(cs.O.buffers) > 1 and "O" in remaining:
         # if the oversize cure holds, the first halving cell is the next one needed
         spec.insert(0 if cls == "memory" else len(spec),
-                    PlannedCell(li.config, "oversize", label, buffers=_first_half(cs.O.buffers)))
-    return LadderState(label, li.config, cls, steps, None, needed, tuple(spec), (), cells, notes)
+                    PlannedCell(li.config, "oversize", li.label,
+                                buffers=_first_half(cs.O.buffers)))
+    return tuple(spec)
 
 
 def _naming(li: LadderInput, cure: PlannedCell, decision: Decision) -> LadderState | None:
@@ -305,22 +336,47 @@ def _naming(li: LadderInput, cure: PlannedCell, decision: Decision) -> LadderSta
 
 def _decide(mode: str, cls: str, eo: Obs, oo: Obs, o2: Obs, mo: Obs, *, has_suspects: bool,
             tier1: bool, escalate_pending: bool, m_possible: bool) -> Decision | None:
-    e, o, m = eo.status, oo.status, mo.status
     if cls == "preload":
-        return None if e == BAD and before_model_load(eo.first) else _eager_only(mode, eo)
-    if e == BAD and same_failure(eo.mode, mode):
+        return None if eo.status == BAD and before_model_load(eo.first) else \
+            _eager_only(mode, eo)
+    cure = _cure(mode, cls, eo, oo, o2, mo)
+    if cure is not None:
+        return cure
+    if not _graph_only(cls, eo, mo):
+        return None
+    return _capture_by_elimination(cls, oo, o2, mo, tier1=tier1,
+                                   escalate_pending=escalate_pending, m_possible=m_possible)
+
+
+def _cure(mode: str, cls: str, eo: Obs, oo: Obs, o2: Obs, mo: Obs) -> Decision | None:
+    """A decision one experiment proves: the eager control fails the same way (kernel), an
+    oversize or a smaller max bs cures it (buffer sizing)."""
+    if eo.status == BAD and same_failure(eo.mode, mode):
         return Decision("kernel", "eager control", "high")
-    if o == GOOD or o2.status == GOOD:
+    if oo.status == GOOD or o2.status == GOOD:
         return Decision("buffer_sizing", "oversize experiment", "high")
-    if m == GOOD:
-        strong = cls == "capacity" or o == BAD
+    if mo.status == GOOD:
+        strong = cls == "capacity" or oo.status == BAD
         return Decision("buffer_sizing", "max-bs experiment", "high" if strong else "medium",
                         workspace=True)
-    if e != GOOD:
-        return None  # eager untested, or failing differently: not a graph-only failure yet
-    if cls == "capacity" and m != BAD:
-        return None  # no smaller max bs really ran: a fixed workspace is not ruled out
-    oversize_ruled_out = tier1 and o == BAD and not escalate_pending and \
+    return None
+
+
+def _graph_only(cls: str, eo: Obs, mo: Obs) -> bool:
+    """Eager passes: a graph-only failure. Not yet for a capacity error with no smaller max bs
+    really run (a fixed workspace is not ruled out); never while eager is untested or fails
+    differently."""
+    if eo.status != GOOD:
+        return False
+    return not (cls == "capacity" and mo.status != BAD)
+
+
+def _capture_by_elimination(cls: str, oo: Obs, o2: Obs, mo: Obs, *, tier1: bool,
+                            escalate_pending: bool, m_possible: bool) -> Decision | None:
+    """graph_capture once the budget-sized suspects, enlarged, did not cure it (and, but for
+    an `other` failure, a smaller max bs did not either)."""
+    m = mo.status
+    oversize_ruled_out = tier1 and oo.status == BAD and not escalate_pending and \
         o2.status in (BAD, "none")
     m_done = m in (BAD, "none", "same") or not m_possible
     needs_m = cls != "other"
@@ -345,7 +401,7 @@ def _eager_only(mode: str, eo: Obs) -> Decision | None:
 
 def _inconclusive(cls: str, eo: Obs, oo: Obs, o2: Obs, mo: Obs, *, tier1: bool,
                   has_suspects: bool, m_notes: Sequence[str]) -> Decision:
-    notes = [n for n in m_notes]
+    notes = list(m_notes)
     for name, o in (("eager control", eo), ("oversize", oo), ("escalated oversize", o2),
                     ("max-bs", mo)):
         if o.status not in (GOOD, BAD, "none"):

@@ -40,8 +40,8 @@ def plan_lines(spec: BisectSpec, *, k: int = 1) -> list[str]:
     lines.append(f"  3. per failure mode, at its first failing budget: {how} "
                  f"(max bs {spec.small_max_bs} for the max-bs experiment)")
     if spec.suspects:
-        lines.append(f"     oversize suspects (x{spec.options.oversize_factor}, escalated to cover the static shortfall or "
-                     "x16 when it does not cure): "
+        lines.append(f"     oversize suspects (x{spec.options.oversize_factor}, escalated to "
+                     "cover the static shortfall or x16 when it does not cure): "
                      + ", ".join(f"{s.attr} ({s.where})" for s in spec.suspects))
     if spec.options.confirm_patch:
         lines.append(f"  4. --confirm-patch {spec.options.confirm_patch}: each failing cell "

@@ -99,7 +99,7 @@ def plan_preflight(r: Remote, host: Host, *, budgets: Sequence[int],
     if launches and any(a.status == "not_run" for a in answers) and \
             not not_applicable(host, launches[0].argv):
         rules = static_rules(r, host)
-    for ln, res in zip(launches, answers):
+    for ln, res in zip(launches, answers, strict=False):
         key = ln.config.key
         pf.results[key] = res
         pf.version = pf.version or res.version
@@ -169,7 +169,7 @@ def preview(hosts: Sequence[Host], *, budgets: Sequence[int], base: Config,
                 hp.preflight = pf
                 effs = list(pf.effective.values())
 
-                def same(name: str) -> Any:
+                def same(name: str, effs: list[Any] = effs) -> Any:
                     vals = {getattr(e, name) for e in effs} - {None}
                     return vals.pop() if len(vals) == 1 else None
 

@@ -20,7 +20,7 @@ from ddprobe.errors import HostGone, LockedError, RemoteError
 from ddprobe.remote import connect
 
 if TYPE_CHECKING:
-    from ddprobe.bisect.executor import HostSession
+    from ddprobe.bisect.session import HostSession
 
 log = logging.getLogger("ddprobe.reconnect")
 # seconds to keep trying to reach a host that dropped (env: tests make it short)

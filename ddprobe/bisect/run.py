@@ -9,38 +9,29 @@ side and the report lists where their answers disagree. Every cell is journaled 
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddprobe import interrupt
+from ddprobe.bisect.cellrun import CellRunner, probe_options
 from ddprobe.bisect.cells import PlannedCell
 from ddprobe.bisect.compare import disagreements
-from ddprobe.bisect.engine import (
-    Event,
-    EventSink,
-    GroupRun,
-    Journal,
-    drive,
-    in_parallel,
-    is_restart,
-    unfinished,
-)
-from ddprobe.bisect.executor import Executor, experiment_api, probe_options, stop_all, stop_server
+from ddprobe.bisect.engine import Event, EventSink, GroupRun, drive, is_restart
 from ddprobe.bisect.groups import HostGroup
 from ddprobe.bisect.latent import LatentOptions
 from ddprobe.bisect.planner import BisectSpec, Planner, PlanOptions, small_max_bs_for
 from ddprobe.bisect.plantext import plan_lines
 from ddprobe.bisect.preflight import PlanPreflight, plan_preflight
-from ddprobe.bisect.session import StaticEvidence, open_hosts, static_evidence
+from ddprobe.bisect.runframe import RunFrame, begin_run, now
+from ddprobe.bisect.session import HostSession, Opened, StaticEvidence, static_evidence
 from ddprobe.bisect.verdicts import build_verdicts, exit_code, run_status
-from ddprobe.errors import HostGone, UsageError
+from ddprobe.errors import UsageError
 from ddprobe.inventory import Host
 from ddprobe.results import Config, Verdict
 from ddprobe.sources.patches import apply_patch, load_patch
-from ddprobe.store import RunRecord, RunStore, find_run, load_run, runs_root
+from ddprobe.store import RunRecord, find_run, load_run
 
 
 @dataclass(frozen=True)
@@ -160,10 +151,6 @@ class BisectReport:
         }
 
 
-def _command_tag(run_id: str) -> str:
-    return f"ddprobe bisect (run {run_id})"
-
-
 def load_resume(run_id: str, root: Path | None = None) -> RunRecord:
     rec = load_run(find_run(run_id, root))
     if rec.meta.get("command") != "bisect":
@@ -177,151 +164,125 @@ def load_resume(run_id: str, root: Path | None = None) -> RunRecord:
 
 def run_bisect(hosts: Sequence[Host], req: BisectRequest, *, root: Path | None = None,
                resume: RunRecord | None = None, on_event: EventSink | None = None,
-               break_lock: bool = False, argv: Sequence[str] = (),
-               executor: Executor | None = None) -> BisectReport:
+               break_lock: bool = False, argv: Sequence[str] = ()) -> BisectReport:
     """Run (or resume) a bisect; the journal, logs and reports land in runs/<run-id>/."""
     t0 = time.monotonic()
-    emit = on_event or (lambda e: None)
-    if resume is not None:
-        store = RunStore(resume.dir)
-    else:
-        req.spec(small_max_bs=1)  # validates budgets/order/repeat before touching a host
-        store = RunStore.create("bisect", root or runs_root())
-    journal = Journal(store)
     if resume is None:
-        journal.append({"type": "run", "run_id": store.run_id, "command": "bisect",
-                        "argv": list(argv), "hosts": [h.name for h in hosts],
-                        "budgets": list(req.budgets),
-                        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                        "options": req.to_dict()})
-    else:
-        journal.note(f"resumed at {time.strftime('%Y-%m-%dT%H:%M:%S')}")
-    emit(Event("run", "", f"run {store.run_id} ({store.dir})", {"run_id": store.run_id}))
-    interrupt.set_resume(f"ddprobe bisect --resume {store.run_id}")
+        req.spec(small_max_bs=1)  # validates budgets/order/repeat before touching a host
+    frame = begin_run("bisect", hosts, root=root, resume=resume, on_event=on_event,
+                      budgets=req.budgets, options=req.to_dict(), argv=argv)
+    if resume is not None:
+        frame.journal.note(f"resumed at {now()}")
+    frame.start()
     with ExitStack() as stack:
-        try:
-            opened = open_hosts(stack, hosts, command=_command_tag(store.run_id),
-                                parallel=req.parallel, break_lock=break_lock)
-        except BaseException as e:
-            journal.abandon(fresh=resume is None, why=e)
-            raise
-        for n in opened.notes:
-            journal.note(n)
-            emit(Event("note", "", n))
-        _, run_san, san_why = experiment_api()
-        if executor is None:
-            executor = Executor(run_dir=store.dir, oversize_factor=req.oversize_factor,
-                                progress=lambda text: emit(Event("server", "", text)),
-                                probe=probe_options(req.tasks),
-                                on_note=lambda text: (journal.note(text),
-                                                      emit(Event("note", "", text))))
-        statics: dict[str, StaticEvidence] = {}
-        planners: dict[str, Planner] = {}
-        for g in opened.groups:
-            s0 = opened.sessions[g.hosts[0].name]
-            pf = plan_preflight(s0.r, s0.host, budgets=req.budgets, base=req.base())
-            for line in pf.lines():
-                journal.note(f"{g.name}: {line}")
-                emit(Event("plan", g.name, line))
-            journal.append({"type": "preflight", "group": g.key, **pf.to_dict()})
-            eff_bs = req.max_bs or _served_max_bs(pf) or g.hosts[0].server.max_bs
-            st = static_evidence(s0, budgets=req.budgets, max_bs=eff_bs, backend=req.backend,
-                                 factor=req.oversize_factor,
-                                 context_len=req.context_len or _context_len(pf),
-                                 topk=_same(pf, "topk") or s0.host.server.topk,
-                                 num_steps=_same(pf, "num_steps") or s0.host.server.steps)
-            statics[g.key] = st
-            if st.report is not None:
-                executor.reports[g.key] = st.report
-            for n in st.notes:
-                journal.note(f"{g.name}: {n}")
-                emit(Event("note", g.name, n))
-            san_ok, san_note = _sanitize_support(req, opened.sessions, g, run_san, san_why)
-            planners[g.key] = Planner(req.spec(small_max_bs=small_max_bs_for(eff_bs),
-                                               suspects=st.suspects,
-                                               sanitize_available=san_ok,
-                                               sanitize_note=san_note,
-                                               latent=_latent_support(req, opened.sessions, g,
-                                                                      run_san, san_why)))
-            emit(Event("static", g.name, _static_line(st),
-                       {"suspects": [s.to_dict() for s in st.suspects]}))
+        opened = frame.open_hosts(stack, hosts, parallel=req.parallel, break_lock=break_lock)
+        runner = frame.cell_runner(probe=probe_options(req.tasks),
+                                   oversize_factor=req.oversize_factor)
+        groups = [_prepare_group(frame, req, opened, g, runner) for g in opened.groups]
         if resume is None:
-            first = {g.key: [c.to_dict() for c in planners[g.key].next_cells(len(g.hosts))]
-                     for g in opened.groups}
-            journal.append({"type": "plan", "cells": [c for cs in first.values() for c in cs],
-                            "note": "\n".join(plan_lines(planners[opened.groups[0].key].spec,
-                                                         k=len(opened.groups[0].hosts))),
-                            "groups": {g.key: {"name": g.name, "hosts": [h.name for h in g.hosts],
-                                               "identity": g.identity.to_dict()}
-                                       for g in opened.groups}})
-        for g in opened.groups:
-            for line in plan_lines(planners[g.key].spec, k=len(g.hosts)):
-                emit(Event("plan", g.name, line))
+            _journal_first_plan(frame, groups)
+        for gp in groups:
+            for line in plan_lines(gp.planner.spec, k=len(gp.group.hosts)):
+                frame.emit(Event("plan", gp.group.name, line))
+        def go(gp: _GroupPlan) -> Callable[[], GroupRun]:
+            return lambda: drive(gp.group, gp.planner, opened.sessions, runner, frame.journal,
+                                 on_event=on_event, record=resume, purpose_note=_why)
 
-        def go(g: HostGroup) -> GroupRun:
-            return drive(g, planners[g.key], opened.sessions, executor, journal,
-                         on_event=on_event, record=resume, purpose_note=_why)
-
-        try:
-            runs = in_parallel([lambda g=g: go(g) for g in opened.groups])
-        except KeyboardInterrupt:
-            stop_all(opened.sessions)
-            raise
-        except HostGone as e:
-            raise unfinished(e, store.run_id, "bisect") from None
-        outcomes: list[GroupOutcome] = []
-        for g, gr in zip(opened.groups, runs):
-            p = planners[g.key]
-            label = g.name if len(opened.groups) > 1 or len(g.hosts) > 1 else g.hosts[0].name
-            verdicts = build_verdicts(p, host=label)
-            kept = _keep_patch(req, opened.sessions, g, verdicts, journal, emit)
-            outcomes.append(GroupOutcome(
-                name=g.name, hosts=[h.name for h in g.hosts], identity=g.identity.to_dict(),
-                verdicts=verdicts, rounds=gr.rounds,
-                restarts=sum(1 for _, c in gr.cells if is_restart(c)),
-                restarts_now=sum(1 for c in gr.new_cells if is_restart(c)),
-                full_sweep=len(req.budgets) * 2 * req.repeat,
-                suspects=[s.to_dict() for s in statics[g.key].suspects], cells=gr.cells,
-                notes=list(statics[g.key].notes), patch_kept=kept))
+        runs = frame.drive_groups(opened, [go(gp) for gp in groups])
+        outcomes = [_outcome(frame, req, opened.sessions, gp, gr,
+                             several_groups=len(groups) > 1)
+                    for gp, gr in zip(groups, runs, strict=True)]
         if not req.keep_server:
-            for sess in opened.sessions.values():
-                msg = stop_server(sess)
-                if msg:
-                    journal.note(msg)
-                    emit(Event("note", sess.host.name, msg))
+            frame.stop_servers(opened.sessions)
         dis = disagreements(outcomes) if len(outcomes) > 1 else []
         for o in outcomes:
             for v in o.verdicts:
-                journal.append({"type": "verdict", **v.to_dict()})
+                frame.journal.append({"type": "verdict", **v.to_dict()})
         for d in dis:
-            journal.note("hosts disagree: " + d["text"])
+            frame.journal.note("hosts disagree: " + d["text"])
         server_s = max((gr.cell_s for gr in runs), default=0.0)
-        report = BisectReport(store.run_id, store.dir, tuple(req.budgets), outcomes, dis,
+        report = BisectReport(frame.run_id, frame.store.dir, tuple(req.budgets), outcomes, dis,
                               opened.notes, time.monotonic() - t0, server_s,
                               run_status([v for o in outcomes for v in o.verdicts]))
-    journal.append({"type": "end", "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                    "restarts_used": report.restarts_used,
-                    "restarts_this_invocation": report.restarts_now,
-                    "restarts_full_sweep": report.restarts_full_sweep,
-                    "rounds": report.rounds, "status": report.status,
-                    "infra_errors": sum(1 for o in outcomes for _, c in o.cells
-                                        if c.outcome.value == "error"),
-                    "exit_code": report.exit_code(), "wall_s": round(report.wall_s, 3),
-                    "disagreements": [d["text"] for d in dis]})
-    write_reports_if_available(store.dir, report.notes)
+    frame.finish(_end_entry(report), report.notes)
     return report
 
 
-def write_reports_if_available(run_dir: Path, notes: list[str]) -> None:
-    """The report engineer's renderer writes report.md/json/csv/html, when it is there."""
-    try:
-        from ddprobe.report import write_reports
-    except ImportError:
-        return
-    try:
-        write_reports(load_run(run_dir))
-    except Exception as e:
-        notes.append(f"reports not written: {type(e).__name__}: {e}")
+@dataclass
+class _GroupPlan:
+    """One host group before it runs: its static evidence and its planner."""
+
+    group: HostGroup
+    static: StaticEvidence
+    planner: Planner
+
+
+def _prepare_group(frame: RunFrame, req: BisectRequest, opened: Opened, g: HostGroup,
+                   runner: CellRunner) -> _GroupPlan:
+    """Preflight, grep-buffers and the planner of one group (read on its first host)."""
+    s0 = opened.sessions[g.hosts[0].name]
+    pf = plan_preflight(s0.r, s0.host, budgets=req.budgets, base=req.base())
+    for line in pf.lines():
+        frame.journal.note(f"{g.name}: {line}")
+        frame.emit(Event("plan", g.name, line))
+    frame.journal.append({"type": "preflight", "group": g.key, **pf.to_dict()})
+    eff_bs = req.max_bs or _served_max_bs(pf) or g.hosts[0].server.max_bs
+    st = static_evidence(s0, budgets=req.budgets, max_bs=eff_bs, backend=req.backend,
+                         factor=req.oversize_factor,
+                         context_len=req.context_len or _context_len(pf),
+                         topk=_same(pf, "topk") or s0.host.server.topk,
+                         num_steps=_same(pf, "num_steps") or s0.host.server.steps)
+    if st.report is not None:
+        runner.reports[g.key] = st.report
+    for n in st.notes:
+        frame.note(n, g.name)
+    san_ok, san_note = _sanitize_support(req, opened.sessions, g)
+    planner = Planner(req.spec(small_max_bs=small_max_bs_for(eff_bs), suspects=st.suspects,
+                               sanitize_available=san_ok, sanitize_note=san_note,
+                               latent=_latent_support(req, opened.sessions, g)))
+    frame.emit(Event("static", g.name, _static_line(st),
+                     {"suspects": [s.to_dict() for s in st.suspects]}))
+    return _GroupPlan(g, st, planner)
+
+
+def _journal_first_plan(frame: RunFrame, groups: Sequence[_GroupPlan]) -> None:
+    """A fresh run's plan entry: every group's first cells and the first group's plan text."""
+    first = [c.to_dict() for gp in groups for c in gp.planner.next_cells(len(gp.group.hosts))]
+    g0 = groups[0]
+    frame.journal.append({
+        "type": "plan", "cells": first,
+        "note": "\n".join(plan_lines(g0.planner.spec, k=len(g0.group.hosts))),
+        "groups": {gp.group.key: {"name": gp.group.name,
+                                  "hosts": [h.name for h in gp.group.hosts],
+                                  "identity": gp.group.identity.to_dict()} for gp in groups}})
+
+
+def _outcome(frame: RunFrame, req: BisectRequest, sessions: dict[str, HostSession],
+             gp: _GroupPlan, gr: GroupRun, *, several_groups: bool) -> GroupOutcome:
+    """One group's verdicts (a lone host's are labelled with its name) and counts."""
+    g = gp.group
+    label = g.name if several_groups or len(g.hosts) > 1 else g.hosts[0].name
+    verdicts = build_verdicts(gp.planner, host=label)
+    kept = _keep_patch(frame, req, sessions, g, verdicts)
+    return GroupOutcome(
+        name=g.name, hosts=[h.name for h in g.hosts], identity=g.identity.to_dict(),
+        verdicts=verdicts, rounds=gr.rounds,
+        restarts=sum(1 for _, c in gr.cells if is_restart(c)),
+        restarts_now=sum(1 for c in gr.new_cells if is_restart(c)),
+        full_sweep=len(req.budgets) * 2 * req.repeat,
+        suspects=[s.to_dict() for s in gp.static.suspects], cells=gr.cells,
+        notes=list(gp.static.notes), patch_kept=kept)
+
+
+def _end_entry(report: BisectReport) -> dict[str, Any]:
+    return {"restarts_used": report.restarts_used,
+            "restarts_this_invocation": report.restarts_now,
+            "restarts_full_sweep": report.restarts_full_sweep,
+            "rounds": report.rounds, "status": report.status,
+            "infra_errors": sum(1 for o in report.groups for _, c in o.cells
+                                if c.outcome.value == "error"),
+            "exit_code": report.exit_code(), "wall_s": round(report.wall_s, 3),
+            "disagreements": [d["text"] for d in report.disagreements]}
 
 
 def _served_max_bs(pf: PlanPreflight) -> int | None:
@@ -354,20 +315,18 @@ def _static_line(st: StaticEvidence) -> str:
     return "grep-buffers suspects: " + ", ".join(f"{s.attr} ({s.where})" for s in st.suspects)
 
 
-def _sanitize_support(req: BisectRequest, sessions: dict[str, Any], g: HostGroup,
-                      run_san: Any, why: str) -> tuple[bool, str]:
+def _sanitize_support(req: BisectRequest, sessions: dict[str, HostSession],
+                      g: HostGroup) -> tuple[bool, str]:
     if not req.sanitize:
         return False, ""
     facts = sessions[g.hosts[0].name].facts
     if facts is None or not facts.compute_sanitizer:
         return False, f"no compute-sanitizer on {g.hosts[0].name}"
-    if run_san is None:
-        return False, why or "no sanitize cell in ddprobe.cell.experiment"
     return True, ""
 
 
-def _latent_support(req: BisectRequest, sessions: dict[str, Any], g: HostGroup,
-                    run_san: Any, why: str) -> LatentOptions:
+def _latent_support(req: BisectRequest, sessions: dict[str, HostSession],
+                    g: HostGroup) -> LatentOptions:
     """The latent check runs with --sanitize, and by default where the host's facts show
     compute-sanitizer; --no-latent-check turns it off."""
     if not req.latent_check:
@@ -381,29 +340,21 @@ def _latent_support(req: BisectRequest, sessions: dict[str, Any], g: HostGroup,
         return LatentOptions(enabled=True, available=False,
                              note=f"sanitize cells need the command manager ({h.name} uses "
                                   f"{h.server.manager})")
-    if run_san is None:
-        return LatentOptions(enabled=True, available=False,
-                             note=why or "no sanitize cell in ddprobe.cell.experiment")
     return LatentOptions(enabled=True, available=True)
 
 
-def _keep_patch(req: BisectRequest, sessions: dict[str, Any], g: HostGroup,
-                verdicts: list[Verdict], journal: Journal, emit: EventSink) -> bool | None:
+def _keep_patch(frame: RunFrame, req: BisectRequest, sessions: dict[str, HostSession],
+                g: HostGroup, verdicts: list[Verdict]) -> bool | None:
     """--confirm-patch: keep the patch (re-apply it) when it fixed a failure mode."""
     if not req.confirm_patch:
         return None
     fixed = any(v.patch_confirmed for v in verdicts)
     if not fixed:
-        msg = f"{req.confirm_patch}: did not fix any failure mode; reverted"
-        journal.note(f"{g.name}: {msg}")
-        emit(Event("note", g.name, msg))
+        frame.note(f"{req.confirm_patch}: did not fix any failure mode; reverted", g.name)
         return False
     patch = load_patch(req.confirm_patch)
     for h in g.hosts:
         s = sessions[h.name]
         apply_patch(s.r, patch, host=s.host)
-    msg = f"{req.confirm_patch}: fixes a failure mode; kept applied on {g.name}"
-    journal.note(f"{g.name}: {msg}")
-    emit(Event("note", g.name, msg))
+    frame.note(f"{req.confirm_patch}: fixes a failure mode; kept applied on {g.name}", g.name)
     return True
-

@@ -7,33 +7,23 @@ counts and signatures. It is what a bisect's restart count is compared against.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ddprobe import interrupt
+from ddprobe.bisect.cellrun import probe_options
 from ddprobe.bisect.cells import PlannedCell, observe
-from ddprobe.bisect.engine import (
-    Event,
-    EventSink,
-    GroupRun,
-    Journal,
-    drive,
-    in_parallel,
-    is_restart,
-    unfinished,
-)
-from ddprobe.bisect.executor import Executor, probe_options, stop_all, stop_server
-from ddprobe.bisect.run import write_reports_if_available
-from ddprobe.bisect.session import open_hosts
-from ddprobe.errors import HostGone, UsageError
+from ddprobe.bisect.engine import Event, EventSink, GroupRun, drive, is_restart
+from ddprobe.bisect.groups import HostGroup
+from ddprobe.bisect.runframe import begin_run
+from ddprobe.errors import UsageError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.inventory import Host
 from ddprobe.probes import differential
 from ddprobe.results import CellResult, Config
-from ddprobe.store import RunRecord, RunStore, runs_root
+from ddprobe.store import RunRecord
 
 # eager first: a graph cell is then compared with its eager twin as soon as it finishes
 GRAPH_MODES = {"both": (False, True), "on": (True,), "off": (False,)}
@@ -181,57 +171,46 @@ def run_sweep(hosts: Sequence[Host], req: SweepRequest, *, root: Path | None = N
               break_lock: bool = False, argv: Sequence[str] = ()) -> SweepReport:
     req.validate()
     t0 = time.monotonic()
-    emit = on_event or (lambda e: None)
-    store = RunStore(resume.dir) if resume is not None else RunStore.create(
-        "sweep", root or runs_root())
-    journal = Journal(store)
+    frame = begin_run("sweep", hosts, root=root, resume=resume, on_event=on_event,
+                      budgets=sorted(set(req.budgets)), options=req.to_dict(), argv=argv)
     cells = req.cells()
     if resume is None:
-        journal.append({"type": "run", "run_id": store.run_id, "command": "sweep",
-                        "argv": list(argv), "hosts": [h.name for h in hosts],
-                        "budgets": sorted(set(req.budgets)),
-                        "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                        "options": req.to_dict()})
-        journal.append({"type": "plan", "cells": [c.to_dict() for c in cells],
-                        "note": f"full matrix: {len(cells)} cells per host group"})
-    emit(Event("run", "", f"run {store.run_id} ({store.dir})", {"run_id": store.run_id}))
-    interrupt.set_resume(f"ddprobe sweep --resume {store.run_id}")
+        frame.journal.append({"type": "plan", "cells": [c.to_dict() for c in cells],
+                              "note": f"full matrix: {len(cells)} cells per host group"})
+    frame.start()
     with ExitStack() as stack:
-        try:
-            opened = open_hosts(stack, hosts, command=f"ddprobe sweep (run {store.run_id})",
-                                parallel=req.parallel, break_lock=break_lock)
-        except BaseException as e:
-            journal.abandon(fresh=resume is None, why=e)
-            raise
-        for n in opened.notes:
-            journal.note(n)
-            emit(Event("note", "", n))
-        executor = Executor(run_dir=store.dir, probe=probe_options(req.tasks),
-                            progress=lambda text: emit(Event("server", "", text)),
-                            on_note=lambda text: (journal.note(text),
-                                                  emit(Event("note", "", text))))
+        opened = frame.open_hosts(stack, hosts, parallel=req.parallel, break_lock=break_lock)
+        runner = frame.cell_runner(probe=probe_options(req.tasks))
         plans = {g.key: MatrixPlan(cells, req.repeat) for g in opened.groups}
         for g in opened.groups:
-            emit(Event("plan", g.name, f"sweep: {len(cells) * req.repeat} cells on "
-                                       f"{len(g.hosts)} host(s)"))
-        try:
-            runs: list[GroupRun] = in_parallel([
-                lambda g=g: drive(g, plans[g.key], opened.sessions, executor, journal,
-                                  on_event=on_event, record=resume) for g in opened.groups])
-        except KeyboardInterrupt:
-            stop_all(opened.sessions)
-            raise
-        except HostGone as e:
-            raise unfinished(e, store.run_id, "sweep") from None
+            frame.emit(Event("plan", g.name, f"sweep: {len(cells) * req.repeat} cells on "
+                                             f"{len(g.hosts)} host(s)"))
+
+        def go(g: HostGroup) -> Callable[[], GroupRun]:
+            return lambda: drive(g, plans[g.key], opened.sessions, runner, frame.journal,
+                                 on_event=on_event, record=resume)
+
+        runs = frame.drive_groups(opened, [go(g) for g in opened.groups])
         if not req.keep_server:
-            for sess in opened.sessions.values():
-                msg = stop_server(sess)
-                if msg:
-                    journal.note(msg)
+            frame.stop_servers(opened.sessions, show=False)
+    rows, variants, all_cells = _matrix(opened.groups, plans, cells, req.repeat)
+    restarts = sum(1 for gr in runs for _, c in gr.cells if is_restart(c))
+    report = SweepReport(frame.run_id, frame.store.dir, rows, variants, restarts,
+                         time.monotonic() - t0, opened.notes, all_cells)
+    frame.finish({"restarts_used": restarts, "restarts_full_sweep": restarts,
+                  "exit_code": report.exit_code, "wall_s": round(report.wall_s, 3),
+                  "infra_errors": report.errored}, report.notes)
+    return report
+
+
+def _matrix(groups: Sequence[HostGroup], plans: dict[str, MatrixPlan],
+            cells: Sequence[PlannedCell],
+            repeat: int) -> tuple[list[MatrixRow], list[str], list[CellResult]]:
+    """The table: one row per group and budget, one entry per variant (graph first)."""
     rows: list[MatrixRow] = []
     variants: list[str] = []
     all_cells: list[CellResult] = []
-    for g, gr in zip(opened.groups, runs):
+    for g in groups:
         by_budget: dict[int, MatrixRow] = {}
         plan = plans[g.key]
         for c in cells:
@@ -241,15 +220,7 @@ def run_sweep(hosts: Sequence[Host], req: SweepRequest, *, root: Path | None = N
             if v not in variants:
                 variants.append(v)
             row = by_budget.setdefault(c.config.budget, MatrixRow(g.name, c.config.budget))
-            row.entries[v] = summarize(res, req.repeat)
+            row.entries[v] = summarize(res, repeat)
         rows += [by_budget[b] for b in sorted(by_budget)]
     variants.sort(key=lambda v: v.split()[0] != "graph")  # shown graph first (run eager first)
-    restarts = sum(1 for gr in runs for _, c in gr.cells if is_restart(c))
-    report = SweepReport(store.run_id, store.dir, rows, variants, restarts,
-                         time.monotonic() - t0, opened.notes, all_cells)
-    journal.append({"type": "end", "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
-                    "restarts_used": restarts, "restarts_full_sweep": restarts,
-                    "exit_code": report.exit_code, "wall_s": round(report.wall_s, 3),
-                    "infra_errors": report.errored})
-    write_reports_if_available(store.dir, report.notes)
-    return report
+    return rows, variants, all_cells

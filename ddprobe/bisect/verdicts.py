@@ -353,8 +353,9 @@ def _assumed_verdict(p: Planner, mp: ModePlan, d: Decision, res: Any,
                      host: str | None) -> Verdict:
     b = p.spec.budgets
     names = ", ".join(f"b{b[i]}" for i in mp.assumed)
+    seen = res.signature.id if res and res.signature else res.outcome.value if res else "?"
     ev = [_ev("assumed", f"{names} not restarted: between budgets that fail the same way "
-              f"({res.signature.id if res and res.signature else res.outcome.value if res else '?'}); "
+              f"({seen}); "
               f"assumed {d.kind} like b{b[mp.first]} (not tested)")]
     return Verdict(kind=d.kind, budgets=[b[i] for i in mp.assumed],
                    signature=res.signature.id if res and res.signature else None,

@@ -14,8 +14,8 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ddprobe.bisect.cellrun import probe_options
 from ddprobe.bisect.cells import describe
-from ddprobe.bisect.executor import probe_options
 from ddprobe.cli import common
 from ddprobe.cli.bisect import parse_ints
 from ddprobe.errors import ConfigError

@@ -1,40 +1,38 @@
-"""Running one planned cell on one host: patches around it, the experiment cell, its log.
+"""Running one planned cell on one host's session: patches around it, the cell, its log.
 
-The cell itself is `ddprobe.cell.experiment.run_cell` (restart with the config, health wait, probes,
-classification). Around it this module applies the cell's temporary patch (the oversize
-experiment's, or --confirm-patch's) and always reverts it, and copies the server log of the
-cell into the run directory. Infrastructure failures become an `error` cell (a skip), never a
-failure of the server.
+The cell itself is `ddprobe.cell.experiment.run_cell` (restart with the config, health wait,
+probes, classification), or `run_sanitize_cell` for a compute-sanitizer cell. Around it this
+module applies the cell's temporary patch (the oversize experiment's, or --confirm-patch's)
+and always reverts it, and copies the server log of the cell into the run directory.
+Infrastructure failures become an `error` cell (a skip), never a failure of the server.
 """
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 import time
 from collections.abc import Callable
-from contextlib import ExitStack
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 from ddprobe import interrupt
 from ddprobe.bisect.cells import PlannedCell
 from ddprobe.bisect.reconnect import RETRIES_PER_CELL, reconnect
+from ddprobe.bisect.session import HostSession, revert_leftovers
+from ddprobe.cell.experiment import CellReporter, ProbeOptions, run_cell, run_sanitize_cell
 from ddprobe.errors import DdprobeError, HostGone, LockedError, PatchError, RemoteError, UsageError
-from ddprobe.facts import Facts, gather_facts
 from ddprobe.inventory import Host
-from ddprobe.remote import Remote, connect
+from ddprobe.probes.coding import load_suite
 from ddprobe.results import CellResult, Config, Outcome
 from ddprobe.sources.buffers import BufferReport
 from ddprobe.sources.oversize import make_oversize_patch
 from ddprobe.sources.patches import (
+    Patch,
     applied_ids,
     apply_patch,
     load_patch,
     patch_status,
     revert_patch,
-    revert_temporary,
 )
 from ddprobe.untrusted import file_part
 
@@ -42,106 +40,11 @@ log = logging.getLogger("ddprobe.bisect")
 LOG_CAP = 4 << 20
 
 
-@dataclass
-class HostSession:
-    """One host for a whole run: its connection, facts, and the run's lock on it."""
-
-    host: Host
-    r: Remote
-    facts: Facts | None = None
-    lock: Any = None  # the run's HostLock (re-entered by every cell)
-    notes: list[str] = field(default_factory=list)
-
-
-def open_session(stack: ExitStack, host: Host, *, command: str, break_lock: bool = False,
-                 lock: bool = True) -> HostSession:
-    r = connect(host)
-    s = HostSession(host, r)
-    # close whichever connection the session has at the end (a reconnect replaces s.r)
-    stack.callback(lambda: s.r.close())
-    # the install must be in place before grep-buffers reads it (the testbed host installs
-    # itself on first use; once per process, so the cells' own prepare step is a no-op)
-    from ddprobe.server.prepare import prepare_host
-    note = prepare_host(r, host)
-    if note:
-        s.notes.append(f"{host.name}: {note}")
-    s.facts = gather_facts(r, host)
-    if lock:
-        from ddprobe.server.lock import HostLock, read_lock
-        held = read_lock(r, host)
-        # a stale lock left by an interrupted run of this same run id may be taken over
-        brk = break_lock or bool(held is not None and command and command in held.command)
-        s.lock = stack.enter_context(HostLock(r, host, command=command, break_lock=brk))
-        if s.lock.took_over and s.lock.broken is not None:
-            stopped = stop_server(s)
-            s.notes.append(f"{host.name}: took over the lock of a run that died "
-                           f"({s.lock.broken.describe()})"
-                           + (f"; {stopped.split(': ', 1)[-1]} (it was left running)"
-                              if stopped else ""))
-    return s
-
-
-def stop_server(s: HostSession) -> str:
-    """Stop the last cell's server (a bisect leaves no test config running)."""
-    from ddprobe.server.manager import get_manager
-    try:
-        st = get_manager(s.r, s.host).stop()
-    except DdprobeError as e:
-        return f"{s.host.name}: could not stop the server: {e}"
-    if not st.was_running:
-        return ""
-    return f"{s.host.name}: server stopped" + ("" if st.clean else f" ({st.problem()})")
-
-
-def stop_all(sessions: dict[str, HostSession]) -> None:
-    """Ctrl-C: stop every host's last server (the interrupted cell stopped its own; the one a
-    finished cell left running for the next restart is stopped here)."""
-    with interrupt.shielded():
-        for sess in sessions.values():
-            msg = stop_server(sess)
-            if msg:
-                interrupt.cleaned(msg)
-
-
-def revert_leftovers(s: HostSession) -> list[str]:
-    """Revert oversize patches an interrupted run left applied (they are ddprobe's own)."""
-    try:
-        return revert_temporary(s.r, s.host)[0]
-    except PatchError:
-        raise
-    except DdprobeError as e:
-        return [f"{s.host.name}: patch status unavailable: {e}"]
-
-
-def experiment_api() -> tuple[Callable[..., CellResult] | None, Callable[..., CellResult] | None,
-                              str]:
-    """(run_cell, run_sanitize_cell or None, why-not) from ddprobe.cell.experiment, if present."""
-    try:
-        from ddprobe.cell import experiment
-    except ImportError as e:
-        return None, None, f"ddprobe.cell.experiment is not available ({e})"
-    run = getattr(experiment, "run_cell", None)
-    san = getattr(experiment, "run_sanitize_cell", None)
-    return run, san, "" if san else "ddprobe.cell.experiment has no sanitize support yet"
-
-
-def _kwargs(fn: Callable[..., Any], wanted: dict[str, Any]) -> dict[str, Any]:
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        return {}
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
-        return wanted
-    return {k: v for k, v in wanted.items() if k in params}
-
-
-def probe_options(tasks: tuple[str, ...] | list[str] = ()) -> Any:
-    """experiment.ProbeOptions for `tasks` (ids, or one number N: the suite's first N tasks);
-    None: the experiment's default (the whole coding suite)."""
+def probe_options(tasks: tuple[str, ...] | list[str] = ()) -> ProbeOptions | None:
+    """The cell's ProbeOptions for `tasks` (ids, or one number N: the suite's first N tasks);
+    None: the cell's default (the whole coding suite)."""
     if not tasks:
         return None
-    from ddprobe.cell.experiment import ProbeOptions
-    from ddprobe.probes.coding import load_suite
     ids = list(tasks)
     if len(ids) == 1 and ids[0].isdigit():
         n = int(ids[0])
@@ -158,23 +61,19 @@ def error_cell(host: Host, config: Config, why: str, *, kind: str = "cell") -> C
                       started_at=time.strftime("%Y-%m-%dT%H:%M:%S"), kind=kind)
 
 
-class Executor:
+class CellRunner:
     """Runs planned cells; one instance per run (shared by the groups' threads)."""
 
     def __init__(self, *, run_dir: Path | None, reports: dict[str, BufferReport] | None = None,
                  oversize_factor: int = 4, progress: Callable[[str], None] | None = None,
-                 run_cell: Callable[..., CellResult] | None = None,
-                 run_sanitize: Callable[..., CellResult] | None = None,
-                 probe: Any = None, on_note: Callable[[str], None] | None = None) -> None:
+                 probe: ProbeOptions | None = None,
+                 on_note: Callable[[str], None] | None = None) -> None:
         self.run_dir = run_dir
         self.reports = reports or {}  # group key -> the grep-buffers report behind its suspects
         self.factor = oversize_factor
         self.progress = progress
         self.on_note = on_note  # run-level notes (a reconnect): journaled and shown
-        self.probe = probe  # experiment.ProbeOptions, or None for the experiment's default
-        api_run, api_san, _ = experiment_api()
-        self._run = run_cell or api_run
-        self._san = run_sanitize or api_san
+        self.probe = probe or ProbeOptions()  # default: the whole coding suite
 
     def run(self, s: HostSession, cell: PlannedCell, *, group: str) -> CellResult:
         """Run one planned cell. A result seen through a dropped connection is discarded:
@@ -207,7 +106,7 @@ class Executor:
 
     def _run_once(self, s: HostSession, cell: PlannedCell, *, group: str) -> CellResult:
         t0 = time.monotonic()
-        patch = None
+        patch: Patch | None = None
         try:
             if cell.buffers:
                 rep = self.reports.get(group)
@@ -247,27 +146,21 @@ class Executor:
         return self._finish(s, cell, result, t0, applied)
 
     def _cell(self, s: HostSession, cell: PlannedCell, *, keep: list[str]) -> CellResult:
-        fn = self._san if cell.purpose == "sanitize" else self._run
-        if fn is None:
-            return error_cell(s.host, cell.config, "no experiment cell available in this "
-                              "ddprobe (ddprobe.cell.experiment missing)", kind=cell.kind)
         log_dir = self.run_dir / "logs" if self.run_dir else None
-        wanted: dict[str, Any] = {"log_dir": log_dir, "lock": s.lock,
-                                  "keep_patches": tuple(keep)}
-        if cell.purpose in ("frontier", "eager", "sweep"):
-            wanted["keep_answers"] = True  # for the graph-vs-eager differential
-        if self.progress is not None:
-            wanted["reporter"] = _reporter(s.host.name, cell.key, self.progress)
-        if self.probe is not None:
-            wanted["probe"] = self.probe
-        kw = _kwargs(fn, {k: v for k, v in wanted.items() if v is not None})
         try:
-            return fn(s.r, s.host, cell.config, **kw)
+            if cell.purpose == "sanitize":
+                return run_sanitize_cell(s.r, s.host, cell.config, log_dir=log_dir, lock=s.lock)
+            reporter = (_reporter(s.host.name, cell.key, self.progress)
+                        if self.progress is not None else None)
+            return run_cell(s.r, s.host, cell.config, probe=self.probe, log_dir=log_dir,
+                            reporter=reporter, lock=s.lock, keep_patches=tuple(keep),
+                            # for the graph-vs-eager differential
+                            keep_answers=cell.purpose in ("frontier", "eager", "sweep"))
         except LockedError:
             raise
         except RemoteError as e:
             if not s.r.connected:
-                raise  # not a result: Executor.run reconnects and runs the cell again
+                raise  # not a result: CellRunner.run reconnects and runs the cell again
             return error_cell(s.host, cell.config, f"{type(e).__name__}: {e}", kind=cell.kind)
 
     def _finish(self, s: HostSession, cell: PlannedCell, res: CellResult, t0: float,
@@ -300,9 +193,8 @@ class Executor:
         return replace(res, local_log=str(dest))
 
 
-def _reporter(host: str, key: str, progress: Callable[[str], None]) -> Any:
-    """An experiment.CellReporter that turns stages into progress lines (health throttled)."""
-    from ddprobe.cell.experiment import CellReporter
+def _reporter(host: str, key: str, progress: Callable[[str], None]) -> CellReporter:
+    """A CellReporter that turns stages into progress lines (health throttled)."""
 
     class _Rep(CellReporter):
         last = 0.0
