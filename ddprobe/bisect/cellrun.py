@@ -23,7 +23,7 @@ from ddprobe.cell.experiment import CellReporter, ProbeOptions, run_cell, run_sa
 from ddprobe.errors import DdprobeError, HostGone, LockedError, PatchError, RemoteError, UsageError
 from ddprobe.inventory import Host
 from ddprobe.probes.coding import load_suite
-from ddprobe.results import CellResult, Config, Outcome
+from ddprobe.results import CellKind, CellResult, Config, Outcome
 from ddprobe.sources.buffers import BufferReport
 from ddprobe.sources.oversize import make_oversize_patch
 from ddprobe.sources.patches import (
@@ -56,7 +56,8 @@ def probe_options(tasks: tuple[str, ...] | list[str] = ()) -> ProbeOptions | Non
     return ProbeOptions(tasks=tuple(ids))
 
 
-def error_cell(host: Host, config: Config, why: str, *, kind: str = "cell") -> CellResult:
+def error_cell(host: Host, config: Config, why: str, *,
+               kind: CellKind = "cell") -> CellResult:
     return CellResult(host=host.name, config=config, outcome=Outcome.ERROR, error=why,
                       started_at=time.strftime("%Y-%m-%dT%H:%M:%S"), kind=kind)
 

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
-from ddprobe.results import CellResult, Config, Outcome
+from ddprobe.results import CellKind, CellResult, Config, Outcome
 
 PURPOSES: Final = ("frontier", "eager", "oversize", "max_bs", "sanitize", "confirm", "sweep",
                    "smoke")
@@ -58,7 +58,7 @@ class PlannedCell:
         return self.base_key if self.rep == 1 else f"{self.base_key}#{self.rep}"
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> CellKind:
         return "sanitize" if self.purpose == "sanitize" else "cell"
 
     def with_rep(self, rep: int) -> PlannedCell:
