@@ -175,17 +175,30 @@ def judge(cell: PlannedCell, o: Obs, suspects: Sequence[Suspect]) -> Judgement:
     if san is None or not san.get("ran"):
         return Judgement(b, NOT_RUN, f"b{b}: no compute-sanitizer report in the cell's log "
                                      "(did memcheck run?)", cell)
-    writes, kernel, accesses = _writes(san)
     if not san.get("findings") and not san.get("error_count"):
-        if r.outcome is Outcome.OK:
-            how = ("ERROR SUMMARY: 0 errors" if san.get("error_count") == 0 else
-                   "no invalid access reported while it served; no ERROR SUMMARY, since the "
-                   "server was stopped, not exited")
-            return Judgement(b, CLEAN, f"b{b}: memcheck clean (caching allocator off, one "
-                                       f"request; {how})", cell)
-        return Judgement(b, NOT_RUN, f"b{b}: memcheck reported no invalid access, but the "
-                                     f"server did not serve under it ({r.outcome.value}"
-                                     f"{': ' + r.signature.id if r.signature else ''})", cell)
+        return _no_findings(cell, r, san)
+    return _findings_judgement(cell, r, san, suspects)
+
+
+def _no_findings(cell: PlannedCell, r: CellResult, san: dict[str, Any]) -> Judgement:
+    """memcheck reported nothing: clean if the server served under it."""
+    b = cell.config.budget
+    if r.outcome is Outcome.OK:
+        how = ("ERROR SUMMARY: 0 errors" if san.get("error_count") == 0 else
+               "no invalid access reported while it served; no ERROR SUMMARY, since the "
+               "server was stopped, not exited")
+        return Judgement(b, CLEAN, f"b{b}: memcheck clean (caching allocator off, one "
+                                   f"request; {how})", cell)
+    return Judgement(b, NOT_RUN, f"b{b}: memcheck reported no invalid access, but the "
+                                 f"server did not serve under it ({r.outcome.value}"
+                                 f"{': ' + r.signature.id if r.signature else ''})", cell)
+
+
+def _findings_judgement(cell: PlannedCell, r: CellResult, san: dict[str, Any],
+                        suspects: Sequence[Suspect]) -> Judgement:
+    """Invalid accesses: dirty when they write past a flagged buffer, else foreign."""
+    b = cell.config.budget
+    writes, kernel, accesses = _writes(san)
     buf = r.buffer if isinstance(r.buffer, dict) else None
     flagged = {s.attr: s for s in suspects if s.tier == 1}
     how = str(r.buffer_match or "")
@@ -240,77 +253,112 @@ def apply(verdicts: list[Verdict], row: Row, base: Config, suspects: Sequence[Su
     if t is None or (not opts.enabled and not opts.note):
         return verdicts  # not triggered, or not asked about (e.g. a replayed session log)
     ok = next((v for v in verdicts if v.kind == "ok"), None)
-    b = row.budgets
     if not (opts.enabled and opts.available):
-        if ok is not None and any(x in ok.budgets for x in b[t.first:]):
-            state = "off" if not opts.enabled else "could not run"
-            why = opts.note or "no compute-sanitizer on the host"
-            ok.evidence.append(_ev("latent", f"latent check {state} ({why}): {t.why}, so a "
-                                   f"passing budget from b{b[t.first]} up may still write out "
-                                   "of bounds unseen; a sanitize cell (compute-sanitizer "
-                                   "memcheck) would decide",
-                                   latent="off" if not opts.enabled else NOT_RUN, why=why))
-            ok.confidence = "medium" if ok.confidence == "high" else ok.confidence
+        if ok is not None:
+            _note_unavailable(ok, row, t, opts)
         return verdicts
     _, js, inferred = judgements(row, base, suspects, obs)
-    dirty = [j for j in js if j.status == DIRTY]
-    foreign = [j for j in js if j.status == FOREIGN]
-    removed = {j.budget for j in dirty + foreign} | {b[i] for i in inferred}
+    removed = {j.budget for j in js if j.status in (DIRTY, FOREIGN)} | \
+        {row.budgets[i] for i in inferred}
     if ok is not None:
-        oks = [v for v in verdicts if v.kind == "ok"]  # tested, then assumed (not restarted)
-        for v in oks:
-            v.budgets = [x for x in v.budgets if x not in removed]
-        for j in js:
-            if j.status in (CLEAN, NOT_RUN):
-                home = next((v for v in oks if j.budget in v.budgets), ok)
-                home.evidence.append(_ev("latent", j.text, [j.cell], latent=j.status,
-                                         budget=j.budget))
-        untested = [b[i] for i in targets(row, t) if b[i] not in removed
-                    and not any(j.budget == b[i] for j in js)]
-        if untested:
-            ok.evidence.append(_ev("latent", "memcheck not run at " + ", ".join(
-                f"b{x}" for x in untested) + f" ({t.why})"))
-        if any(j.status == NOT_RUN for j in js) and ok.confidence == "high":
-            ok.confidence = "medium"
+        _fold_into_ok(verdicts, ok, row, t, js, removed)
     out = [v for v in verdicts if not (v.kind == "ok" and not v.budgets)]
-    at = 1 if out and out[0].kind == "ok" else 0  # latent verdicts come right after the ok
-    found: list[Verdict] = []
-    if dirty:
-        j = dirty[0]
-        ev = [_ev("latent", f"{t.why}; the passing graph budgets at and above "
-                            f"b{b[t.first]} were re-run under compute-sanitizer memcheck "
-                            "(PYTORCH_NO_CUDA_MEMORY_CACHING=1), smallest first")]
-        ev += [_ev("memcheck", x.text, [x.cell], findings=_findings(x, obs)) for x in dirty]
-        if inferred:
-            ev.append(_ev("latent", ", ".join(f"b{b[i]}" for i in inferred) + " inferred "
-                          "(above a budget with invalid writes; the overrun grows with the "
-                          "budget), not restarted"))
-        buf = dict(j.buffer or {})
-        s = next((s for s in suspects if s.attr == buf.get("attr")), None)
-        if s is not None:
-            buf.setdefault("where", s.where)
-        buf["named_by"] = "memcheck (" + str(j.details.get("matched_by") or "allocation") + ")"
-        budgets = sorted({x.budget for x in dirty} | {b[i] for i in inferred})
-        found.append(Verdict(
-            kind="buffer_sizing", budgets=budgets, signature="sanitizer_oob",
-            outcome="ok", confidence="high", decided_by="memcheck (latent check)",
-            evidence=ev, buffer=buf, host=host, latent=True,
-            next_step=f"size {buf.get('attr')} ({buf.get('where', '?')}) from the configured "
-                      "draft tokens; these budgets pass only because the overrun lands in "
-                      "mapped memory: do not deploy them with CUDA graphs until memcheck is "
-                      f"clean (`ddprobe bisect ... --sanitize --confirm-patch PATCH`)"))
-    for j in foreign:
-        found.append(Verdict(
-            kind="inconclusive", budgets=[j.budget], signature="sanitizer_oob", outcome="ok",
-            confidence="low", decided_by="memcheck (latent check)", host=host, latent=True,
-            evidence=[_ev("memcheck", j.text, [j.cell], findings=_findings(j, obs))],
-            next_step="a memory error in a passing config, not attributed to a flagged "
-                      "buffer: read the sanitize cell's log (the kernel and allocation it "
-                      "names), and do not deploy this budget with CUDA graphs meanwhile"))
-    found.sort(key=lambda v: v.budgets[0])
     if removed:
         _safer_next_steps(out, sorted(removed), ok.budgets if ok is not None else [])
-    return out[:at] + found + out[at:]
+    at = 1 if out and out[0].kind == "ok" else 0  # latent verdicts come right after the ok
+    return out[:at] + _found(js, inferred, row, t, suspects, obs, host) + out[at:]
+
+
+def _found(js: Sequence[Judgement], inferred: Sequence[int], row: Row, t: Trigger,
+           suspects: Sequence[Suspect], obs: Callable[[PlannedCell], Obs],
+           host: str | None) -> list[Verdict]:
+    """The latent check's own verdicts, by budget: one for the dirty budgets, one per
+    foreign one."""
+    dirty = [j for j in js if j.status == DIRTY]
+    found: list[Verdict] = []
+    if dirty:
+        found.append(_dirty_verdict(dirty, inferred, row, t, suspects, obs, host))
+    found += [_foreign_verdict(j, obs, host) for j in js if j.status == FOREIGN]
+    found.sort(key=lambda v: v.budgets[0])
+    return found
+
+
+def _note_unavailable(ok: Verdict, row: Row, t: Trigger, opts: LatentOptions) -> None:
+    """The check is off or cannot run: a passing budget it would check is less certain."""
+    b = row.budgets
+    if not any(x in ok.budgets for x in b[t.first:]):
+        return
+    state = "off" if not opts.enabled else "could not run"
+    why = opts.note or "no compute-sanitizer on the host"
+    ok.evidence.append(_ev("latent", f"latent check {state} ({why}): {t.why}, so a "
+                           f"passing budget from b{b[t.first]} up may still write out "
+                           "of bounds unseen; a sanitize cell (compute-sanitizer "
+                           "memcheck) would decide",
+                           latent="off" if not opts.enabled else NOT_RUN, why=why))
+    ok.confidence = "medium" if ok.confidence == "high" else ok.confidence
+
+
+def _fold_into_ok(verdicts: list[Verdict], ok: Verdict, row: Row, t: Trigger,
+                  js: Sequence[Judgement], removed: set[int]) -> None:
+    """The ok verdicts lose the budgets found latent and gain each clean/not-run judgement."""
+    b = row.budgets
+    oks = [v for v in verdicts if v.kind == "ok"]  # tested, then assumed (not restarted)
+    for v in oks:
+        v.budgets = [x for x in v.budgets if x not in removed]
+    for j in js:
+        if j.status in (CLEAN, NOT_RUN):
+            home = next((v for v in oks if j.budget in v.budgets), ok)
+            home.evidence.append(_ev("latent", j.text, [j.cell], latent=j.status,
+                                     budget=j.budget))
+    untested = [b[i] for i in targets(row, t) if b[i] not in removed
+                and not any(j.budget == b[i] for j in js)]
+    if untested:
+        ok.evidence.append(_ev("latent", "memcheck not run at " + ", ".join(
+            f"b{x}" for x in untested) + f" ({t.why})"))
+    if any(j.status == NOT_RUN for j in js) and ok.confidence == "high":
+        ok.confidence = "medium"
+
+
+def _dirty_verdict(dirty: Sequence[Judgement], inferred: Sequence[int], row: Row, t: Trigger,
+                   suspects: Sequence[Suspect], obs: Callable[[PlannedCell], Obs],
+                   host: str | None) -> Verdict:
+    """buffer_sizing (latent): the budgets that pass but write past a flagged buffer."""
+    b = row.budgets
+    j = dirty[0]
+    ev = [_ev("latent", f"{t.why}; the passing graph budgets at and above "
+                        f"b{b[t.first]} were re-run under compute-sanitizer memcheck "
+                        "(PYTORCH_NO_CUDA_MEMORY_CACHING=1), smallest first")]
+    ev += [_ev("memcheck", x.text, [x.cell], findings=_findings(x, obs)) for x in dirty]
+    if inferred:
+        ev.append(_ev("latent", ", ".join(f"b{b[i]}" for i in inferred) + " inferred "
+                      "(above a budget with invalid writes; the overrun grows with the "
+                      "budget), not restarted"))
+    buf = dict(j.buffer or {})
+    s = next((s for s in suspects if s.attr == buf.get("attr")), None)
+    if s is not None:
+        buf.setdefault("where", s.where)
+    buf["named_by"] = "memcheck (" + str(j.details.get("matched_by") or "allocation") + ")"
+    budgets = sorted({x.budget for x in dirty} | {b[i] for i in inferred})
+    return Verdict(
+        kind="buffer_sizing", budgets=budgets, signature="sanitizer_oob",
+        outcome="ok", confidence="high", decided_by="memcheck (latent check)",
+        evidence=ev, buffer=buf, host=host, latent=True,
+        next_step=f"size {buf.get('attr')} ({buf.get('where', '?')}) from the configured "
+                  "draft tokens; these budgets pass only because the overrun lands in "
+                  "mapped memory: do not deploy them with CUDA graphs until memcheck is "
+                  f"clean (`ddprobe bisect ... --sanitize --confirm-patch PATCH`)")
+
+
+def _foreign_verdict(j: Judgement, obs: Callable[[PlannedCell], Obs],
+                     host: str | None) -> Verdict:
+    """inconclusive (latent): invalid accesses not attributed to a flagged buffer."""
+    return Verdict(
+        kind="inconclusive", budgets=[j.budget], signature="sanitizer_oob", outcome="ok",
+        confidence="low", decided_by="memcheck (latent check)", host=host, latent=True,
+        evidence=[_ev("memcheck", j.text, [j.cell], findings=_findings(j, obs))],
+        next_step="a memory error in a passing config, not attributed to a flagged "
+                  "buffer: read the sanitize cell's log (the kernel and allocation it "
+                  "names), and do not deploy this budget with CUDA graphs meanwhile")
 
 
 _KEEP = re.compile(r"(budgets up to|budget <=) (\d+)")

@@ -333,6 +333,7 @@ def simulate(spec: BisectSpec, table: Mapping[str, CellResult] | Oracle, *, k: i
             break
         rounds.append(cells)
         for c in cells:
+            res: CellResult | None
             if callable(table):
                 res = table(c)
             else:

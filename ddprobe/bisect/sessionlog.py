@@ -22,7 +22,7 @@ import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, Final
 
 from ddprobe.bisect.cells import BAD, GOOD, REFUSED, PlannedCell, describe, status_of
 from ddprobe.bisect.planner import DEFAULT_SMALL_MAX_BS, BisectSpec, Planner, PlanOptions
@@ -52,54 +52,14 @@ def render_log(rec: RunRecord) -> str:
     if rec.meta.get("command") not in ("bisect", None):
         raise ConfigError(f"run {rec.run_id} is a {rec.meta.get('command')} run, not a bisect",
                           key="RUN_ID")
-    opts = rec.meta.get("options") or {}
     groups: dict[str, list[CellResult]] = {}
     for c in rec.cells:
         if isinstance(c.plan, dict):
             groups.setdefault(str(c.group or ""), []).append(c)
     out = [f"# ddprobe bisect log: run {rec.run_id}, started {rec.meta.get('started_at', '?')}"]
-    for n in rec.notes:
-        out.append(f"# note: {n}")
+    out += [f"# note: {n}" for n in rec.notes]
     for cells in (groups or {"": []}).values():
-        hosts = sorted({c.host for c in cells}) or list(rec.meta.get("hosts") or [])
-        suspects = _suspects_of(cells, rec)
-        start = ["ddprobe", "bisect", "start", "--host", ",".join(hosts),
-                 "--budgets", ",".join(str(b) for b in opts.get("budgets") or
-                                       rec.meta.get("budgets") or [])]
-        for flag, key in (("--max-bs", "max_bs"), ("--backend", "backend"),
-                          ("--repeat", "repeat"), ("--order", "order"),
-                          ("--confirm-patch", "confirm_patch")):
-            val = opts.get(key)
-            if val not in (None, "", 1, "auto") or (key == "repeat" and val not in (None, 1)):
-                start += [flag, str(val)]
-        small = _small_max_bs(cells)
-        if small is not None:
-            start += ["--small-max-bs", str(small)]
-        for sus in suspects:
-            start += ["--suspect", sus]
-        out.append(shlex.join(start))
-        for c in cells:
-            key = _plan(c).get("key") or c.config.key
-            st = status_of(c)
-            term = {GOOD: "good", BAD: "bad", REFUSED: "skip"}.get(st, "skip")
-            out.append(f"# {term}: [{key}] {describe(c)}" + (
-                f" (on {c.host})" if len(hosts) > 1 else ""))
-            cmd = ["ddprobe", "bisect", term, key]
-            bufs = list(_plan(c).get("buffers") or [])
-            if bufs and ",".join(bufs) not in key:  # the key abbreviates a long buffer list
-                cmd += ["--oversize", ",".join(bufs)]
-            if st == BAD:
-                cmd += ["--mode", _mode_arg(c)]
-            elif st == REFUSED:
-                cmd += ["--refused", c.error or "refused"]
-            out.append(shlex.join(cmd))
-        first_bad = _first_bad(cells)
-        if first_bad is not None:
-            out.append(f"# first bad config: [{first_bad.config.key}] {describe(first_bad)}")
-        host_names = set(hosts)
-        for v in rec.verdicts:
-            if v.host is None or set(v.host.split(",")) <= host_names or len(groups) == 1:
-                out.append(_verdict_line(v))
+        out += _group_lines(rec, cells, several=len(groups) != 1)
     if rec.end:
         out.append(f"# restarts: {rec.end.get('restarts_used')} "
                    f"(full sweep: {rec.end.get('restarts_full_sweep')}), rounds "
@@ -107,6 +67,60 @@ def render_log(rec: RunRecord) -> str:
     else:
         out.append("# (unfinished: `ddprobe bisect --resume " + rec.run_id + "` continues it)")
     return "\n".join(out) + "\n"
+
+
+def _group_lines(rec: RunRecord, cells: Sequence[CellResult], *, several: bool) -> list[str]:
+    """One group's session: its start line, a mark per cell, its first bad config and the
+    verdicts about its hosts (every verdict when the run has a single group)."""
+    hosts = sorted({c.host for c in cells}) or list(rec.meta.get("hosts") or [])
+    out = [shlex.join(_start_words(rec, cells, hosts))]
+    for c in cells:
+        out += _mark_lines(c, shown_host=len(hosts) > 1)
+    first_bad = _first_bad(cells)
+    if first_bad is not None:
+        out.append(f"# first bad config: [{first_bad.config.key}] {describe(first_bad)}")
+    host_names = set(hosts)
+    out += [_verdict_line(v) for v in rec.verdicts
+            if v.host is None or set(v.host.split(",")) <= host_names or not several]
+    return out
+
+
+_START_FLAGS: Final = (("--max-bs", "max_bs"), ("--backend", "backend"), ("--repeat", "repeat"),
+                       ("--order", "order"), ("--confirm-patch", "confirm_patch"))
+
+
+def _start_words(rec: RunRecord, cells: Sequence[CellResult], hosts: list[str]) -> list[str]:
+    opts = rec.meta.get("options") or {}
+    start = ["ddprobe", "bisect", "start", "--host", ",".join(hosts),
+             "--budgets", ",".join(str(b) for b in opts.get("budgets") or
+                                   rec.meta.get("budgets") or [])]
+    for flag, key in _START_FLAGS:
+        val = opts.get(key)
+        if val not in (None, "", 1, "auto") or (key == "repeat" and val not in (None, 1)):
+            start += [flag, str(val)]
+    small = _small_max_bs(cells)
+    if small is not None:
+        start += ["--small-max-bs", str(small)]
+    for sus in _suspects_of(cells, rec):
+        start += ["--suspect", sus]
+    return start
+
+
+def _mark_lines(c: CellResult, *, shown_host: bool) -> list[str]:
+    """`# term: [key] what it saw` and the mark command that replays it."""
+    key = _plan(c).get("key") or c.config.key
+    st = status_of(c)
+    term = {GOOD: "good", BAD: "bad", REFUSED: "skip"}.get(st, "skip")
+    comment = f"# {term}: [{key}] {describe(c)}" + (f" (on {c.host})" if shown_host else "")
+    cmd = ["ddprobe", "bisect", term, key]
+    bufs = list(_plan(c).get("buffers") or [])
+    if bufs and ",".join(bufs) not in key:  # the key abbreviates a long buffer list
+        cmd += ["--oversize", ",".join(bufs)]
+    if st == BAD:
+        cmd += ["--mode", _mode_arg(c)]
+    elif st == REFUSED:
+        cmd += ["--refused", c.error or "refused"]
+    return [comment, shlex.join(cmd)]
 
 
 def _plan(c: CellResult) -> dict[str, Any]:
@@ -222,9 +236,9 @@ VERBS = ("good", "bad", "skip")
 
 
 def parse_opts(args: Sequence[str], known: dict[str, type], path: str, line: int | None
-               ) -> tuple[dict[str, object], list[str]]:
+               ) -> tuple[dict[str, Any], list[str]]:
     """`--opt value` words (and bare `--flag`s, `--opt=value`) -> (options, positionals)."""
-    opts: dict[str, object] = {}
+    opts: dict[str, Any] = {}
     pos: list[str] = []
     it = iter(args)
     for w in it:
@@ -240,9 +254,10 @@ def parse_opts(args: Sequence[str], known: dict[str, type], path: str, line: int
             opts[name] = True
             continue
         if not eq:
-            val = next(it, None)  # type: ignore[assignment]
-            if val is None:
+            nxt = next(it, None)
+            if nxt is None:
                 raise ConfigError(f"{name} needs a value", path=path, line=line)
+            val = nxt
         if kind is int:
             try:
                 opts[name] = int(val)
@@ -251,27 +266,18 @@ def parse_opts(args: Sequence[str], known: dict[str, type], path: str, line: int
                                   line=line) from None
         elif kind is list:
             opts.setdefault(name, [])
-            opts[name].append(val)  # type: ignore[union-attr]
+            opts[name].append(val)
         else:
             opts[name] = val
     return opts, pos
 
 
-def mark_cell(spec: BisectSpec, target: str, opt: dict[str, object], path: str,
+def mark_cell(spec: BisectSpec, target: str, opt: dict[str, Any], path: str,
               line: int | None) -> tuple[PlannedCell, bool]:
     """The planned cell a mark names: a cell key (`b16-graph-bs64+oversize[x]`) or a budget
     with --graph/--no-graph, --max-bs, --backend, --oversize, --patch. -> (cell, sanitize)."""
     if target.isdigit():
-        if opt.get("--graph") and opt.get("--no-graph"):
-            raise ConfigError("--graph and --no-graph exclude each other", path=path, line=line)
-        cfg = replace(spec.base, budget=int(target), graph=not opt.get("--no-graph"))
-        if "--max-bs" in opt:
-            cfg = replace(cfg, max_bs=int(opt["--max-bs"]))  # type: ignore[arg-type]
-        if "--backend" in opt:
-            cfg = replace(cfg, backend=str(opt["--backend"]) or None)
-        bufs: tuple[str, ...] = ()
-        patch = str(opt["--patch"]) if "--patch" in opt else None
-        san, rep = False, 1
+        cfg, bufs, patch, san, rep = _budget_target(spec, int(target), opt, path, line)
     else:
         cfg, bufs, patch, san, rep = parse_key(target, line or 0, path)
     if "--oversize" in opt:
@@ -279,15 +285,40 @@ def mark_cell(spec: BisectSpec, target: str, opt: dict[str, object], path: str,
     if cfg.budget not in spec.budgets:
         raise ConfigError(f"budget {cfg.budget} is not one of this bisect's budgets "
                           f"({','.join(map(str, spec.budgets))})", path=path, line=line)
-    purpose = "sanitize" if san else "confirm" if patch else "oversize" if bufs else \
-        "frontier" if cfg.graph and cfg.max_bs == spec.base.max_bs else \
-        "eager" if not cfg.graph else "max_bs"
     mf = re.search(r"\+oversize\[[^\]]*\]x(\d+)", target)  # an escalated oversize factor
     factor = int(mf.group(1)) if mf and bufs else None
-    return PlannedCell(cfg, purpose, buffers=bufs, patch=patch, rep=rep, factor=factor), san
+    return PlannedCell(cfg, _purpose(spec, cfg, bufs, patch, san), buffers=bufs, patch=patch,
+                       rep=rep, factor=factor), san
 
 
-def mark_result(verb: str, cell: PlannedCell, opt: dict[str, object]) -> CellResult:
+def _budget_target(spec: BisectSpec, budget: int, opt: dict[str, Any], path: str,
+                   line: int | None) -> tuple[Config, tuple[str, ...], str | None, bool, int]:
+    """A mark that names a budget: its config from the session's base and the options."""
+    if opt.get("--graph") and opt.get("--no-graph"):
+        raise ConfigError("--graph and --no-graph exclude each other", path=path, line=line)
+    cfg = replace(spec.base, budget=budget, graph=not opt.get("--no-graph"))
+    if "--max-bs" in opt:
+        cfg = replace(cfg, max_bs=int(opt["--max-bs"]))
+    if "--backend" in opt:
+        cfg = replace(cfg, backend=str(opt["--backend"]) or None)
+    patch = str(opt["--patch"]) if "--patch" in opt else None
+    return cfg, (), patch, False, 1
+
+
+def _purpose(spec: BisectSpec, cfg: Config, bufs: tuple[str, ...], patch: str | None,
+             san: bool) -> str:
+    if san:
+        return "sanitize"
+    if patch:
+        return "confirm"
+    if bufs:
+        return "oversize"
+    if cfg.graph and cfg.max_bs == spec.base.max_bs:
+        return "frontier"
+    return "eager" if not cfg.graph else "max_bs"
+
+
+def mark_result(verb: str, cell: PlannedCell, opt: dict[str, Any]) -> CellResult:
     cfg = cell.config
     if verb == "good":
         return CellResult(host="replay", config=cfg, outcome=Outcome.OK,
@@ -345,12 +376,11 @@ def _start(args: list[str], path: str, line: int) -> Session:
         raise ConfigError("`start` needs --budgets (e.g. --budgets 8,16,32,64)", path=path,
                           line=line)
     names = [x for x in str(opt.get("--suspects", "")).split(",") if x]
-    names += list(opt.get("--suspect", []))  # type: ignore[arg-type]
+    names += list(opt.get("--suspect", []))
     sus = tuple(parse_suspect(a) for a in names)
     opts = PlanOptions(order=str(opt.get("--order", "auto")), repeat=int(opt.get("--repeat", 1)),
-                       confirm_patch=opt.get("--confirm-patch"))  # type: ignore[arg-type]
-    base = Config(budget=budgets[0], max_bs=opt.get("--max-bs"),  # type: ignore[arg-type]
-                  backend=opt.get("--backend"))  # type: ignore[arg-type]
+                       confirm_patch=opt.get("--confirm-patch"))
+    base = Config(budget=budgets[0], max_bs=opt.get("--max-bs"), backend=opt.get("--backend"))
     try:
         spec = BisectSpec(budgets, base, int(opt.get("--small-max-bs", DEFAULT_SMALL_MAX_BS)),
                           sus, opts)

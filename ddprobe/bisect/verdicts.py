@@ -33,49 +33,70 @@ def _ev(kind: str, summary: str, cells: Sequence[PlannedCell | str] = (),
 
 
 def _frontier_evidence(p: Planner, idx: list[int]) -> list[Evidence]:
+    """Where the mode's frontier lies, its signature at each failing budget, and budgets that
+    pass again above it."""
+    out = [*_below_evidence(p, idx[0]), _signature_evidence(p, idx)]
     row = p.state().row
     b = row.budgets
-    first = idx[0]
-    fc = p.frontier_cell(b[first])
-    out: list[Evidence] = []
-    goods = [i for i in range(first) if row.obs[i].status == GOOD]
-    if goods:
-        g = goods[-1]
-        out.append(_ev("frontier", f"b{b[g]} passes with CUDA graphs "
-                       f"({describe(row.obs[g].first)}); "
-                       f"b{b[first]} fails ({describe(row.obs[first].first)})",
-                       [p.frontier_cell(b[g]), fc]))
-        amb = [i for i in range(g + 1, first) if not row.obs[i].usable]
-        if amb:
-            out.append(_ev("frontier", "the first failing budget is one of "
-                           + ", ".join(f"b{b[i]}" for i in [*amb, first])
-                           + f" ({', '.join(f'b{b[i]} {row.obs[i].status}' for i in amb)})"))
-    elif first == 0:
-        out.append(_ev("frontier", f"the smallest budget given, b{b[0]}, already fails: "
-                       "inconclusive for a threshold (add a smaller budget to find one)", [fc]))
-    else:
-        out.append(_ev("frontier", f"no budget below b{b[first]} could be tested "
-                       f"({', '.join(f'b{b[i]} {row.obs[i].status}' for i in range(first))})"))
-    tested = [i for i in idx if row.obs[i].status == BAD]
-    inferred = [i for i in idx if row.obs[i].status != BAD]
-    res = row.obs[first].first
-    sig = res.signature if res else None
-    summary = (sig.id if sig else f"outcome {res.outcome.value if res else '?'}")
-    summary += " at " + ", ".join(f"b{b[i]}" for i in tested)
-    if inferred:
-        summary += "; " + ", ".join(f"b{b[i]}" for i in inferred) + \
-            " inferred (between two failures of this mode, not restarted)"
-    out.append(_ev("signature", summary, [p.frontier_cell(b[i]) for i in tested],
-                   line=sig.line if sig else None,
-                   log=list(res.log_excerpt[-12:]) if res else None,
-                   log_path=res.log_path if res else None,
-                   phase=res.phase if res else None))
-    above = [i for i in range(first + 1, len(b)) if row.obs[i].status == GOOD]
+    above = [i for i in range(idx[0] + 1, len(b)) if row.obs[i].status == GOOD]
     if above:
         out.append(_ev("frontier", "not a single threshold: "
                        + ", ".join(f"b{b[i]}" for i in above) + " passes again above it",
                        [p.frontier_cell(b[i]) for i in above]))
     return out
+
+
+def _below_evidence(p: Planner, first: int) -> list[Evidence]:
+    """The last budget that passes below the first failing one (or why there is none)."""
+    row = p.state().row
+    b = row.budgets
+    fc = p.frontier_cell(b[first])
+    goods = [i for i in range(first) if row.obs[i].status == GOOD]
+    if not goods:
+        if first == 0:
+            return [_ev("frontier", f"the smallest budget given, b{b[0]}, already fails: "
+                        "inconclusive for a threshold (add a smaller budget to find one)",
+                        [fc])]
+        return [_ev("frontier", f"no budget below b{b[first]} could be tested "
+                    f"({', '.join(f'b{b[i]} {row.obs[i].status}' for i in range(first))})")]
+    g = goods[-1]
+    out = [_ev("frontier", f"b{b[g]} passes with CUDA graphs "
+               f"({describe(row.obs[g].first)}); "
+               f"b{b[first]} fails ({describe(row.obs[first].first)})",
+               [p.frontier_cell(b[g]), fc])]
+    amb = [i for i in range(g + 1, first) if not row.obs[i].usable]
+    if amb:
+        out.append(_ev("frontier", "the first failing budget is one of "
+                       + ", ".join(f"b{b[i]}" for i in [*amb, first])
+                       + f" ({', '.join(f'b{b[i]} {row.obs[i].status}' for i in amb)})"))
+    return out
+
+
+def _signature_evidence(p: Planner, idx: list[int]) -> Evidence:
+    """The mode's signature, the budgets it was seen at and those inferred between them."""
+    row = p.state().row
+    b = row.budgets
+    tested = [i for i in idx if row.obs[i].status == BAD]
+    inferred = [i for i in idx if row.obs[i].status != BAD]
+    res = row.obs[idx[0]].first
+    if res is None:
+        return _ev("signature", _seen_at("outcome ?", b, tested, inferred),
+                   [p.frontier_cell(b[i]) for i in tested])
+    sig = res.signature
+    return _ev("signature", _seen_at(sig.id if sig else f"outcome {res.outcome.value}", b,
+                                     tested, inferred),
+               [p.frontier_cell(b[i]) for i in tested],
+               line=sig.line if sig else None, log=list(res.log_excerpt[-12:]),
+               log_path=res.log_path, phase=res.phase)
+
+
+def _seen_at(what: str, b: Sequence[int], tested: Sequence[int],
+             inferred: Sequence[int]) -> str:
+    text = what + " at " + ", ".join(f"b{b[i]}" for i in tested)
+    if inferred:
+        text += "; " + ", ".join(f"b{b[i]}" for i in inferred) + \
+            " inferred (between two failures of this mode, not restarted)"
+    return text
 
 
 def _suspect_details(s: Suspect, budgets: Sequence[int]) -> dict[str, Any]:

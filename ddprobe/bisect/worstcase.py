@@ -18,10 +18,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ddprobe.bisect.cells import BAD, PlannedCell, mode_key, status_of
 from ddprobe.results import CellResult, Outcome, Signature
+
+if TYPE_CHECKING:  # the planner imports this module
+    from ddprobe.bisect.planner import Planner, PlanState
 
 NODE_LIMIT = 100  # planner states; beyond it, the search-free bound
 
@@ -48,7 +51,7 @@ def _answers(cell: PlannedCell, modes: tuple[Mode, ...]) -> list[tuple[Mode, Cel
     return [(m, mk(m[1], m[2])) for m in (ok, *modes, new)]
 
 
-def worst_case(make_planner: Callable[[], object], history: list[tuple[PlannedCell, CellResult]],
+def worst_case(make_planner: Callable[[], Planner], history: list[tuple[PlannedCell, CellResult]],
                *, k: int = 1, node_limit: int = NODE_LIMIT) -> int | None:
     """Most cells still to run from `history` on, or None when the search passes `node_limit`.
 
@@ -69,10 +72,10 @@ def worst_case(make_planner: Callable[[], object], history: list[tuple[PlannedCe
             raise _Stop
         p = make_planner()
         for cell, res in history:
-            p.record(cell, res)  # type: ignore[attr-defined]
+            p.record(cell, res)
         for cell, res, _ in path:
-            p.record(cell, res)  # type: ignore[attr-defined]
-        cells = p.next_cells(k)  # type: ignore[attr-defined]
+            p.record(cell, res)
+        cells = p.next_cells(k)
         if not cells:
             memo[sig] = 0
             return 0
@@ -106,12 +109,11 @@ def worst_case(make_planner: Callable[[], object], history: list[tuple[PlannedCe
         return None
 
 
-def bound(planner: object) -> int:
+def bound(p: Planner) -> int:
     """An upper bound without search: every untested budget may fail in a new mode of its own
     and need a full diagnosis (each step, the halving of the suspects, the extra cells)."""
-    p = planner
-    st = p.state()  # type: ignore[attr-defined]
-    spec = p.spec  # type: ignore[attr-defined]
+    st = p.state()
+    spec = p.spec
     opts = spec.options
     n_sus = len(spec.suspects)
     naming = math.ceil(math.log2(n_sus)) if n_sus > 1 else 0
@@ -128,20 +130,20 @@ def bound(planner: object) -> int:
         started.add(lad.mode)
         if lad.decision is None:
             steps = [s for s in lad.order if s in lad.cells
-                     and not p.obs(lad.cells[s]).decided]  # type: ignore[attr-defined]
+                     and not p.obs(lad.cells[s]).decided]
             left += len(steps) + extra
             if "O" in steps:
                 left += naming + 1  # + its escalation (O2) when x factor does not cure
         else:
             if lad.needed:  # still naming the buffer
                 left += math.ceil(math.log2(max(2, len(lad.naming))))
-    left += sum(1 for c in st.extras if not p.obs(c).decided)  # type: ignore[attr-defined]
+    left += sum(1 for c in st.extras if not p.obs(c).decided)
     left += _latent_left(p, st)
     left += full * sum(1 for m in st.row.modes() if m not in started)
     return left * opts.repeat
 
 
-def _latent_left(p: Any, st: Any) -> int:
+def _latent_left(p: Planner, st: PlanState) -> int:
     """The latent check's memcheck cells not yet planned (it plans one at a time)."""
     from ddprobe.bisect import latent
     opts = p.spec.options.latent
