@@ -10,6 +10,7 @@ import json
 import os
 import re
 import time
+from typing import IO
 
 if "HelperError" not in globals():  # standalone (tests); on a host the parts are concatenated
     from ddprobe.hostside.patchtext import unified_diff
@@ -31,16 +32,16 @@ class Ledger:
         self.package = package
         self.dir = os.path.join(os.path.dirname(pkg_dir), ".ddprobe")
         self.path = os.path.join(self.dir, "ledger.json")
-        self._lock = None
+        self._lock: IO[str] | None = None
 
     def lock(self) -> None:
         os.makedirs(self.dir, exist_ok=True)
-        self._lock = open(os.path.join(self.dir, "ledger.lock"), "a")
+        fh = self._lock = open(os.path.join(self.dir, "ledger.lock"), "a")
         try:
-            fcntl.flock(self._lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             raise HelperError("locked", "another ddprobe patch operation holds %s"
-                              % os.path.join(self.dir, "ledger.lock"))
+                              % os.path.join(self.dir, "ledger.lock")) from None
 
     def load(self) -> Json:
         try:
@@ -51,7 +52,7 @@ class Ledger:
         except (OSError, ValueError, RecursionError) as e:
             raise HelperError("ledger", "cannot read the ledger %s: %s; `ddprobe patch status` "
                               "shows what the backups allow, `ddprobe patch recover` restores "
-                              "from them" % (self.path, e))
+                              "from them" % (self.path, e)) from None
         problem = _ledger_problem(data)
         if problem:
             raise HelperError("ledger", "the ledger %s is damaged (%s); `ddprobe patch status` "
@@ -60,8 +61,8 @@ class Ledger:
         data.setdefault("version", LEDGER_VERSION)
         data.setdefault("entries", [])
         data.setdefault("history", [])
-        for e in self.entries_for(data):  # every path it names, checked before any use
-            for f in e["files"]:
+        for entry in self.entries_for(data):  # every path it names, checked before any use
+            for f in entry["files"]:
                 inside(self.pkg_dir, f["path"], "ledger path")
                 inside(os.path.join(self.dir, "backups"),
                        os.path.relpath(f["backup"], os.path.join(self.dir, "backups"))
@@ -159,25 +160,26 @@ def op_status(req: Json) -> Json:
         return {"entries": [], "history": [], "ledger": ledger.path, "ledger_exists": True,
                 "ledger_error": str(e), "backups": _backups(ledger), "install": info}
     out = []
-    for e in ledger.entries_for(data):
+    for entry in ledger.entries_for(data):
         files = []
-        for f in e["files"]:
+        for f in entry["files"]:
             cur, _ = _file_bytes(pkg_dir, f["path"])
             files.append({"path": f["path"], "state": _state_of(cur, f["sha_before"],
                                                                 f["sha_after"]),
                           "sha_before": f["sha_before"], "sha_after": f["sha_after"],
                           "backup": f["backup"], "backup_ok": os.path.exists(f["backup"])})
         alive = False
-        if e.get("state") == "applying" and e.get("pid"):
+        if entry.get("state") == "applying" and entry.get("pid"):
             try:
-                os.kill(int(e["pid"]), 0)
+                os.kill(int(entry["pid"]), 0)
                 alive = True
             except OSError as err:
                 alive = err.errno == errno.EPERM
-        out.append({"id": e["id"], "state": e.get("state"), "description": e.get("description"),
-                    "applied_at": e.get("applied_at"), "who": e.get("who"),
-                    "version": e.get("version"), "files": files, "in_progress": alive,
-                    "source": e.get("source") or ""})
+        out.append({"id": entry["id"], "state": entry.get("state"),
+                    "description": entry.get("description"),
+                    "applied_at": entry.get("applied_at"), "who": entry.get("who"),
+                    "version": entry.get("version"), "files": files, "in_progress": alive,
+                    "source": entry.get("source") or ""})
     return {"entries": out, "history": data.get("history", [])[-20:], "ledger": ledger.path,
             "ledger_exists": os.path.exists(ledger.path), "install": info}
 

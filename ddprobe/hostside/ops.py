@@ -215,11 +215,8 @@ def op_port(req):
     return {"busy": busy, "listeners": _listeners(int(req["port"])) if busy else []}
 
 
-def op_start(req):
-    state_path, log, pgidf = req["state"], req["log"], req["pgidfile"]
-    bind, port = req.get("bind", "127.0.0.1"), int(req["port"])
-    for d in {os.path.dirname(state_path), os.path.dirname(log), os.path.dirname(pgidf)}:
-        _mkdirs(d)
+def _refuse_start(state_path, log, bind, port):
+    """OpError when a start cannot succeed: our server still runs, no disk, the port is taken."""
     old = _read_json(state_path)
     if old and members(old.get("pgid"), old.get("marker")):
         raise OpError("running", "a server started by ddprobe is still running (pgid %s, %s); "
@@ -233,6 +230,45 @@ def op_start(req):
         what = "; ".join("pid %d: %s" % (p, c) for p, c in who) or "a process ddprobe cannot see"
         raise OpError("port_in_use", "port %d (%s) is already in use on the host by %s"
                       % (port, bind or "*", what), listeners=who)
+
+
+def _start_setsid(argv, env, cwd, pgidf, log):
+    """Start through RECIPE (setsid + sh); the pgid the detached shell records."""
+    res = subprocess.run(["sh", "-c", RECIPE, "sh", pgidf, log] + argv, env=env, cwd=cwd,
+                         stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
+    if res.returncode != 0:
+        raise OpError("io", "the start recipe failed (exit %d): %s" % (
+            res.returncode, res.stderr.decode("utf-8", "replace").strip()[-300:]))
+    end = time.monotonic() + 15
+    delay = 0.002
+    while not os.path.exists(pgidf):
+        if time.monotonic() > end:
+            raise OpError("io", "the server did not record its process group within 15 s "
+                          "(see %s)" % log)
+        time.sleep(delay)
+        delay = min(delay * 1.5, 0.05)
+    with open(pgidf) as fh:
+        return int(fh.read().strip())
+
+
+def _start_popen(argv, env, cwd, pgidf, log):
+    """No setsid(1): the same detachment from Python (new session, all streams redirected)."""
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
+                                stdout=out, stderr=subprocess.STDOUT,
+                                start_new_session=True, close_fds=True)
+    pgid = proc.pid
+    with open(pgidf, "w") as fh:
+        fh.write("%d\n" % pgid)
+    return pgid
+
+
+def op_start(req):
+    state_path, log, pgidf = req["state"], req["log"], req["pgidfile"]
+    bind, port = req.get("bind", "127.0.0.1"), int(req["port"])
+    for d in {os.path.dirname(state_path), os.path.dirname(log), os.path.dirname(pgidf)}:
+        _mkdirs(d)
+    _refuse_start(state_path, log, bind, port)
     env = dict(os.environ)
     env.update(req.get("env") or {})
     env[MARKER_VAR] = req["marker"]
@@ -244,31 +280,8 @@ def op_start(req):
             pass
     cwd = req.get("cwd") or None
     t0 = time.time()
-    if shutil.which("setsid") and shutil.which("sh"):
-        res = subprocess.run(["sh", "-c", RECIPE, "sh", pgidf, log] + argv, env=env, cwd=cwd,
-                             stdin=subprocess.DEVNULL, capture_output=True, timeout=60)
-        if res.returncode != 0:
-            raise OpError("io", "the start recipe failed (exit %d): %s" % (
-                res.returncode, res.stderr.decode("utf-8", "replace").strip()[-300:]))
-        end = time.monotonic() + 15
-        delay = 0.002
-        while not os.path.exists(pgidf):
-            if time.monotonic() > end:
-                raise OpError("io", "the server did not record its process group within 15 s "
-                              "(see %s)" % log)
-            time.sleep(delay)
-            delay = min(delay * 1.5, 0.05)
-        with open(pgidf) as fh:
-            pgid = int(fh.read().strip())
-    else:
-        # No setsid(1): the same detachment from Python (new session, all streams redirected).
-        with open(log, "wb") as out:
-            proc = subprocess.Popen(argv, env=env, cwd=cwd, stdin=subprocess.DEVNULL,
-                                    stdout=out, stderr=subprocess.STDOUT,
-                                    start_new_session=True, close_fds=True)
-        pgid = proc.pid
-        with open(pgidf, "w") as fh:
-            fh.write("%d\n" % pgid)
+    start = _start_setsid if shutil.which("setsid") and shutil.which("sh") else _start_popen
+    pgid = start(argv, env, cwd, pgidf, log)
     state = {"pgid": pgid, "marker": req["marker"], "argv": req.get("argv_record") or argv,
              "log": log, "port": port,
              "bind": bind, "started": t0, "config_key": req.get("config_key", ""),
@@ -348,7 +361,7 @@ def op_tail(req):
             fh.seek(max(0, size - cap))
             data = fh.read()
     except FileNotFoundError:
-        raise OpError("io", "no such log on the host: %s" % path)
+        raise OpError("io", "no such log on the host: %s" % path) from None
     text = data.decode("utf-8", "replace")
     if size > cap:
         text = text.split("\n", 1)[-1]

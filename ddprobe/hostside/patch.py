@@ -44,7 +44,7 @@ def _plan(patch: Patch, pkg_dir: str, force: bool) -> list[Json]:
             try:
                 orig = apply_file(text, fp.reversed()).encode("utf-8", "surrogateescape")
             except PatchTextError:
-                raise HelperError("mismatch", str(fwd), path=fp.path, hunk=fwd.hunk)
+                raise HelperError("mismatch", str(fwd), path=fp.path, hunk=fwd.hunk) from None
             plan.append({"path": fp.path, "state": "patched", "before": orig, "after": data,
                          "mode": mode})
             continue
@@ -154,7 +154,7 @@ def _write_files(req: Json, pkg_dir: str, writes: list[Write], ledger: Ledger, d
         ledger.save(data)
         raise HelperError("io", "writing %s failed (%s); the files already written were "
                           "restored" % (writes[len(done)][0] if len(done) < len(writes)
-                                        else "?", e))
+                                        else "?", e)) from None
     return done
 
 
@@ -174,7 +174,7 @@ def _continue_entry(req: Json, info: Json, ledger: Ledger, data: Json, entry: Js
                           "`ddprobe patch status`, then `ddprobe patch revert %s --force`"
                           % (patch.id, ", ".join(p for p, _ in bad),
                              ", ".join(s for _, s in bad), patch.id))
-    todo = [(f, cur) for f, cur, s in states if s == "original"]
+    todo = [(f, cur) for f, cur, s in states if s == "original" and cur is not None]
     if not todo:
         if entry["state"] != "applied" and not dry:
             entry["state"] = "applied"
@@ -304,7 +304,7 @@ def _revert_entry(req: Json, pkg_dir: str, ledger: Ledger, data: Json, entry: Js
 
 
 def _prune_empty(d: str) -> None:
-    for root, dirs, files in os.walk(d, topdown=False):
+    for root, _dirs, _files in os.walk(d, topdown=False):
         if not os.listdir(root):
             try:
                 os.rmdir(root)

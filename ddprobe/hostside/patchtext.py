@@ -22,7 +22,7 @@ except ImportError:  # pragma: no cover - exercised on hosts
     _Base = Exception  # type: ignore[assignment,misc]
 
 
-class PatchTextError(_Base):  # type: ignore[misc,valid-type]
+class PatchTextError(_Base):
     """A malformed patch or one that does not apply; names the file, hunk and line."""
 
     def __init__(self, message: str, *, source: str = "", line: Optional[int] = None,

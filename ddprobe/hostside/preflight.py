@@ -77,10 +77,27 @@ def _pkg_dir(package):
     return os.path.realpath(list(spec.submodule_search_locations)[0])
 
 
+def _in_pkg(frame, pkg_dir):
+    return bool(frame is not None and pkg_dir and
+                os.path.realpath(frame.filename).startswith(pkg_dir))
+
+
+def _kind_of(exc, inner, pkg_dir):
+    """import / assertion / value (raised inside the package: SGLang refused) / environment."""
+    if isinstance(exc, ImportError):
+        return "import"
+    raised_in_pkg = _in_pkg(inner, pkg_dir)
+    if isinstance(exc, AssertionError) and raised_in_pkg:
+        return "assertion"
+    if isinstance(exc, ValueError) and raised_in_pkg:
+        return "value"
+    return "environment"
+
+
 def _describe(exc, pkg_dir, kind=None):
     tb = traceback.extract_tb(exc.__traceback__) if exc.__traceback__ else []
     inner = tb[-1] if tb else None
-    in_pkg = [f for f in tb if pkg_dir and os.path.realpath(f.filename).startswith(pkg_dir)]
+    in_pkg = [f for f in tb if _in_pkg(f, pkg_dir)]
     site = in_pkg[-1] if in_pkg else inner
     where = line = ""
     if site is not None:
@@ -88,16 +105,7 @@ def _describe(exc, pkg_dir, kind=None):
         line = (site.line or linecache.getline(site.filename, site.lineno) or "").strip()
     missing = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
     if kind is None:
-        raised_in_pkg = bool(inner is not None and pkg_dir and
-                             os.path.realpath(inner.filename).startswith(pkg_dir))
-        if isinstance(exc, ImportError):
-            kind = "import"
-        elif isinstance(exc, AssertionError) and raised_in_pkg:
-            kind = "assertion"
-        elif isinstance(exc, ValueError) and raised_in_pkg:
-            kind = "value"
-        else:
-            kind = "environment"
+        kind = _kind_of(exc, inner, pkg_dir)
     msg = str(exc) or type(exc).__name__
     if kind == "assertion" and site is not None:
         line = _statement(site.filename, site.lineno) or line

@@ -12,7 +12,7 @@ import json
 import os
 import re
 import sys
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 Json = Dict[str, Any]
 Write = Tuple[str, bytes, Optional[int]]  # (package-relative path, content, mode)
@@ -155,11 +155,54 @@ def _module_file(pkg_dir: str, dotted: str) -> str | None:
     return None
 
 
+# a helper module is followed only if its text allocates something a buffer can come from
+_ALLOCATES = ("zeros(", "empty(", "ones(", "full(", "arange(", "_like(")
+
+
+def _follows(follow: Any, dotted: str, names: Any, producers: Any, prefixes: Any) -> bool:
+    """Whether an import of `dotted` (binding `names`) is followed, by the `follow` rule."""
+    if follow == "helpers":
+        return bool(producers.intersection(names))
+    if follow == "prefixes":
+        return any(dotted == p or dotted.startswith(p + ".") for p in prefixes)
+    return False
+
+
+def _follow_once(files: Dict[str, str], frontier: List[str], info: Json, req: Json,
+                 total: int) -> Tuple[List[str], int]:
+    """Read the modules the frontier's files import (by the rule); the new frontier, total."""
+    follow = req.get("follow")
+    prefixes = req.get("follow_prefixes") or []
+    max_bytes = int(req.get("max_bytes", 32 * 1024 * 1024))
+    pkg_dir = info["path"]
+    nxt = []
+    for rel in frontier:
+        text = files[rel]
+        # names called to produce an attribute: `self.x = name(`, `self.x: T = name.create(`
+        producers = set(_PRODUCER.findall(text)) if follow == "helpers" else set()
+        for dotted, names in _imports(text, info["package"]):
+            if not _follows(follow, dotted, names, producers, prefixes):
+                continue
+            path = _module_file(pkg_dir, dotted)
+            if path is None:
+                continue
+            r2 = os.path.relpath(path, pkg_dir)
+            if r2 in files or total >= max_bytes:
+                continue
+            text2 = _read_text(path)
+            if follow == "helpers" and not any(t in text2 for t in _ALLOCATES):
+                continue  # allocates nothing: no buffer can come from it
+            files[r2] = text2
+            total += len(text2)
+            nxt.append(r2)
+    return nxt, total
+
+
 def op_read(req: Json) -> Json:
     info = locate(req["package"])
     pkg_dir = info["path"]
-    files, unmatched = {}, []
-    max_bytes = int(req.get("max_bytes", 32 * 1024 * 1024))
+    files: Dict[str, str] = {}
+    unmatched = []
     total = 0
     for pat in req.get("patterns", []):
         hits = sorted(glob.glob(os.path.join(pkg_dir, pat)))
@@ -170,39 +213,9 @@ def op_read(req: Json) -> Json:
             if rel not in files and os.path.isfile(h):
                 files[rel] = _read_text(h)
                 total += len(files[rel])
-    follow = req.get("follow")
-    prefixes = req.get("follow_prefixes") or []
-    depth = int(req.get("follow_depth", 1))
     frontier = list(files)
-    for _ in range(depth):
-        nxt = []
-        for rel in frontier:
-            text = files[rel]
-            # names called to produce an attribute: `self.x = name(`, `self.x: T = name.create(`
-            producers = set(_PRODUCER.findall(text)) if follow == "helpers" else set()
-            for dotted, names in _imports(text, info["package"]):
-                if follow == "helpers":
-                    if not producers.intersection(names):
-                        continue
-                elif follow == "prefixes":
-                    if not any(dotted == p or dotted.startswith(p + ".") for p in prefixes):
-                        continue
-                else:
-                    continue
-                path = _module_file(pkg_dir, dotted)
-                if path is None:
-                    continue
-                r2 = os.path.relpath(path, pkg_dir)
-                if r2 not in files and total < max_bytes:
-                    text2 = _read_text(path)
-                    if follow == "helpers" and not any(
-                            t in text2 for t in ("zeros(", "empty(", "ones(", "full(",
-                                                 "arange(", "_like(")):
-                        continue  # allocates nothing: no buffer can come from it
-                    files[r2] = text2
-                    total += len(files[r2])
-                    nxt.append(r2)
-        frontier = nxt
+    for _ in range(int(req.get("follow_depth", 1))):
+        frontier, total = _follow_once(files, frontier, info, req, total)
     return {"install": info, "files": files, "unmatched": unmatched}
 
 
@@ -265,13 +278,8 @@ def atomic_write(path: str, data: bytes, mode: int | None = None) -> None:
     _fsync_dir(d)
 
 
-def op_grep(req: Json) -> Json:
-    """ripgrep when the host has it (structured --json), else grep -rnZ; argv only, no shell.
-
-    req["tool"]: auto (rg if on PATH), rg (required) or grep (forced)."""
-    import shutil
-    import subprocess
-    info = locate(req["package"])
+def _grep_target(req: Json, info: Json) -> str:
+    """The file or directory to search: `subdir` of the package, never outside it."""
     sub = (req.get("subdir") or "").strip("/")
     target = os.path.realpath(os.path.join(info["path"], sub))
     if target != info["path"] and not target.startswith(info["path"] + os.sep):
@@ -279,33 +287,50 @@ def op_grep(req: Json) -> Json:
     if not os.path.exists(target):
         raise HelperError("usage", "--path %r: no such file or directory in %s %s"
                           % (sub, info["package"], info["version"]))
+    return target
+
+
+def _rg_argv(rg: str, req: Json, ctx: str, per_file: str) -> Tuple[List[str], str]:
+    argv = [rg, "--json", "--no-config", "--no-ignore", "--hidden", "-C", ctx, "-m", per_file]
+    if req.get("fixed"):
+        argv.append("-F")
+        return argv, "fixed"
+    return argv, "rust-regex"
+
+
+def _grep_argv(req: Json, ctx: str, per_file: str) -> Tuple[List[str], str]:
+    import shutil
+    grep = shutil.which("grep")
+    if not grep:
+        raise HelperError("usage", "neither ripgrep (rg) nor grep is on the host's PATH")
+    # one matcher only: -F, or -P (PCRE: \d, \s, lazy quantifiers, like rg's syntax)
+    # where this grep has it, else -E (POSIX ERE). `-rnIZE ... -F` is refused by grep
+    # ("conflicting matchers specified"): that was issue 15.
+    if req.get("fixed"):
+        matcher, dialect = "-F", "fixed"
+    elif _grep_has_pcre(grep):
+        matcher, dialect = "-P", "pcre"
+    else:
+        matcher, dialect = "-E", "ere"
+    return [grep, "-rnIZ", matcher, "-C", ctx, "-m", per_file], dialect
+
+
+def op_grep(req: Json) -> Json:
+    """ripgrep when the host has it (structured --json), else grep -rnZ; argv only, no shell.
+
+    req["tool"]: auto (rg if on PATH), rg (required) or grep (forced)."""
+    import shutil
+    import subprocess
+    info = locate(req["package"])
+    target = _grep_target(req, info)
     ctx = str(int(req.get("context") or 0))
     per_file = str(int(req.get("max_per_file", 1000)))
     want = req.get("tool") or ("grep" if req.get("no_rg") else "auto")
     rg = shutil.which("rg") if want in ("auto", "rg") else None
     if want == "rg" and not rg:
         raise HelperError("usage", "ripgrep (rg) is not on the host's PATH")
-    if rg:
-        argv = [rg, "--json", "--no-config", "--no-ignore", "--hidden", "-C", ctx,
-                "-m", per_file]
-        tool, dialect = "rg", "fixed" if req.get("fixed") else "rust-regex"
-        if req.get("fixed"):
-            argv.append("-F")
-    else:
-        grep = shutil.which("grep")
-        if not grep:
-            raise HelperError("usage", "neither ripgrep (rg) nor grep is on the host's PATH")
-        # one matcher only: -F, or -P (PCRE: \d, \s, lazy quantifiers, like rg's syntax)
-        # where this grep has it, else -E (POSIX ERE). `-rnIZE ... -F` is refused by grep
-        # ("conflicting matchers specified"): that was issue 15.
-        if req.get("fixed"):
-            matcher, dialect = "-F", "fixed"
-        elif _grep_has_pcre(grep):
-            matcher, dialect = "-P", "pcre"
-        else:
-            matcher, dialect = "-E", "ere"
-        argv = [grep, "-rnIZ", matcher, "-C", ctx, "-m", per_file]
-        tool = "grep"
+    tool = "rg" if rg else "grep"
+    argv, dialect = _rg_argv(rg, req, ctx, per_file) if rg else _grep_argv(req, ctx, per_file)
     if req.get("ignore_case"):
         argv.append("-i")
     for inc in req.get("include") or []:

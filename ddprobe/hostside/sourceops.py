@@ -1,8 +1,9 @@
 """The host side of sources and patches: ONE program run with the host's interpreter.
 
-Shipped as source text (`python -c SRC OP`) with `patchtext`, `sourceio`, `ledger` and `patch` prepended (`hostside.client`), so it needs nothing but
-the standard library (and works on Python 3.8). Input: JSON on stdin. Output: JSON lines on
-stdout; the last line is the result `{"ok": true, "result": ...}` or
+Shipped as source text (`python -c SRC OP`) with `patchtext`, `sourceio`, `ledger` and `patch`
+prepended (`hostside.client`), so it needs nothing but the standard library (and works on
+Python 3.8). Input: JSON on stdin. Output: JSON lines on stdout; the last line is the result
+`{"ok": true, "result": ...}` or
 `{"ok": false, "error": {...}}`. During an apply it writes a progress line before each file and
 ignores hang-ups: if the caller dies (ddprobe killed, ssh dropped) the apply still completes.
 Only a kill of this process itself stops it between files; each file is then original or

@@ -121,7 +121,7 @@ def run_preflight(r: Remote, host: Host, launches: Sequence[Any], *,
             todo.append((i, ln))
     if todo:
         answers = _ask(r, host, [ln for _, ln in todo], timeout)
-        for (i, ln), res in zip(todo, answers):
+        for (i, ln), res in zip(todo, answers, strict=False):
             out[i] = res
             with _LOCK:
                 _CACHE[_key(host, ln.server_args, ln.env)] = res
@@ -159,7 +159,9 @@ def _ask(r: Remote, host: Host, launches: Sequence[Any], timeout: float) -> list
     if not doc.get("ok"):
         return [_install_failure(host, doc, version)] * n
     entry = _s(doc.get("entry")) or ""
-    results = doc.get("results") if isinstance(doc.get("results"), list) else []
+    results = doc.get("results")
+    if not isinstance(results, list):
+        results = []
     out = []
     for i in range(n):
         item = results[i] if i < len(results) and isinstance(results[i], dict) else {}
@@ -167,11 +169,16 @@ def _ask(r: Remote, host: Host, launches: Sequence[Any], timeout: float) -> list
     return out
 
 
+def _as_dict(v: Any) -> dict[str, Any]:
+    return v if isinstance(v, dict) else {}
+
+
 def _one(host: Host, item: dict[str, Any], entry: str, version: str | None) -> PreflightResult:
+    """One launch's answer: parsed (its effective config), rejected by SGLang, or incomplete."""
     warnings = tuple(_s(w) or "" for w in (item.get("warnings") or [])[:50]
                      if isinstance(w, str))
     status = item.get("status")
-    err = item.get("error") if isinstance(item.get("error"), dict) else {}
+    err = _as_dict(item.get("error"))
     if status == "ok" and isinstance(item.get("values"), dict):
         values = dict(item["values"])
         values.setdefault("version", version)
@@ -179,15 +186,7 @@ def _one(host: Host, item: dict[str, Any], entry: str, version: str | None) -> P
         return PreflightResult("ok", eff, "", warnings, "", entry, version)
     what = f"{host.package} {version or '?'}"
     if status == "rejected":
-        msg = _s(err.get("message"), 400) or "rejected"
-        line = _s(err.get("line"), 200)
-        kind = err.get("kind")
-        text = (f"{what} refuses these flags ({entry}): {msg}" if kind == "argparse" else
-                f"{what} rejects this config in its argument checks: "
-                f"{_s(err.get('type')) or 'error'}: {msg}" +
-                (f" (`{line}`)" if line and line not in msg else ""))
-        return PreflightResult("rejected", None, text + _hint(msg + " " + (line or "")),
-                               warnings, _s(err.get("where"), 300) or "", entry, version)
+        return _rejected(what, err, warnings, entry, version)
     msg = f"{_s(err.get('type')) or 'error'}: {_s(err.get('message'), 300) or '?'}"
     where = _s(err.get("where"), 300) or ""
     return _not_run(f"preflight incomplete: {what}'s argument handling raised {msg}"
@@ -195,8 +194,23 @@ def _one(host: Host, item: dict[str, Any], entry: str, version: str | None) -> P
                     entry=entry, version=version)
 
 
+def _rejected(what: str, err: dict[str, Any], warnings: tuple[str, ...], entry: str,
+              version: str | None) -> PreflightResult:
+    """SGLang refused the argv: argparse (unknown or bad flags) or its own argument checks."""
+    msg = _s(err.get("message"), 400) or "rejected"
+    line = _s(err.get("line"), 200)
+    if err.get("kind") == "argparse":
+        text = f"{what} refuses these flags ({entry}): {msg}"
+    else:
+        text = (f"{what} rejects this config in its argument checks: "
+                f"{_s(err.get('type')) or 'error'}: {msg}" +
+                (f" (`{line}`)" if line and line not in msg else ""))
+    return PreflightResult("rejected", None, text + _hint(msg + " " + (line or "")),
+                           warnings, _s(err.get("where"), 300) or "", entry, version)
+
+
 def _install_failure(host: Host, doc: dict[str, Any], version: str | None) -> PreflightResult:
-    err = doc.get("error") if isinstance(doc.get("error"), dict) else {}
+    err = _as_dict(doc.get("error"))
     missing = _s(err.get("missing")) or ""
     msg = f"{_s(err.get('type')) or 'error'}: {_s(err.get('message'), 300) or '?'}"
     where = _s(err.get("where"), 300) or ""
@@ -285,7 +299,8 @@ def mismatches(host: Host, launch: Any, eff: EffectiveConfig) -> tuple[list[str]
     """(differences that change the cell's label, other differences) as readable lines."""
     want = asked(launch.server_args)
     critical = set(label_fields(host, launch.config))
-    bad, other = [], []
+    bad: list[str] = []
+    other: list[str] = []
     for field, (w, got) in eff.differs(**want).items():
         line = (f"CUDA graphs {'on' if got else 'off'} (asked {'on' if w else 'off'})"
                 if field == "cuda_graph" else f"{field.replace('_', ' ')} {got} (asked {w})")
