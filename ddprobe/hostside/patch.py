@@ -70,20 +70,45 @@ def _write_backup(ledger: Ledger, pid: str, rel: str, data: bytes) -> str:
     return bp
 
 
+def _refuse(patch: Patch, info: Json, force: bool) -> None:
+    """HelperError("refused") when the patch names another package or version (no --force)."""
+    if force:
+        return
+    if patch.package and patch.package != info["package"]:
+        raise HelperError("refused", "patch %s is for package %s, this host's package is %s "
+                          "(use --force to apply anyway)" % (patch.id, patch.package,
+                                                             info["package"]))
+    if not patch.applies_to_version(info["version"]):
+        raise HelperError("refused", "patch %s is for versions %s; %s is %s (use --force to "
+                          "try anyway)" % (patch.id, ", ".join(patch.versions), info["package"],
+                                           info["version"]))
+
+
+def _new_entry(req: Json, info: Json, patch: Patch, ledger: Ledger, plan: list[Json]) -> Json:
+    """The ledger entry of an apply about to start ("applying"), every backup written."""
+    entry = {"id": patch.id, "state": "applying", "description": patch.description,
+             "package": info["package"], "package_dir": info["path"],
+             "version": info["version"],
+             "patch_sha256": _sha_bytes(req["patch_text"].encode()), "patch_text":
+             req["patch_text"], "source": req.get("source", ""), "applied_at": _now(),
+             "who": "%s (as %s on %s)" % (req.get("who", "?"), os.environ.get("USER", "?"),
+                                          socket.gethostname()),
+             "pid": os.getpid(), "files": []}
+    for p in plan:
+        entry["files"].append({"path": p["path"], "sha_before": _sha_bytes(p["before"]),
+                               "sha_after": _sha_bytes(p["after"]), "mode": p["mode"],
+                               "backup": _write_backup(ledger, patch.id, p["path"],
+                                                       p["before"])})
+    return entry
+
+
 def op_apply(req: Json) -> Json:
     info = locate(req["package"])
     pkg_dir = info["path"]
     patch = parse_patch(req["patch_text"], source=req.get("source", "<patch>"),
                         default_id=req.get("default_id", ""))
     force, dry = bool(req.get("force")), bool(req.get("dry_run"))
-    if patch.package and patch.package != info["package"] and not force:
-        raise HelperError("refused", "patch %s is for package %s, this host's package is %s "
-                          "(use --force to apply anyway)" % (patch.id, patch.package,
-                                                             info["package"]))
-    if not patch.applies_to_version(info["version"]) and not force:
-        raise HelperError("refused", "patch %s is for versions %s; %s is %s (use --force to "
-                          "try anyway)" % (patch.id, ", ".join(patch.versions), info["package"],
-                                           info["version"]))
+    _refuse(patch, info, force)
     ledger = Ledger(pkg_dir, info["package"])
     data = ledger.load()
     entry = next((e for e in ledger.entries_for(data) if e["id"] == patch.id), None)
@@ -105,18 +130,7 @@ def op_apply(req: Json) -> Json:
     if dry:
         return {"status": "dry-run", "id": patch.id, "files": files, "diff": diff,
                 "install": info}
-    entry = {"id": patch.id, "state": "applying", "description": patch.description,
-             "package": info["package"], "package_dir": pkg_dir, "version": info["version"],
-             "patch_sha256": _sha_bytes(req["patch_text"].encode()), "patch_text":
-             req["patch_text"], "source": req.get("source", ""), "applied_at": _now(),
-             "who": "%s (as %s on %s)" % (req.get("who", "?"), os.environ.get("USER", "?"),
-                                          socket.gethostname()),
-             "pid": os.getpid(), "files": []}
-    for p in plan:
-        entry["files"].append({"path": p["path"], "sha_before": _sha_bytes(p["before"]),
-                               "sha_after": _sha_bytes(p["after"]), "mode": p["mode"],
-                               "backup": _write_backup(ledger, patch.id, p["path"],
-                                                       p["before"])})
+    entry = _new_entry(req, info, patch, ledger, plan)
     data["entries"].append(entry)
     ledger.save(data)
     done = _write_files(req, pkg_dir, [(p["path"], p["after"], p["mode"]) for p in todo],
@@ -236,55 +250,60 @@ def op_revert(req: Json) -> Json:
             "ledger": ledger.path, "install": info}
 
 
-def _revert_entry(req: Json, pkg_dir: str, ledger: Ledger, data: Json, entry: Json,
-                  force: bool) -> Json:
-    plan = []
-    for f in entry["files"]:
-        cur, mode = _file_bytes(pkg_dir, f["path"])
-        state = _state_of(cur, f["sha_before"], f["sha_after"])
-        if state in ("drifted", "missing") and not force:
-            raise HelperError("drift", "%s changed since patch %s was applied (%s); refusing to "
-                              "overwrite it (use --force to restore the original anyway)"
-                              % (f["path"], entry["id"], state), path=f["path"])
-        original = None
-        try:
-            with open(f["backup"], "rb") as fh:
-                original = fh.read()
-        except OSError:
-            pass
-        if original is None or _sha_bytes(original) != f["sha_before"]:
-            # the backup is gone or damaged: rebuild the original by reversing the diff
-            original = None
-            if cur is not None and entry.get("patch_text"):
-                p = parse_patch(entry["patch_text"], default_id=entry["id"])
-                fp = next((x for x in p.files if x.path == f["path"]), None)
-                if fp is not None:
-                    try:
-                        original = apply_file(cur.decode("utf-8", "surrogateescape"),
-                                              fp.reversed()).encode("utf-8", "surrogateescape")
-                    except PatchTextError:
-                        original = None
-            if original is None or _sha_bytes(original) != f["sha_before"]:
-                raise HelperError("backup", "%s: the backup %s is missing or does not match "
-                                  "the recorded sha256 %s" % (f["path"], f["backup"],
-                                                              f["sha_before"][:12]))
-        plan.append((f, cur, state, original, mode if mode is not None else f.get("mode")))
-    restored = []
-    for f, cur, state, original, mode in plan:
-        if state == "original":
-            continue
-        path = inside(pkg_dir, f["path"])
-        if state == "drifted" and cur is not None:
-            atomic_write("%s.drift-%d" % (ledger.backup_path(entry["id"], f["path"]),
-                                          int(time.time())), cur)
-        heartbeat(f["path"])
-        atomic_write(path, original, mode)
-        _remove_pycache(path)
+def _read_backup(path: str) -> bytes | None:
+    try:
         with open(path, "rb") as fh:
-            if _sha_bytes(fh.read()) != f["sha_before"]:
-                raise HelperError("io", "%s: restored file does not hash to the original"
-                                  % f["path"])
-        restored.append(f["path"])
+            return fh.read()
+    except OSError:
+        return None
+
+
+def _unpatched(cur: bytes | None, entry: Json, rel: str) -> bytes | None:
+    """The original rebuilt by reversing the entry's diff on the current text; None: cannot."""
+    if cur is None or not entry.get("patch_text"):
+        return None
+    p = parse_patch(entry["patch_text"], default_id=entry["id"])
+    fp = next((x for x in p.files if x.path == rel), None)
+    if fp is None:
+        return None
+    try:
+        return apply_file(cur.decode("utf-8", "surrogateescape"),
+                          fp.reversed()).encode("utf-8", "surrogateescape")
+    except PatchTextError:
+        return None
+
+
+def _original_of(f: Json, cur: bytes | None, entry: Json) -> bytes:
+    """A file's original bytes: its backup, else (gone or damaged) the diff reversed."""
+    original = _read_backup(f["backup"])
+    if original is not None and _sha_bytes(original) == f["sha_before"]:
+        return original
+    original = _unpatched(cur, entry, f["path"])
+    if original is None or _sha_bytes(original) != f["sha_before"]:
+        raise HelperError("backup", "%s: the backup %s is missing or does not match "
+                          "the recorded sha256 %s" % (f["path"], f["backup"],
+                                                      f["sha_before"][:12]))
+    return original
+
+
+def _restore(pkg_dir: str, ledger: Ledger, entry: Json, f: Json, cur: bytes | None,
+             state: str, original: bytes, mode: int | None) -> None:
+    """Write the original back (a drifted file kept beside the backups first), then check."""
+    path = inside(pkg_dir, f["path"])
+    if state == "drifted" and cur is not None:
+        atomic_write("%s.drift-%d" % (ledger.backup_path(entry["id"], f["path"]),
+                                      int(time.time())), cur)
+    heartbeat(f["path"])
+    atomic_write(path, original, mode)
+    _remove_pycache(path)
+    with open(path, "rb") as fh:
+        if _sha_bytes(fh.read()) != f["sha_before"]:
+            raise HelperError("io", "%s: restored file does not hash to the original"
+                              % f["path"])
+
+
+def _to_history(req: Json, ledger: Ledger, data: Json, entry: Json) -> Json:
+    """Move the entry from the ledger's entries to its history; drop its backups."""
     data["entries"] = [e for e in data["entries"] if e is not entry]
     entry = dict(entry)
     entry["state"] = "reverted"
@@ -299,6 +318,27 @@ def _revert_entry(req: Json, pkg_dir: str, ledger: Ledger, data: Json, entry: Js
         except OSError:
             pass
     _prune_empty(os.path.join(ledger.dir, "backups", entry["id"]))
+    return entry
+
+
+def _revert_entry(req: Json, pkg_dir: str, ledger: Ledger, data: Json, entry: Json,
+                  force: bool) -> Json:
+    plan = []
+    for f in entry["files"]:  # every file checked, and its original found, before any write
+        cur, mode = _file_bytes(pkg_dir, f["path"])
+        state = _state_of(cur, f["sha_before"], f["sha_after"])
+        if state in ("drifted", "missing") and not force:
+            raise HelperError("drift", "%s changed since patch %s was applied (%s); refusing to "
+                              "overwrite it (use --force to restore the original anyway)"
+                              % (f["path"], entry["id"], state), path=f["path"])
+        original = _original_of(f, cur, entry)
+        plan.append((f, cur, state, original, mode if mode is not None else f.get("mode")))
+    restored = []
+    for f, cur, state, original, mode in plan:
+        if state != "original":
+            _restore(pkg_dir, ledger, entry, f, cur, state, original, mode)
+            restored.append(f["path"])
+    entry = _to_history(req, ledger, data, entry)
     return {"id": entry["id"], "restored": restored,
             "files": [{"path": f["path"], "sha256": f["sha_before"]} for f in entry["files"]]}
 
