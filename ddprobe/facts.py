@@ -16,11 +16,13 @@ from ddprobe.remote import Remote
 from ddprobe.untrusted import clean
 
 _FACTS_SRC = r'''
-import importlib.metadata as md, importlib.util, json, os, platform, re, shutil, socket, subprocess, sys
+import importlib.metadata as md, importlib.util, json, os, platform, re, shutil, socket
+import subprocess, sys
 pkg, port, bind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 def sh(argv, t=10):
     try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=t, stdin=subprocess.DEVNULL)
+        p = subprocess.run(argv, capture_output=True, text=True, timeout=t,
+                           stdin=subprocess.DEVNULL)
         return p.returncode, p.stdout, p.stderr
     except (OSError, subprocess.TimeoutExpired) as e:
         return None, "", str(e)
@@ -44,9 +46,11 @@ f["memory_mib"] = mem
 gpus, driver, cuda = [], None, None
 import shlex
 smi_cmd = os.environ.get("DDPROBE_NVIDIA_SMI", "").strip()
-smi = shlex.split(smi_cmd) if smi_cmd else ([shutil.which("nvidia-smi")] if shutil.which("nvidia-smi") else None)
+smi = shlex.split(smi_cmd) if smi_cmd else (
+    [shutil.which("nvidia-smi")] if shutil.which("nvidia-smi") else None)
 if smi:
-    rc, out, err = sh([*smi, "--query-gpu=name,compute_cap,memory.total,driver_version", "--format=csv,noheader,nounits"])
+    rc, out, err = sh([*smi, "--query-gpu=name,compute_cap,memory.total,driver_version",
+                       "--format=csv,noheader,nounits"])
     if rc == 0:
         for line in out.strip().splitlines():
             parts = [x.strip() for x in line.split(",")]
@@ -57,21 +61,24 @@ if smi:
                 except ValueError:
                     mem_g = None
                 gpus.append({"name": parts[0], "compute_cap": cap,
-                             "sm": "sm_" + cap.replace(".", "") if re.match(r"^\d+\.\d+$", cap) else None,
+                             "sm": ("sm_" + cap.replace(".", "")
+                                    if re.match(r"^\d+\.\d+$", cap) else None),
                              "memory_mib": mem_g, "driver": parts[3]})
                 driver = parts[3]
     rc, out, err = sh(list(smi))
     m = re.search(r"CUDA Version:\s*([\d.]+)", out or "")
     if m:
         cuda = m.group(1)
-nvcc = shutil.which("nvcc") or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
+nvcc = shutil.which("nvcc") or (
+    "/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
 if nvcc:
     rc, out, err = sh([nvcc, "--version"])
     m = re.search(r"release ([\d.]+)", out or "")
     if m:
         f["nvcc"] = m.group(1)
         cuda = cuda or m.group(1)
-san = shutil.which("compute-sanitizer") or next((p for p in ["/usr/local/cuda/bin/compute-sanitizer"] if os.path.exists(p)), None)
+san = shutil.which("compute-sanitizer") or next(
+    (p for p in ["/usr/local/cuda/bin/compute-sanitizer"] if os.path.exists(p)), None)
 f["compute_sanitizer"] = san
 f["gpus"], f["driver"], f["cuda"] = gpus, driver, cuda
 f["python"] = {"path": sys.executable, "version": platform.python_version()}
@@ -111,7 +118,8 @@ if spec is not None:
             "source_hash": h.hexdigest()[:16] if nfiles else None, "source_files": nfiles}
 f["install"] = inst
 pk = {}
-for n in ["torch", "triton", "flashinfer-python", "flashinfer", "sgl-kernel", "sglang-kernel", "sglang", "transformers", "vllm", pkg]:
+for n in ["torch", "triton", "flashinfer-python", "flashinfer", "sgl-kernel", "sglang-kernel",
+          "sglang", "transformers", "vllm", pkg]:
     try:
         pk[n] = md.version(n)
     except md.PackageNotFoundError:
