@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -24,19 +24,16 @@ from ddprobe import interrupt
 from ddprobe.cell.classify import (
     Baseline,
     Verdict,
-    classify_dead,
-    classify_hang,
     classify_served,
     excerpt,
-    refused_signature,
     serving_failure,
 )
-from ddprobe.cell.health import HealthResult, fatal_match, health_now, wait_healthy
+from ddprobe.cell.health import HealthResult, fatal_match, health_now
 from ddprobe.cell.kernel_log import recent_xid_lines
-from ddprobe.cell.restart import prepared_launch
+from ddprobe.cell.restart import Restart, copy_log
 from ddprobe.cell.served import model_loaded
 from ddprobe.effective import fetch_server_info, from_log, from_server_args
-from ddprobe.errors import DdprobeError, PatchError, RefusedError, RemoteCommandError, RemoteError
+from ddprobe.errors import DdprobeError, PatchError, RemoteCommandError, RemoteError
 from ddprobe.hostside.errors import HostOpError
 from ddprobe.inventory import Host
 from ddprobe.probes.client import ProbeHTTPError
@@ -50,12 +47,10 @@ from ddprobe.probes.runner import (
 )
 from ddprobe.remote import Remote
 from ddprobe.results import CellResult, Config, Outcome
-from ddprobe.server.launch import server_target
+from ddprobe.server.launch import Launch
 from ddprobe.server.lock import HostLock
-from ddprobe.server.manager import Manager, get_manager
 from ddprobe.signatures.decode import decode_notes, summarise_decode
 from ddprobe.sources.patches import revert_temporary
-from ddprobe.untrusted import file_part
 
 __all__ = ["Baseline", "CellReporter", "ProbeOptions", "run_cell", "run_sanitize_cell"]
 
@@ -126,7 +121,7 @@ def run_cell(r: Remote, host: Host, config: Config, *, probe: ProbeOptions = Pro
     if lk.broken is not None:
         cell.notes.append(f"broke a stale lock of {lk.broken.describe()}")
     if log_dir is not None and run.log:
-        cell.local_log = str(_copy_log(run.log, Path(log_dir), host.name, config.key))
+        cell.local_log = str(copy_log(run.log, Path(log_dir), host.name, config.key))
     return cell
 
 
@@ -138,24 +133,27 @@ class _Cell:
         self.baseline, self.rep, self.keep_answers = baseline, rep, keep_answers
         self.timeout = health_timeout if health_timeout is not None else \
             host.server.health_timeout
-        self.mgr: Manager | None = None
         self.prefix: tuple[str, ...] = ()
-        self.started = False
-        self.log = ""
-        self.offset = 0
-        self.timings: dict[str, float] = {}
-        self.waited = 0.0  # seconds spent waiting for a server (not ddprobe's own time)
+        self.rs = Restart(r, host, config, timeout=self.timeout,
+                          stall=host.server.stall_timeout, wrap=self._wrap)
+        self.timings = self.rs.timings
         self.cell = CellResult(host=host.name, config=config, outcome=Outcome.ERROR,
                                started_at=datetime.now(timezone.utc).isoformat(
                                    timespec="seconds"))
 
-    @contextlib.contextmanager
-    def timed(self, name: str) -> Iterator[None]:
-        t = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.timings[name] = self.timings.get(name, 0.0) + time.perf_counter() - t
+    @property
+    def started(self) -> bool:
+        return self.rs.started
+
+    @property
+    def log(self) -> str:
+        return self.rs.log
+
+    def timed(self, name: str) -> contextlib.AbstractContextManager[None]:
+        return self.rs.timed(name)
+
+    def _wrap(self, launch: Launch) -> Launch:
+        return replace(launch, argv=(*self.prefix, *launch.argv)) if self.prefix else launch
 
     def run(self) -> CellResult:
         t0 = time.perf_counter()
@@ -178,7 +176,7 @@ class _Cell:
         if verdict.outcome in (Outcome.CRASH, Outcome.HANG):
             self._kernel_log(time.perf_counter() - t0)
         self.timings["total"] = time.perf_counter() - t0
-        self.timings["overhead"] = max(0.0, self.timings["total"] - self.waited)
+        self.timings["overhead"] = max(0.0, self.timings["total"] - self.rs.waited)
         return self._finish(verdict)
 
     def _kernel_log(self, elapsed: float) -> None:
@@ -194,58 +192,47 @@ class _Cell:
                                        f"line(s) during the cell; last: {lines[-1][:200]}")
 
     def _steps(self) -> Verdict:
-        r, host, rep = self.r, self.host, self.rep
-        rep.stage("prepare", host.name)
-        with self.timed("prepare"):
-            self.mgr = mgr = get_manager(r, host)
-            try:
-                launch = prepared_launch(r, host, self.config, mgr)
-            except RefusedError as e:
-                # refused before any restart: the running server (if any) is left alone
-                return Verdict(Outcome.REFUSED, refused_signature(str(e)), str(e))
-            if self.prefix:
-                launch = replace(launch, argv=(*self.prefix, *launch.argv))
-            self.cell.launch = list(launch.argv)
-            self.cell.notes += list(launch.notes)
-            self.cell.flags_checked = launch.checked
-            if launch.preflight is not None:
-                self.cell.preflight = launch.preflight.status
-            self.cell.effective = launch.effective  # until the server says what it runs
+        rs, rep = self.rs, self.rep
+        rep.stage("prepare", self.host.name)
+        fail = rs.prepare()
+        if fail is not None:  # refused before any restart: the running server is left alone
+            return fail.verdict
+        self._record_launch()
         rep.stage("stop", "stopping the previous server")
-        with self.timed("stop"):
-            stop = mgr.stop()
-        self.waited += stop.elapsed
-        self.cell.stop = stop.to_dict()
-        if not stop.clean:
-            return Verdict(Outcome.ERROR, error=f"the previous server did not stop cleanly: "
-                                                f"{stop.problem()}")
+        fail = rs.stop_old()
+        assert rs.old_stop is not None
+        self.cell.stop = rs.old_stop.to_dict()
+        if fail is not None:
+            return fail.verdict
         rep.stage("start", self.config.key)
-        # started before the call returns: a Ctrl-C while the host launches it must still
-        # stop it (stopping a server that never started is a no-op)
-        self.started = True
-        with self.timed("start"):
-            start = mgr.start(launch)
-        self.cell.log_path = start.log_path
-        self.timings["restart"] = self.timings["stop"] + self.timings["start"]
-        with self.r.tunnel(host.server.port, server_target(host)) as lport:
-            url = f"http://127.0.0.1:{lport}"
+        self.cell.log_path = rs.start().log_path
+        with rs.tunnel() as url:
             rep.stage("health", url)
-            with self.timed("health"):
-                h = wait_healthy(url, mgr.peek, timeout=self.timeout, reporter=rep,
-                                 stall=host.server.stall_timeout)
-            self.waited += self.timings["health"]
+            fail = rs.wait(url, rep)
+            h = rs.health
+            assert h is not None
             self.cell.health = {"status": h.status, "elapsed": round(h.elapsed, 3),
-                                    "stage": h.stage, "polls": h.polls, "peeks": h.peeks}
-            self.log = h.log
-            if not h.healthy:
-                return self._not_healthy(h)
+                                "stage": h.stage, "polls": h.polls, "peeks": h.peeks}
+            if fail is not None:
+                self.cleanup()
+                return fail.verdict
             with self.timed("server_info"):
                 self._read_effective(url)
             rep.stage("probe", f"{self.opts.suite} x{self.opts.concurrency}")
             with self.timed("probe"):
                 report = self._probe(url)
-            self.waited += self.timings["probe"]
+            rs.waited += self.timings["probe"]
             return self._served(report, h, url)
+
+    def _record_launch(self) -> None:
+        launch = self.rs.launch
+        assert launch is not None
+        self.cell.launch = list(launch.argv)
+        self.cell.notes += list(launch.notes)
+        self.cell.flags_checked = launch.checked
+        if launch.preflight is not None:
+            self.cell.preflight = launch.preflight.status
+        self.cell.effective = launch.effective  # until the server says what it runs
 
     def _read_effective(self, url: str) -> None:
         """What the server says it runs, before the probes can kill it."""
@@ -256,45 +243,6 @@ class _Cell:
         else:
             self.cell.notes.append("neither /server_info nor /get_server_info answered: "
                                        "the effective config comes from the log alone")
-
-    def _not_healthy(self, h: HealthResult) -> Verdict:
-        assert self.mgr is not None
-        if h.status in ("timeout", "stalled"):
-            self._tail()
-            v = classify_hang(self.log, self.timeout, stalled=self.host.server.stall_timeout
-                              if h.status == "stalled" else None)
-            self.cleanup()
-            return v
-        self.offset = h.offset
-        if h.status == "fatal":
-            self._settle()  # let it finish writing (and dying) before reading the log
-        else:
-            self._tail()
-        v = classify_dead(self.log, package=self.host.package, during="start-up")
-        self.cleanup()
-        return v
-
-    def _settle(self, seconds: float = 2.0) -> bool:
-        """Read the rest of the log while the process exits on its own; True if still alive."""
-        t0 = time.perf_counter()
-        delay = 0.05
-        try:
-            while True:
-                alive = self._tail()
-                if not alive or time.perf_counter() >= t0 + seconds:
-                    return alive
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
-        finally:
-            self.waited += time.perf_counter() - t0  # the server's time, not ddprobe's
-
-    def _tail(self) -> bool:
-        """Append what the server logged since the last look; is it alive?"""
-        assert self.mgr is not None
-        p = self.mgr.peek(self.offset)
-        self.offset = p.offset
-        self.log += p.data
-        return p.alive
 
     def _probe(self, url: str) -> ProbeReport:
         o = self.opts
@@ -312,8 +260,8 @@ class _Cell:
 
     def _served(self, report: ProbeReport, h: HealthResult, url: str) -> Verdict:
         with self.timed("classify"):
-            self.offset = h.offset
-            alive = self._tail()
+            self.rs.offset = h.offset
+            alive = self.rs.tail()
             self.cell.probes = report.summary
             self.cell.probe_check_s = round(sum(t.check_s or 0.0 for t in report.results), 4)
             if self.keep_answers:
@@ -321,7 +269,7 @@ class _Cell:
                 self.cell.answer_ids = ids_from_report(report)
             if alive and (fatal_match(self.log) is not None or
                           serving_failure(self.log) is not None):
-                alive = self._settle()  # read the rest of the failure while it exits
+                alive = self.rs.settle(2.0)  # read the rest of the failure while it exits
             health = None
             if alive and any(t.errors and not t.text for t in report.results):
                 health = health_now(url, timeout=min(30.0, self.opts.timeout))
@@ -337,13 +285,9 @@ class _Cell:
         return v
 
     def cleanup(self) -> None:
-        if self.mgr is None:
+        if self.rs.mgr is None:
             return
-        with self.timed("cleanup"):
-            st = self.mgr.stop()
-        self.waited += st.elapsed
-        self.cell.cleanup = st.to_dict()
-        self.started = False
+        self.cell.cleanup = self.rs.stop_server().to_dict()
 
     def _finish(self, v: Verdict) -> CellResult:
         c = self.cell
@@ -369,18 +313,6 @@ class _Cell:
             if v.match.details:
                 self.cell.details = v.match.details_dict
         return c
-
-
-def _copy_log(text: str, log_dir: Path, host: str, key: str) -> Path:
-    log_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"{file_part(host)}-{file_part(key)}"  # an inventory name never leaves log_dir
-    path = log_dir / f"{stem}.log"
-    n = 2
-    while path.exists():
-        path = log_dir / f"{stem}-{n}.log"
-        n += 1
-    path.write_text(text, encoding="utf-8")
-    return path
 
 
 # the sanitize cell (the failing config under compute-sanitizer) is the other kind of cell

@@ -31,21 +31,18 @@ from typing import Any
 
 import httpx
 
-from ddprobe.cell.classify import classify_dead, classify_hang, excerpt, refused_signature
-from ddprobe.cell.health import wait_healthy
+from ddprobe.cell.classify import Verdict, classify_dead, excerpt
 from ddprobe.cell.memcheck import SanitizerReport, match_buffer, parse_memcheck
-from ddprobe.cell.restart import prepared_launch
-from ddprobe.errors import DdprobeError, RefusedError, RemoteCommandError, RemoteError
+from ddprobe.cell.restart import Restart, copy_log
+from ddprobe.errors import DdprobeError, RemoteCommandError, RemoteError
 from ddprobe.hostside.errors import HostOpError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 from ddprobe.results import CellResult, Config, Outcome
-from ddprobe.server.launch import Launch, server_target
+from ddprobe.server.launch import Launch
 from ddprobe.server.lock import HostLock
-from ddprobe.server.manager import Manager, Peek, get_manager
 from ddprobe.sources import BufferReport, BufferRow, SizingParams, grep_buffers
 from ddprobe.sources.bufeval import count_elements, dtype_bytes
-from ddprobe.untrusted import file_part
 
 # memcheck prints only the first N errors. On the H200 the first 20 of 474 were all writes of
 # one far row, attributed to an unrelated 64 KiB allocation 1.4 MB away; the writes just past
@@ -234,13 +231,11 @@ def run_sanitize_cell(r: Remote, host: Host, config: Config, *,
             run.stop()  # reads what the server printed while it was stopped
         if run.log:
             _analyse(r, host, config, cell, run.log, sizing, run.server_info)
-    cell.timings = {k: round(v, 4) for k, v in {**run.timings,
+    cell.timings = {k: round(v, 4) for k, v in {**run.timings(),
                                                 "total": time.perf_counter() - t0}.items()}
     if log_dir is not None and run.log:
-        Path(log_dir).mkdir(parents=True, exist_ok=True)
-        path = Path(log_dir) / f"{file_part(host.name)}-{file_part(config.key)}-sanitize.log"
-        path.write_text(run.log, encoding="utf-8")
-        cell.local_log = str(path)
+        cell.local_log = str(copy_log(run.log, Path(log_dir), host.name, config.key,
+                                      kind="sanitize"))
     return cell
 
 
@@ -248,73 +243,82 @@ class _Run:
     def __init__(self, r: Remote, host: Host, config: Config, opts: SanitizeOptions,
                  cell: CellResult, health_timeout: float | None, sanitizer: str | None) -> None:
         self.r, self.host, self.config, self.opts, self.cell = r, host, config, opts, cell
-        self.timeout = health_timeout if health_timeout is not None else \
+        timeout = health_timeout if health_timeout is not None else \
             host.server.health_timeout * opts.health_factor
         self.sanitizer = sanitizer
-        self.mgr: Manager | None = None
-        self.started = False
-        self.log = ""
-        self.offset = 0  # how far into the server log `self.log` has read (the manager's unit)
+        self.rs = Restart(r, host, config, timeout=timeout, settle_s=opts.settle_s,
+                          settle_marker="ERROR SUMMARY")
         self.server_info: dict[str, Any] = {}
-        self.timings: dict[str, float] = {}
+        self.request_s: float | None = None
 
-    def steps(self) -> str:
-        cell = self.cell
+    @property
+    def log(self) -> str:
+        return self.rs.log
+
+    def timings(self) -> dict[str, float]:
+        """The sanitize cell's journal keys: restart, health, request, stop (the final stop)."""
+        t = self.rs.timings
+        out = {"restart": t.get("restart"), "health": t.get("health"),
+               "request": self.request_s, "stop": t.get("cleanup")}
+        return {k: v for k, v in out.items() if v is not None}
+
+    def _refusal(self) -> str:
+        """Why this host cannot run a sanitize cell ("" when it can)."""
         if self.host.server.manager != "command":
-            cell.error = (f"sanitize cells need the command manager (host '{self.host.name}' "
-                          f"uses {self.host.server.manager})")
-            return ""
-        san = self.sanitizer or find_sanitizer(self.r, self.host)
-        if san is None:
-            cell.error = f"compute-sanitizer not found on {self.host.name}"
-            return ""
-        self.mgr = mgr = get_manager(self.r, self.host)
-        try:
-            launch = sanitized_launch(prepared_launch(self.r, self.host, self.config, mgr), san,
-                                      sanitizer_args(self.opts.print_limit))
-        except RefusedError as e:
-            cell.outcome, cell.error = Outcome.REFUSED, str(e)
-            cell.signature = refused_signature(str(e))
-            return ""
-        cell.launch = list(launch.argv)
-        cell.env_names = sorted(k for k, _ in launch.env)  # names only: journaled (values secret)
-        cell.notes += list(launch.notes)
-        t = time.perf_counter()
-        stop = mgr.stop()
-        if not stop.clean:
-            cell.error = f"the previous server did not stop cleanly: {stop.problem()}"
-            return ""
-        start = mgr.start(launch)
-        self.started = True
-        cell.log_path = start.log_path
-        self.timings["restart"] = time.perf_counter() - t
-        with self.r.tunnel(self.host.server.port, server_target(self.host)) as lport:
-            url = f"http://127.0.0.1:{lport}"
-            t = time.perf_counter()
-            h = wait_healthy(url, mgr.peek, timeout=self.timeout)
-            self.timings["health"] = time.perf_counter() - t
-            self.log, self.offset = h.log, h.offset
-            if not h.healthy:
-                self._settle(self.opts.settle_s)
-                v = classify_hang(self.log, self.timeout) if h.status == "timeout" else \
-                    classify_dead(self.log, package=self.host.package, during="start-up")
-                cell.outcome, cell.signature, cell.error = v.outcome, v.signature, v.error
-                return self.log
+            return (f"sanitize cells need the command manager (host '{self.host.name}' "
+                    f"uses {self.host.server.manager})")
+        if self.sanitizer is None:
+            self.sanitizer = find_sanitizer(self.r, self.host)
+        if self.sanitizer is None:
+            return f"compute-sanitizer not found on {self.host.name}"
+        return ""
+
+    def _wrap(self, launch: Launch) -> Launch:
+        assert self.sanitizer is not None
+        return sanitized_launch(launch, self.sanitizer, sanitizer_args(self.opts.print_limit))
+
+    def _fail(self, v: Verdict) -> None:
+        self.cell.outcome, self.cell.signature, self.cell.error = v.outcome, v.signature, v.error
+
+    def steps(self) -> None:
+        cell, rs = self.cell, self.rs
+        cell.error = self._refusal() or None
+        if cell.error:
+            return
+        rs.wrap = self._wrap
+        fail = rs.prepare()
+        if fail is None:
+            self._record_launch()
+            fail = rs.stop_old()
+        if fail is not None:
+            self._fail(fail.verdict)
+            return
+        cell.log_path = rs.start().log_path
+        with rs.tunnel() as url:
+            fail = rs.wait(url)
+            if fail is not None:
+                self._fail(fail.verdict)
+                return
             self.server_info = _server_info(url)
             t = time.perf_counter()
             answered = self._request(url)
-            self.timings["request"] = time.perf_counter() - t
+            self.request_s = time.perf_counter() - t
             # a failed request: the server is dying and the sanitizer still printing
-            alive = self._settle(2.0 if answered else self.opts.settle_s)
-        if alive:
-            cell.outcome = Outcome.OK if answered else Outcome.ERROR
-            if not answered:
-                cell.error = "the request failed but the server stayed up"
-        else:
-            v = classify_dead(self.log, package=self.host.package, during="serving")
-            cell.outcome, cell.signature, cell.error = v.outcome, v.signature, v.error
+            alive = rs.settle(2.0 if answered else self.opts.settle_s)
         cell.answered = answered
-        return self.log
+        if not alive:
+            self._fail(classify_dead(self.log, package=self.host.package, during="serving"))
+            return
+        cell.outcome = Outcome.OK if answered else Outcome.ERROR
+        if not answered:
+            cell.error = "the request failed but the server stayed up"
+
+    def _record_launch(self) -> None:
+        launch, cell = self.rs.launch, self.cell
+        assert launch is not None
+        cell.launch = list(launch.argv)
+        cell.env_names = sorted(k for k, _ in launch.env)  # names only: journaled (values secret)
+        cell.notes += list(launch.notes)
 
     def _request(self, url: str) -> bool:
         body = {"text": self.opts.prompt, "sampling_params": {
@@ -327,41 +331,21 @@ class _Run:
             return False
         return res.status_code == 200
 
-    def _settle(self, seconds: float) -> bool:
-        """Read the log until the server has died or `seconds` passed; is it alive?"""
-        assert self.mgr is not None
-        end = time.perf_counter() + seconds
-        while True:
-            p = self._peek()
-            if not p.alive or time.perf_counter() >= end or "ERROR SUMMARY" in p.data:
-                return p.alive
-            time.sleep(0.5)
-
-    def _peek(self) -> Peek:
-        assert self.mgr is not None
-        p = self.mgr.peek(self.offset)
-        self.offset = p.offset
-        self.log += p.data
-        return p
-
     def stop(self) -> None:
         """Stop the server, then read what it wrote after our last look: a dying memcheck
         prints its summary and the nearest-allocation lines last. Only infrastructure errors
         are caught (and noted); anything else is a bug and propagates."""
-        if self.mgr is None or not self.started:
+        if not self.rs.started:
             return
         notes = self.cell.notes
-        t = time.perf_counter()
         try:
-            st = self.mgr.stop()
-            self.cell.stop = st.to_dict()
+            self.cell.stop = self.rs.stop_server().to_dict()
         except _INFRA as e:
+            self.rs.started = False
             notes.append(f"stopping the server failed: {type(e).__name__}: {e}")
-        self.timings["stop"] = time.perf_counter() - t
-        self.started = False
         try:
             for _ in range(_TAIL_READS):  # a peek returns at most the manager's cap at once
-                if not self._peek().data:
+                if not self.rs.peek().data:
                     break
         except _INFRA as e:
             notes.append(f"the end of the server log could not be read ({type(e).__name__}: "
