@@ -9,7 +9,7 @@ import hashlib
 import os
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, get_args
 
 from ddprobe.effective import EffectiveConfig
 
@@ -162,7 +162,7 @@ class CellResult:
     log_path: str | None = None  # server log of this cell on the host
     started_at: str = ""
     patches: list[str] = field(default_factory=list)  # patch ids applied during the cell
-    kind: CellKind = "cell"
+    kind: str = "cell"  # a CellKind
     # what the server said it runs (/server_info + the capture log line), or the preflight's
     # answer when it never answered; None in journals written before it existed
     effective: EffectiveConfig | None = None
@@ -239,8 +239,10 @@ class CellResult:
                    notes=notes, extra=extra, **typed)
 
 
-VERDICT_KINDS = ("buffer_sizing", "graph_capture", "kernel", "config_error", "inconclusive",
-                 "flaky", "ok")
+VerdictKind = Literal["buffer_sizing", "graph_capture", "kernel", "config_error",
+                      "inconclusive", "flaky", "ok"]
+VERDICT_KINDS: Final[tuple[VerdictKind, ...]] = get_args(VerdictKind)
+Confidence = Literal["high", "medium", "low"]
 
 
 @dataclass
@@ -265,11 +267,11 @@ class Evidence:
 class Verdict:
     """The diagnosis of one failure mode (a group of failing cells with one signature)."""
 
-    kind: str  # one of VERDICT_KINDS
+    kind: str  # a VerdictKind (bisect's decisions still carry a str)
     budgets: list[int]
     signature: str | None  # Signature.id of the group (None for ok/inconclusive without one)
     outcome: str  # the group's outcome (crash, garbage, ...)
-    confidence: str  # high | medium | low
+    confidence: str  # a Confidence
     decided_by: str  # which evidence decided it (e.g. "oversize experiment")
     evidence: list[Evidence] = field(default_factory=list)
     next_step: str = ""

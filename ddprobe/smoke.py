@@ -36,6 +36,7 @@ from ddprobe.report import write_reports
 from ddprobe.results import CellResult, Config, Outcome
 from ddprobe.server.launch import build_launch, check_launch, host_flags
 from ddprobe.store import RunStore, load_run, runs_root
+from ddprobe.timestamps import utc_stamp
 from ddprobe.untrusted import excerpt, for_xml
 
 SEVERITY: Final = (ExitCode.CRASH, ExitCode.HANG, ExitCode.GARBAGE, ExitCode.DEGRADED,
@@ -148,7 +149,7 @@ def smoke_host(host: Host, configs: Sequence[Config], *, log_dir: Path | None,
                on_cell: Callable[[CellResult], None] | None = None) -> HostSmoke:
     """Run the smoke checks on one host (never raises for the host's own problems)."""
     t0 = time.monotonic()
-    hs = HostSmoke(host.name, timestamp=time.strftime("%Y-%m-%dT%H:%M:%S"))
+    hs = HostSmoke(host.name, timestamp=utc_stamp())
     cls = f"ddprobe.{host.name}"
     facts_case = Case("facts", cls)
     hs.cases.append(facts_case)
@@ -323,7 +324,7 @@ def run_smoke(hosts: Sequence[Host], *, budgets: Sequence[int] = (), probe: Any 
     store.append({"type": "run", "run_id": store.run_id, "command": "smoke", "argv": list(argv),
                   "hosts": [h.name for h in hosts], "budgets": sorted({c.budget for _, cs in
                                                                         plans for c in cs}),
-                  "started_at": time.strftime("%Y-%m-%dT%H:%M:%S"), "options": {}})
+                  "started_at": utc_stamp(), "options": {}})
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(hosts)))) as pool:
         futs = [pool.submit(smoke_host, h, cs, log_dir=store.dir / "logs", probe=probe,
                             baseline=baseline, on_cell=on_cell) for h, cs in plans]
@@ -332,7 +333,7 @@ def run_smoke(hosts: Sequence[Host], *, budgets: Sequence[int] = (), probe: Any 
         for c in hs.cells:
             store.cell(c)
     rep = SmokeReport(store.run_id, store.dir, results, time.monotonic() - t0)
-    store.append({"type": "end", "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    store.append({"type": "end", "finished_at": utc_stamp(),
                   "restarts_used": sum(1 for h in results for c in h.cells
                                        if c.timings.get("restart") is not None),
                   "exit_code": rep.exit_code, "wall_s": round(rep.wall_s, 3)})

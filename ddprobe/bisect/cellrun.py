@@ -34,6 +34,7 @@ from ddprobe.sources.patches import (
     patch_status,
     revert_patch,
 )
+from ddprobe.timestamps import utc_stamp
 from ddprobe.untrusted import file_part
 
 log = logging.getLogger("ddprobe.bisect")
@@ -59,7 +60,7 @@ def probe_options(tasks: tuple[str, ...] | list[str] = ()) -> ProbeOptions | Non
 def error_cell(host: Host, config: Config, why: str, *,
                kind: CellKind = "cell") -> CellResult:
     return CellResult(host=host.name, config=config, outcome=Outcome.ERROR, error=why,
-                      started_at=time.strftime("%Y-%m-%dT%H:%M:%S"), kind=kind)
+                      started_at=utc_stamp(), kind=kind)
 
 
 class CellRunner:

@@ -25,11 +25,12 @@ from ddprobe.errors import HostGone
 from ddprobe.inventory import Host
 from ddprobe.report import write_reports
 from ddprobe.store import RunRecord, RunStore, load_run, runs_root
+from ddprobe.timestamps import utc_stamp
 
 
 def now() -> str:
-    """The journal's timestamps (local time, to the second)."""
-    return time.strftime("%Y-%m-%dT%H:%M:%S")
+    """The journal's timestamps (UTC, to the second: ddprobe.timestamps)."""
+    return utc_stamp()
 
 
 @dataclass

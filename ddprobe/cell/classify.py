@@ -58,7 +58,10 @@ class Baseline:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class Classification:
+    """What a cell's server did, as classified from its log and probes (not a bisect verdict:
+    that is `results.Verdict`)."""
+
     outcome: Outcome
     signature: Signature | None = None
     error: str | None = None
@@ -174,35 +177,36 @@ def serving_failure(log: str) -> LogMatch | None:
 _BATCH = re.compile(r"\b(?:Decode|Prefill) batch\b")
 
 
-def classify_dead(log: str, *, package: str, during: str) -> Verdict:
+def classify_dead(log: str, *, package: str, during: str) -> Classification:
     """The server exited (or logged a fatal line) during `during` (start-up | serving)."""
     broken = launch_failure(log, package)
     if broken:
-        return Verdict(Outcome.ERROR, error=f"the launch command failed on the host: {broken}")
+        return Classification(Outcome.ERROR,
+                              error=f"the launch command failed on the host: {broken}")
     refused = argparse_refusal(log)
     if refused is not None:
         raw = refused.line.split(": error: ", 1)[-1]
-        return Verdict(Outcome.REFUSED, refused, f"the server refused the flags: {raw}")
+        return Classification(Outcome.REFUSED, refused, f"the server refused the flags: {raw}")
     m = serving_failure(log) if during == "serving" else None
     if m is None:
         m, _ = _sig_from_log(log)
     return _from_match(m, log, during)
 
 
-def _from_match(m: LogMatch | None, log: str, during: str) -> Verdict:
+def _from_match(m: LogMatch | None, log: str, during: str) -> Classification:
     notes = evidence_notes(log)
     if is_refusal(m):
         assert m is not None  # a ValueError from the server's own checks is a refusal
-        return Verdict(Outcome.REFUSED, m.signature,
+        return Classification(Outcome.REFUSED, m.signature,
                        f"the server refused the flags: {m.signature.line}", m, notes)
     if m is not None and m.outcome == "error":
-        return Verdict(Outcome.ERROR, error=f"infrastructure: {m.signature.line} ({m.hint})",
+        return Classification(Outcome.ERROR, error=f"infrastructure: {m.signature.line} ({m.hint})",
                        match=m, notes=notes)
     if m is not None and m.outcome == "hang":
-        return Verdict(Outcome.HANG, m.signature, None, m, notes)
+        return Classification(Outcome.HANG, m.signature, None, m, notes)
     if m is None:
-        return Verdict(Outcome.CRASH, unknown_signature(log, during), None, None, notes)
-    return Verdict(Outcome.CRASH, m.signature, None, m, notes)
+        return Classification(Outcome.CRASH, unknown_signature(log, during), None, None, notes)
+    return Classification(Outcome.CRASH, m.signature, None, m, notes)
 
 
 def _last_event(log: str, m: LogMatch, *, slack: int = 5) -> bool:
@@ -227,7 +231,7 @@ def evidence_notes(log: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def classify_hang(log: str, timeout: float, *, stalled: float | None = None) -> Verdict:
+def classify_hang(log: str, timeout: float, *, stalled: float | None = None) -> Classification:
     """Never healthy: the deadline passed, or (`stalled` seconds) the log stopped growing."""
     m, sig = _sig_from_log(log)
     if m is not None and (m.outcome == "error" or is_refusal(m)):
@@ -236,7 +240,7 @@ def classify_hang(log: str, timeout: float, *, stalled: float | None = None) -> 
         f"the log stopped progressing for {stalled:g}s during start-up"
     if m is not None and sig is not None and m.outcome == "crash" and _last_event(log, m):
         # the log ends in a failure: the process outlived it (a parent waiting on a dead child)
-        return Verdict(Outcome.CRASH, sig, None, m, (
+        return Classification(Outcome.CRASH, sig, None, m, (
             f"{why}: the process outlived the failure its log ends with",
             *evidence_notes(log)))
     notes = evidence_notes(log)
@@ -250,7 +254,7 @@ def classify_hang(log: str, timeout: float, *, stalled: float | None = None) -> 
             f"start-up stalled ({phase})"
         sig = Signature("hang", key, tail[-1].strip()[:500] if tail else "")
         m = None
-    return Verdict(Outcome.HANG, sig, why, m, notes)
+    return Classification(Outcome.HANG, sig, why, m, notes)
 
 
 def garbage_signature(report: ProbeReport, log: str = "") -> Signature:
@@ -272,7 +276,7 @@ def garbage_signature(report: ProbeReport, log: str = "") -> Signature:
 
 def classify_served(report: ProbeReport, *, alive: bool, log: str, package: str,
                     baseline: Baseline | None, ratio: float,
-                    health: str | None = None) -> Verdict:
+                    health: str | None = None) -> Classification:
     """After probes: the server came up; decide from the log, the server and the answers.
 
     `health` is how /health_generate answered after the probes (ok | error | timeout; None
@@ -297,14 +301,14 @@ def classify_served(report: ProbeReport, *, alive: bool, log: str, package: str,
     if all_failed:
         reason = errored[0].errors[0] if errored[0].errors else errored[0].reason
         if health == "error":
-            return Verdict(Outcome.CRASH, Signature("health", "health turned bad while serving",
-                                                    reason[:500]), None, None,
-                           evidence_notes(log))
+            sig = Signature("health", "health turned bad while serving", reason[:500])
+            return Classification(Outcome.CRASH, sig, None, None, evidence_notes(log))
         if health == "timeout" or all("timed out" in " ".join(r.errors).lower()
                                       for r in errored):
-            return Verdict(Outcome.HANG, Signature("hang", "no probe answered before its timeout",
-                                                   reason[:500]), reason)
-        return Verdict(Outcome.ERROR, error=f"no probe got an answer (server alive): {reason}")
+            sig = Signature("hang", "no probe answered before its timeout", reason[:500])
+            return Classification(Outcome.HANG, sig, reason)
+        return Classification(Outcome.ERROR,
+                              error=f"no probe got an answer (server alive): {reason}")
     s = report.summary
     notes = tuple(s.notes)
     if m is not None:
@@ -315,16 +319,16 @@ def classify_served(report: ProbeReport, *, alive: bool, log: str, package: str,
         want = min(s.total, baseline.passed)
     g, gsig = _sig_from_log(log)
     if g is not None and g.outcome == "garbage":
-        return Verdict(Outcome.GARBAGE, gsig, None, g, notes)
+        return Classification(Outcome.GARBAGE, gsig, None, g, notes)
     if s.passed < want or s.garbage_flags or s.divergence:
-        return Verdict(Outcome.GARBAGE, garbage_signature(report, log), None, None, notes)
+        return Classification(Outcome.GARBAGE, garbage_signature(report, log), None, None, notes)
     if baseline is not None and baseline.tok_s and s.tok_s is not None \
             and s.tok_s < ratio * baseline.tok_s:
         line = (f"tok/s {s.tok_s:.1f} < {ratio:g} x baseline {baseline.tok_s:.1f}"
                 + (f" ({baseline.key})" if baseline.key else ""))
-        return Verdict(Outcome.DEGRADED, Signature("degraded", f"tok/s below {ratio:g} x baseline",
-                                                   line), None, None, notes)
-    return Verdict(Outcome.OK, None, None, None, notes)
+        sig = Signature("degraded", f"tok/s below {ratio:g} x baseline", line)
+        return Classification(Outcome.DEGRADED, sig, None, None, notes)
+    return Classification(Outcome.OK, None, None, None, notes)
 
 
 def excerpt(log: str, sig: Signature | None, *, lines: int = 25) -> list[str]:

@@ -17,13 +17,12 @@ import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 from pathlib import Path
 
 from ddprobe import interrupt
 from ddprobe.cell.classify import (
     Baseline,
-    Verdict,
+    Classification,
     classify_served,
     excerpt,
     serving_failure,
@@ -51,6 +50,7 @@ from ddprobe.server.launch import Launch
 from ddprobe.server.lock import HostLock
 from ddprobe.signatures.decode import decode_notes, summarise_decode
 from ddprobe.sources.patches import revert_temporary
+from ddprobe.timestamps import utc_stamp_tz
 
 __all__ = ["Baseline", "CellReporter", "ProbeOptions", "run_cell", "run_sanitize_cell"]
 
@@ -138,8 +138,7 @@ class _Cell:
                           stall=host.server.stall_timeout, wrap=self._wrap)
         self.timings = self.rs.timings
         self.cell = CellResult(host=host.name, config=config, outcome=Outcome.ERROR,
-                               started_at=datetime.now(timezone.utc).isoformat(
-                                   timespec="seconds"))
+                               started_at=utc_stamp_tz())
 
     @property
     def started(self) -> bool:
@@ -160,7 +159,7 @@ class _Cell:
         try:
             verdict = self._steps()
         except _INFRA as e:
-            verdict = Verdict(Outcome.ERROR, error=str(e))
+            verdict = Classification(Outcome.ERROR, error=str(e))
             self.cell.error_kind = "unreachable" if isinstance(e, RemoteError) else \
                 getattr(e, "kind", "server")
             if self.started:
@@ -191,7 +190,7 @@ class _Cell:
             self.cell.notes.append(f"kernel log ({source}): {len(lines)} NVIDIA Xid "
                                        f"line(s) during the cell; last: {lines[-1][:200]}")
 
-    def _steps(self) -> Verdict:
+    def _steps(self) -> Classification:
         rs, rep = self.rs, self.rep
         rep.stage("prepare", self.host.name)
         fail = rs.prepare()
@@ -258,7 +257,7 @@ class _Cell:
                           baseline=texts, progress=progress,
                           tasks=list(o.tasks) if o.tasks else None, max_tokens=o.max_tokens)
 
-    def _served(self, report: ProbeReport, h: HealthResult, url: str) -> Verdict:
+    def _served(self, report: ProbeReport, h: HealthResult, url: str) -> Classification:
         with self.timed("classify"):
             self.rs.offset = h.offset
             alive = self.rs.tail()
@@ -289,7 +288,7 @@ class _Cell:
             return
         self.cell.cleanup = self.rs.stop_server().to_dict()
 
-    def _finish(self, v: Verdict) -> CellResult:
+    def _finish(self, v: Classification) -> CellResult:
         c = self.cell
         c.outcome, c.signature, c.error = v.outcome, v.signature, v.error
         c.timings = {k: round(val, 4) for k, val in self.timings.items()}

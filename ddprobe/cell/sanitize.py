@@ -25,7 +25,6 @@ import ast
 import contextlib
 import time
 from dataclasses import dataclass, replace
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ from ddprobe.server.launch import Launch
 from ddprobe.server.lock import HostLock
 from ddprobe.sources import BufferReport, BufferRow, SizingParams, grep_buffers
 from ddprobe.sources.bufeval import count_elements, dtype_bytes
+from ddprobe.timestamps import utc_stamp_tz
 
 # memcheck prints only the first N errors. On the H200 the first 20 of 474 were all writes of
 # one far row, attributed to an unrelated 64 KiB allocation 1.4 MB away; the writes just past
@@ -218,7 +218,7 @@ def run_sanitize_cell(r: Remote, host: Host, config: Config, *,
     """Run `config` once under compute-sanitizer memcheck; kind="sanitize". Raises LockedError
     when another run holds the host; every other failure is in the cell (outcome error)."""
     cell = CellResult(host=host.name, config=config, outcome=Outcome.ERROR, kind="sanitize",
-                      started_at=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+                      started_at=utc_stamp_tz())
     lk = lock if lock is not None else HostLock(r, host, break_lock=break_lock)
     t0 = time.perf_counter()
     with lk:

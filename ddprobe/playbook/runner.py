@@ -23,6 +23,7 @@ from ddprobe.playbook.schema import Playbook, StepSpec, Template
 from ddprobe.report import write_reports
 from ddprobe.sources.patches import revert_patch
 from ddprobe.store import RunStore, load_run, runs_root
+from ddprobe.timestamps import utc_stamp
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ def run_playbook(pb: Playbook, host: Host, *, keep_patches: bool = False,
         failed.index if failed else None, tuple(reverted),
         tuple(pid for pid, _ in ctx.applied), tuple(rerrs), store.run_id, store.dir,
         {k: v for k, v in run.scope.items() if k not in pb.vars and k not in pb.builtins})
-    store.append({"type": "end", "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    store.append({"type": "end", "finished_at": utc_stamp(),
                   "restarts_used": load_run(store.dir).restarts_used,
                   "restarts_full_sweep": None, "exit_code": result.exit_code,
                   "status": result.status, "reverted": list(reverted), "kept": list(result.kept)})
@@ -140,7 +141,7 @@ def _create_store(pb: Playbook, host: Host, root: Path) -> RunStore:
     store.append({"type": "run", "run_id": store.run_id, "command": "playbook",
                   "playbook": pb.path, "name": pb.name, "hosts": [host.name],
                   "budgets": _budgets(pb), "argv": [], "options": {"vars": to_plain(pb.vars)},
-                  "started_at": time.strftime("%Y-%m-%dT%H:%M:%S")})
+                  "started_at": utc_stamp()})
     return store
 
 
