@@ -9,7 +9,6 @@ hosts opened and locked, the groups driven, the servers stopped, the end entry a
 """
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
