@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ddprobe.cell.classify import (
-    Verdict,
+    Classification,
     classify_dead,
     classify_hang,
     excerpt,
@@ -67,7 +67,7 @@ class RestartFailure:
 
     phase: str  # prepare | stop | health
     kind: str  # refused | unclean-stop | died | fatal | stalled | timeout
-    verdict: Verdict
+    verdict: Classification
 
 
 class Restart:
@@ -110,7 +110,7 @@ class Restart:
             try:
                 launch = prepared_launch(self.r, self.host, self.config, self.manager)
             except RefusedError as e:
-                return RestartFailure("prepare", "refused", Verdict(
+                return RestartFailure("prepare", "refused", Classification(
                     Outcome.REFUSED, refused_signature(str(e)), str(e)))
             self.launch = self.wrap(launch) if self.wrap is not None else launch
         return None
@@ -121,7 +121,7 @@ class Restart:
         self.waited += st.elapsed
         if st.clean:
             return None
-        return RestartFailure("stop", "unclean-stop", Verdict(
+        return RestartFailure("stop", "unclean-stop", Classification(
             Outcome.ERROR, error=f"the previous server did not stop cleanly: {st.problem()}"))
 
     def start(self) -> StartInfo:
@@ -151,7 +151,7 @@ class Restart:
             return None
         return RestartFailure("health", h.status, self._unhealthy(h.status))
 
-    def _unhealthy(self, status: str) -> Verdict:
+    def _unhealthy(self, status: str) -> Classification:
         if status in ("timeout", "stalled"):
             self.tail()
             return classify_hang(self.log, self.timeout,

@@ -30,7 +30,7 @@ from typing import Any
 
 import httpx
 
-from ddprobe.cell.classify import Verdict, classify_dead, excerpt
+from ddprobe.cell.classify import Classification, classify_dead, excerpt
 from ddprobe.cell.memcheck import SanitizerReport, match_buffer, parse_memcheck
 from ddprobe.cell.restart import Restart, copy_log
 from ddprobe.errors import DdprobeError, RemoteCommandError, RemoteError
@@ -277,7 +277,7 @@ class _Run:
         assert self.sanitizer is not None
         return sanitized_launch(launch, self.sanitizer, sanitizer_args(self.opts.print_limit))
 
-    def _fail(self, v: Verdict) -> None:
+    def _fail(self, v: Classification) -> None:
         self.cell.outcome, self.cell.signature, self.cell.error = v.outcome, v.signature, v.error
 
     def steps(self) -> None:
