@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_server_util import inventory_text, procs_with
+from server_util import inventory_text, procs_with
 from testbed_util import free_port, install_prefix
 
 from ddprobe.cli import main

@@ -125,7 +125,7 @@ def prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _stale_host(prefix: Path, tmp: Path):  # type: ignore[no-untyped-def]
     from ddprobe.inventory import Host
-    from test_server_util import tb_env, tb_server
+    from server_util import tb_env, tb_server
     from testbed_util import free_port
     env = dict(tb_env(prefix))
     env["DDTESTBED_DEVICE"] = "cpu"

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from test_server_util import TASKS, reap, tb_env, tb_prefix, tb_server  # noqa: F401
+from server_util import TASKS, reap, tb_env, tb_prefix, tb_server  # noqa: F401
 from testbed_util import free_port
 
 from ddprobe import remote

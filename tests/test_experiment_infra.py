@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SshServer
-from test_server_util import (TASKS, CliHost, procs_with, reap, tb_env,  # noqa: F401
+from server_util import (TASKS, CliHost, procs_with, reap, tb_env,  # noqa: F401
                               tb_prefix, tb_server)
 from testbed_util import free_port
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SshServer
-from test_server_util import TASKS, CliHost, procs_with, tb_prefix  # noqa: F401
+from server_util import TASKS, CliHost, procs_with, tb_prefix  # noqa: F401
 
 from ddprobe.exitcodes import ExitCode
 

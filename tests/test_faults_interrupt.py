@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from test_bisect_ssh import REPO, TASKS, Site, assert_clean, bisect_json, write_inventory
-from test_server_util import procs_with
+from server_util import procs_with
 
 pytestmark = pytest.mark.ssh
 

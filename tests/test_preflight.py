@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SshServer
-from test_server_util import TASKS, reap, tb_env, tb_prefix, tb_server  # noqa: F401
+from server_util import TASKS, reap, tb_env, tb_prefix, tb_server  # noqa: F401
 from testbed_util import free_port
 
 from ddprobe import remote

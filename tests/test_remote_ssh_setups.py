@@ -222,7 +222,7 @@ def test_strict_host_key_checking_no_connects_to_a_changed_key_without_forwardin
 
 
 def test_a_refused_host_key_leaves_no_proxycommand_behind(sshd, sshd2, tmp_path):
-    from test_server_util import procs_with
+    from server_util import procs_with
     mark = f"DDPROBE_PROXY_MARK={tmp_path.name}"
     kh = tmp_path / "known_hosts"  # empty: sshd2's key is unknown and refused
     proxy = f"  ProxyCommand env {mark} ssh -F {sshd.ssh_config} -W %h:%p {sshd.alias}\n"

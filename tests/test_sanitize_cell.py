@@ -27,7 +27,7 @@ from ddprobe.cell.sanitize import (NO_CACHING, SANITIZER_ARGS, name_buffer, run_
 from ddprobe.cell.memcheck import parse_memcheck
 from ddprobe.server.launch import Launch
 from ddprobe.sources import SizingParams, analyse_buffers
-from test_server_util import tb_env, tb_server
+from server_util import tb_env, tb_server
 from testbed_util import free_port, install_prefix
 
 REPO = Path(__file__).resolve().parents[1]

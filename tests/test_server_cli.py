@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SshServer
-from test_server_util import CliHost, procs_with, tb_prefix  # noqa: F401
+from server_util import CliHost, procs_with, tb_prefix  # noqa: F401
 
 from ddprobe.exitcodes import ExitCode
 

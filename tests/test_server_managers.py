@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_server_util import tb_env, tb_prefix, tb_server  # noqa: F401
+from server_util import tb_env, tb_prefix, tb_server  # noqa: F401
 from testbed_util import free_port
 
 from ddprobe import remote

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from test_bisect_ssh import ENV, TASKS
-from test_server_util import inventory_text
+from server_util import inventory_text
 from junit_util import check_junit
 from testbed_util import free_port, install_prefix
 
