@@ -9,13 +9,13 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from planner_util import MASK, seed
 
-from ddprobe.bisect.planner import BisectSpec, PlanOptions, Planner
+from ddprobe.bisect.planner import BisectSpec, Planner, PlanOptions
 from ddprobe.bisect.static import Suspect
 from ddprobe.bisect.synthetic import KINDS, threshold
 from ddprobe.bisect.worstcase import Countdown, bound
-from ddprobe.results import CellResult, Config, Outcome, Signature
-from tests.test_planner import MASK, seed
+from ddprobe.results import CellResult, Config, Outcome
 
 BUDGETS = (8, 16, 32, 64)
 OTHER = [Suspect(a, "srt/x.py", 10, "(max_bs,)", "X.init_cuda_graph_state", (), 1)

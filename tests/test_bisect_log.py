@@ -5,7 +5,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_planner import seed, spec
+from planner_util import seed, spec
 
 from ddprobe.bisect.planner import Planner
 from ddprobe.bisect.sessionlog import parse_key, render_log, replay

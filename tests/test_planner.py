@@ -4,49 +4,17 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from planner_util import BUDGETS, CUBLAS, ILLEGAL, MASK, res, seed, spec
 
 from ddprobe.bisect.cells import FLAKY, PlannedCell, mode_key, observe
 from ddprobe.bisect.frontier import build_row, probes
 from ddprobe.bisect.ladder import failure_class
-from ddprobe.bisect.planner import BisectSpec, PlanOptions, Planner, simulate, small_max_bs_for
+from ddprobe.bisect.planner import BisectSpec, Planner, PlanOptions, simulate, small_max_bs_for
 from ddprobe.bisect.plantext import plan_lines
-from ddprobe.bisect.static import Suspect
 from ddprobe.bisect.synthetic import restarts_for, threshold
 from ddprobe.bisect.verdicts import build_verdicts, exit_code, run_status
 from ddprobe.errors import UsageError
 from ddprobe.results import CellResult, Config, Outcome, Signature
-
-BUDGETS = (8, 16, 32, 64)
-MASK = Suspect("cuda_graph_custom_mask", "srt/layers/attention/triton_backend.py", 118,
-               "(num_tokens_per_bs * max_bs * (self.max_context_len + num_tokens_per_bs),)",
-               "TritonAttnBackend.init_cuda_graph_state", ("fixed-size-growing-use",), 1)
-ILLEGAL = Signature("cuda_illegal_address", "CUDA error: an illegal memory access was encountered")
-CUBLAS = Signature("cublas", "[capture] CUBLAS_STATUS_EXECUTION_FAILED when calling cublasGemmEx")
-GARBAGE = Signature("garbage", "accept_length=1.01 coding 0/5")
-
-
-def spec(*, suspects: tuple[Suspect, ...] = (MASK,), **opts: object) -> BisectSpec:
-    return BisectSpec(BUDGETS, Config(8, max_bs=64), small_max_bs=16, suspects=suspects,
-                      options=PlanOptions(**opts))  # type: ignore[arg-type]
-
-
-def res(c: PlannedCell, out: str, sig: Signature | None = None) -> CellResult:
-    return CellResult("h", c.config, Outcome(out), signature=sig, timings={"restart": 1.0})
-
-
-def seed(c: PlannedCell) -> CellResult:
-    """The seed matrix: 16 crash (mask), 32 garbage (capture), 64 cuBLAS (workspace)."""
-    b, g = c.config.budget, c.config.graph
-    if b == 8 or not g:
-        return res(c, "ok")
-    if b == 16:
-        return res(c, "ok") if "cuda_graph_custom_mask" in c.buffers else res(c, "crash", ILLEGAL)
-    if b == 32:
-        return res(c, "garbage", GARBAGE)
-    # b64: the workspace; with a smaller max bs the capture defect of b32 shows instead
-    if c.config.max_bs == 16:
-        return res(c, "garbage", GARBAGE)
-    return res(c, "crash", CUBLAS)
 
 
 def by_kind(verdicts: list) -> dict[str, list]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from planner_util import seed, spec
 from rich.console import Console
 
 from ddprobe.bisect.engine import Event
@@ -17,7 +18,6 @@ from ddprobe.report.style import failure_text
 from ddprobe.report.terminal import render_bisect
 from ddprobe.results import CellResult, Config, Outcome, Signature
 from ddprobe.store import RunStore, load_run
-from tests.test_planner import seed, spec
 
 
 def test_failure_text_never_repeats_the_outcome() -> None:
