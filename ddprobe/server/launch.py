@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddprobe.effective import EffectiveConfig
 from ddprobe.errors import ConfigError, DdprobeError, RemoteError
@@ -21,6 +21,9 @@ from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 from ddprobe.results import Config
 from ddprobe.sources.flags import FlagSet
+
+if TYPE_CHECKING:
+    from ddprobe.sources.fetch import FlagsCache
 
 MAX_BS_SPELLINGS = ("--cuda-graph-max-bs", "--cuda-graph-max-bs-decode")
 DEFAULT_TEMPLATE = ("{python}", "-m", "{package}.launch_server", "{args}")
@@ -161,16 +164,28 @@ def check_launch(launch: Launch, flags: FlagSet | None) -> Launch:
 
 # ----- the host's flags ---------------------------------------------------------------------------
 
-def host_flags(r: Remote, host: Host, *, refresh: bool = False) -> tuple[FlagSet | None, str]:
+# until the CLI's Context passes its per-run cache down, the process keeps one (read once per
+# process and host entry, as before)
+_process_flags: FlagsCache | None = None
+
+
+def host_flags(r: Remote, host: Host, *, refresh: bool = False,
+               cache: FlagsCache | None = None) -> tuple[FlagSet | None, str]:
     """(the flags the host's install defines, "") or (None, why they could not be read).
 
-    Read once per process and host entry (`ddprobe.sources.flags_for`): a bisect restarts many
-    times against one install. An unreachable host raises (an infrastructure error); an install
-    whose sources cannot be read (e.g. the server runs in a container) only loses the check.
+    Read once per run and host entry (`ddprobe.sources.flags_for`, remembered in `cache`): a
+    bisect restarts many times against one install. An unreachable host raises (an
+    infrastructure error); an install whose sources cannot be read (e.g. the server runs in a
+    container) only loses the check.
     """
-    from ddprobe.sources import flags_for
+    from ddprobe.sources.fetch import FlagsCache, flags_for
+    global _process_flags
+    if cache is None:
+        if _process_flags is None:
+            _process_flags = FlagsCache()
+        cache = _process_flags
     try:
-        return flags_for(r, host, refresh=refresh), ""
+        return flags_for(r, host, refresh=refresh, cache=cache), ""
     except RemoteError:
         raise
     except DdprobeError as e:

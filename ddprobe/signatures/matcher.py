@@ -13,7 +13,7 @@ from typing import Any, Final
 try:  # the regex parser, for required_literal (3.11+ moved it; the old name still works)
     from re import _parser as _sre_parse  # type: ignore[attr-defined]
 except ImportError:  # pragma: no cover - Python 3.10
-    import sre_parse as _sre_parse  # type: ignore[no-redef]
+    import sre_parse as _sre_parse
 
 from ddprobe.results import Signature
 from ddprobe.signatures.catalogue import Catalogue, Entry, load_catalogue

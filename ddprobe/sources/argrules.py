@@ -84,31 +84,46 @@ def find_rules(texts: Mapping[str, str]) -> ArgRules:
 
 
 def _scan(path: str, tree: ast.Module, text: str, found: dict[str, Rule]) -> None:
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == "prepare_server_args":
-            found.setdefault("entry", Rule("entry", path, node.lineno, "def prepare_server_args"))
-        if isinstance(node, ast.ClassDef) and node.name == "ServerArgs":
-            for sub in node.body:
+    _scan_entry_points(path, tree, found)
+    parents = _parents(tree)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            _scan_if(path, node, text, parents, found)
+
+
+def _scan_entry_points(path: str, tree: ast.Module, found: dict[str, Rule]) -> None:
+    """`def prepare_server_args` and `ServerArgs.resolve_once` at the module's top level."""
+    for st in tree.body:
+        if isinstance(st, ast.FunctionDef) and st.name == "prepare_server_args":
+            found.setdefault("entry", Rule("entry", path, st.lineno, "def prepare_server_args"))
+        if isinstance(st, ast.ClassDef) and st.name == "ServerArgs":
+            for sub in st.body:
                 if isinstance(sub, ast.FunctionDef) and sub.name == "resolve_once":
                     found.setdefault("resolve", Rule("resolve", path, sub.lineno,
                                                      "ServerArgs.resolve_once"))
+
+
+def _parents(tree: ast.Module) -> dict[ast.AST, ast.AST]:
     parents: dict[ast.AST, ast.AST] = {}
     for node in ast.walk(tree):
         for child in ast.iter_child_nodes(node):
             parents[child] = node
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.If):
-            continue
-        test = ast.unparse(node.test)
-        body = ast.Module(body=node.body, type_ignores=[])
-        if "speculative_eagle_topk == 1" in test and _sets_draft_to_steps_plus_one(body):
-            found.setdefault("topk1", _rule("topk1", path, node, text, parents))
-        if "speculative_num_steps is None" in test and any(
-                isinstance(n, ast.Assert) and "speculative_num_draft_tokens is None" in
-                ast.unparse(n.test) for n in ast.walk(body)):
-            assert_node = next(n for n in ast.walk(body) if isinstance(n, ast.Assert))
-            found.setdefault("steps_assert", _rule("steps_assert", path, assert_node, text,
-                                                   parents))
+    return parents
+
+
+def _scan_if(path: str, node: ast.If, text: str, parents: Mapping[ast.AST, ast.AST],
+             found: dict[str, Rule]) -> None:
+    """The topk-1 rewrite and the steps assertion, each an `if` of the post-parse rules."""
+    test = ast.unparse(node.test)
+    body = ast.Module(body=node.body, type_ignores=[])
+    if "speculative_eagle_topk == 1" in test and _sets_draft_to_steps_plus_one(body):
+        found.setdefault("topk1", _rule("topk1", path, node, text, parents))
+    if "speculative_num_steps is None" in test and any(
+            isinstance(n, ast.Assert) and "speculative_num_draft_tokens is None" in
+            ast.unparse(n.test) for n in ast.walk(body)):
+        assert_node = next(n for n in ast.walk(body) if isinstance(n, ast.Assert))
+        found.setdefault("steps_assert", _rule("steps_assert", path, assert_node, text,
+                                               parents))
 
 
 def _sets_draft_to_steps_plus_one(body: ast.Module) -> bool:

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import ast
 import math
-from collections.abc import Mapping
+import operator
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 DTYPE_BYTES: dict[str, int] = {
     "float64": 8, "double": 8, "int64": 8, "long": 8, "uint64": 8, "complex64": 8,
@@ -35,10 +37,10 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-_FUNCS: dict[str, object] = {"max": max, "min": min, "int": int, "abs": abs, "cdiv": _cdiv,
-                             "ceil": math.ceil, "ceil_div": _cdiv, "div_up": _cdiv,
-                             "next_power_of_2": lambda n: 1 << (int(n) - 1).bit_length()}
-
+_FUNCS: dict[str, Callable[..., Any]] = {
+    "max": max, "min": min, "int": int, "abs": abs, "cdiv": _cdiv, "ceil": math.ceil,
+    "ceil_div": _cdiv, "div_up": _cdiv,
+    "next_power_of_2": lambda n: 1 << (int(n) - 1).bit_length()}
 
 
 class _Unknown(Exception):
@@ -62,74 +64,108 @@ def evaluate(node: ast.expr, env: Mapping[str, int | float]) -> tuple[int | None
     return int(v), ()
 
 
-def _ev(node: ast.AST, env: Mapping[str, int | float]) -> int | float:
-    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(
-            node.value, bool):
+Value = int | float
+Env = Mapping[str, Value]
+
+
+def _ev(node: ast.AST, env: Env) -> Value:
+    handler = _HANDLERS.get(type(node))
+    if handler is None:
+        raise _Unknown({ast.unparse(node)})
+    return handler(node, env)
+
+
+def _ev_all(nodes: Sequence[ast.expr], env: Env) -> list[Value]:
+    """Every value, or _Unknown naming everything missing in any of them."""
+    missing: set[str] = set()
+    vals: list[Value] = []
+    for n in nodes:
+        try:
+            vals.append(_ev(n, env))
+        except _Unknown as e:
+            missing |= e.names
+    if missing:
+        raise _Unknown(missing)
+    return vals
+
+
+def _ev_constant(node: ast.Constant, env: Env) -> Value:
+    if isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
         return node.value
-    if isinstance(node, ast.Name):
-        if node.id in env:
-            return env[node.id]
-        raise _Unknown({node.id})
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        v = _ev(node.operand, env)
-        return -v if isinstance(node.op, ast.USub) else v
-    if isinstance(node, ast.BinOp):
-        missing: set[str] = set()
-        vals: list[int | float] = []
-        for side in (node.left, node.right):
-            try:
-                vals.append(_ev(side, env))
-            except _Unknown as e:
-                missing |= e.names
-        if missing:
-            raise _Unknown(missing)
-        a, b = vals
-        op = node.op
-        if isinstance(op, ast.Add):
-            return a + b
-        if isinstance(op, ast.Sub):
-            return a - b
-        if isinstance(op, ast.Mult):
-            return a * b
-        if isinstance(op, ast.FloorDiv):
-            return a // b
-        if isinstance(op, ast.Div):
-            return a / b
-        if isinstance(op, ast.Mod):
-            return a % b
-        if isinstance(op, ast.Pow) and b < 64:
-            return a ** b
-        if isinstance(op, ast.LShift) and b < 64:
-            return int(a) << int(b)
-        raise TypeError("unsupported operator")
-    if isinstance(node, ast.Call):
-        fname = node.func.attr if isinstance(node.func, ast.Attribute) else (
-            node.func.id if isinstance(node.func, ast.Name) else None)
-        fn = _FUNCS.get(fname or "")
-        if fn is None or node.keywords:
-            raise _Unknown({f"{ast.unparse(node.func)}()"})
-        missing = set()
-        args: list[int | float] = []
-        for a in node.args:
-            try:
-                args.append(_ev(a, env))
-            except _Unknown as e:
-                missing |= e.names
-        if missing:
-            raise _Unknown(missing)
-        return fn(*args)  # type: ignore[operator,no-any-return]
-    if isinstance(node, ast.BoolOp) and isinstance(node.op, ast.Or):
-        for v in node.values:  # the first truthy value, as Python does
-            x = _ev(v, env)
-            if x:
-                return x
-        return x
-    if isinstance(node, ast.IfExp):
-        a, b = _ev(node.body, env), _ev(node.orelse, env)
-        if a == b:
-            return a
-        raise _Unknown({f"if {ast.unparse(node.test)}"})
     raise _Unknown({ast.unparse(node)})
+
+
+def _ev_name(node: ast.Name, env: Env) -> Value:
+    if node.id in env:
+        return env[node.id]
+    raise _Unknown({node.id})
+
+
+def _ev_unary(node: ast.UnaryOp, env: Env) -> Value:
+    if not isinstance(node.op, (ast.USub, ast.UAdd)):
+        raise _Unknown({ast.unparse(node)})
+    v = _ev(node.operand, env)
+    return -v if isinstance(node.op, ast.USub) else v
+
+
+def _pow(a: Value, b: Value) -> Value:
+    if b < 64:
+        return a ** b
+    raise TypeError("unsupported operator")
+
+
+def _lshift(a: Value, b: Value) -> Value:
+    if b < 64:
+        return int(a) << int(b)
+    raise TypeError("unsupported operator")
+
+
+_BINOPS: dict[type[ast.operator], Callable[[Value, Value], Value]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul,
+    ast.FloorDiv: operator.floordiv, ast.Div: operator.truediv, ast.Mod: operator.mod,
+    ast.Pow: _pow, ast.LShift: _lshift,
+}
+
+
+def _ev_binop(node: ast.BinOp, env: Env) -> Value:
+    a, b = _ev_all((node.left, node.right), env)
+    op = _BINOPS.get(type(node.op))
+    if op is None:
+        raise TypeError("unsupported operator")
+    return op(a, b)
+
+
+def _ev_call(node: ast.Call, env: Env) -> Value:
+    fname = node.func.attr if isinstance(node.func, ast.Attribute) else (
+        node.func.id if isinstance(node.func, ast.Name) else None)
+    fn = _FUNCS.get(fname or "")
+    if fn is None or node.keywords:
+        raise _Unknown({f"{ast.unparse(node.func)}()"})
+    value: Value = fn(*_ev_all(node.args, env))
+    return value
+
+
+def _ev_boolop(node: ast.BoolOp, env: Env) -> Value:
+    if not isinstance(node.op, ast.Or):
+        raise _Unknown({ast.unparse(node)})
+    for v in node.values:  # the first truthy value, as Python does
+        x = _ev(v, env)
+        if x:
+            return x
+    return x
+
+
+def _ev_ifexp(node: ast.IfExp, env: Env) -> Value:
+    a, b = _ev(node.body, env), _ev(node.orelse, env)
+    if a == b:
+        return a
+    raise _Unknown({f"if {ast.unparse(node.test)}"})
+
+
+_HANDLERS: dict[type[ast.AST], Callable[[Any, Env], Value]] = {
+    ast.Constant: _ev_constant, ast.Name: _ev_name, ast.UnaryOp: _ev_unary,
+    ast.BinOp: _ev_binop, ast.Call: _ev_call, ast.BoolOp: _ev_boolop, ast.IfExp: _ev_ifexp,
+}
 
 
 def count_elements(shape: ast.expr, kind: str, env: Mapping[str, int | float]

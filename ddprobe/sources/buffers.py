@@ -214,7 +214,7 @@ def analyse_buffers(texts: Mapping[str, str], *, package: str = "", version: str
         rows.extend(_rows_for(s, scans, params, include_per_batch, functions))
         rows.extend(_missing_buffers(p, s, rows))
     return BufferReport(package=package, version=version, backend=backend,
-                        files=tuple([*primary, *helpers]), rows=tuple(rows), params=params,
+                        files=(*primary, *helpers), rows=tuple(rows), params=params,
                         texts=dict(texts), notes=tuple(notes))
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 from dataclasses import dataclass, field
+from typing import TypeGuard
 
 ALLOCATORS = frozenset({"zeros", "empty", "ones", "full", "arange", "zeros_like", "empty_like",
                         "ones_like", "full_like", "empty_strided"})
@@ -257,7 +258,7 @@ def owner_of(call: ast.Call, parents: dict[int, ast.AST]) -> str | None:
                 continue
             return None
         if isinstance(parent, ast.Dict):
-            for k, v in zip(parent.keys, parent.values):
+            for k, v in zip(parent.keys, parent.values, strict=True):
                 if v is node and k is not None:
                     suffix = f"[{ast.unparse(k)}]" + suffix
             node = parent
@@ -401,57 +402,67 @@ def _walk_scopes(scan: ModuleScan, root: ast.AST, cls0: str | None, func0: FuncI
 
 def _visit_stmt_node(scan: ModuleScan, node: ast.AST, cls: str | None, func: FuncInfo,
                      mods: set[str], fns: set[str]) -> None:
-    parents = scan.parents
     if isinstance(node, ast.Call):
-        callee = node.func.attr if isinstance(node.func, ast.Attribute) else (
-            node.func.id if isinstance(node.func, ast.Name) else None)
-        if callee:
-            scan.calls.setdefault(callee, []).append(CallSite(
-                scan.file, node.lineno, len(node.args),
-                tuple(k.arg for k in node.keywords if k.arg),
-                ".".join(p for p in (cls, func.name) if p),
-                args=tuple(node.args), kwargs=tuple((k.arg, k.value) for k in node.keywords
-                                                    if k.arg),
-                cls=cls, func=func.name,
-                receiver=ast.unparse(node.func.value) if isinstance(node.func, ast.Attribute)
-                else ""))
+        _record_call(scan, node, cls, func)
         alloc = allocator_name(node, mods, fns)
         if alloc is not None:
-            owner = owner_of(node, parents)
-            if owner is not None:
-                shape, kind = shape_of(node, alloc)
-                dtype = _kw(node, "dtype")
-                stmt = node
-                while not isinstance(stmt, ast.stmt) and id(stmt) in parents:
-                    stmt = parents[id(stmt)]
-                scan.allocs.append(Alloc(
-                    target=owner, file=scan.file, line=node.lineno,
-                    end_line=getattr(node, "end_lineno", node.lineno) or node.lineno,
-                    cls=cls, func=func.name, allocator=alloc,
-                    shape=ast.unparse(shape) if shape is not None else "?",
-                    shape_span=_span(shape) if shape is not None and kind == "dims" else None,
-                    shape_kind=kind, dtype=ast.unparse(dtype) if dtype is not None else None,
-                    conditions=_conditions(node, func.node, parents), shape_node=shape))
-        return
-    if isinstance(node, (ast.Assign, ast.AnnAssign)):
-        value = node.value
-        if value is None:
-            return
+            _record_alloc(scan, node, alloc, cls, func)
+    elif isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         for t in targets:
-            is_self = isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and \
-                t.value.id == "self"
-            if isinstance(value, ast.Constant) and value.value is None:
-                if isinstance(t, (ast.Attribute, ast.Name, ast.Subscript)):
-                    text = t.id if isinstance(t, ast.Name) else _target_text(t)
-                    scan.none_sites.append(NoneSite(text, scan.file, node.lineno, cls, func.name))
-                continue
-            if isinstance(t, ast.Name):
-                func.locals.setdefault(t.id, []).append(Assignment(
-                    t.id, value, node.lineno, cls, func.name,
-                    _is_conditional(node, func.node, parents)))
-            elif is_self and cls is not None:
-                attr = t.attr  # type: ignore[attr-defined]
-                scan.class_attrs.setdefault(cls, {}).setdefault(attr, []).append(Assignment(
-                    "self." + attr, value, node.lineno, cls, func.name,
-                    _is_conditional(node, func.node, parents)))
+            _record_assignment(scan, node, t, node.value, cls, func)
+
+
+def _record_call(scan: ModuleScan, node: ast.Call, cls: str | None, func: FuncInfo) -> None:
+    callee = node.func.attr if isinstance(node.func, ast.Attribute) else (
+        node.func.id if isinstance(node.func, ast.Name) else None)
+    if not callee:
+        return
+    scan.calls.setdefault(callee, []).append(CallSite(
+        scan.file, node.lineno, len(node.args),
+        tuple(k.arg for k in node.keywords if k.arg),
+        ".".join(p for p in (cls, func.name) if p),
+        args=tuple(node.args), kwargs=tuple((k.arg, k.value) for k in node.keywords if k.arg),
+        cls=cls, func=func.name,
+        receiver=ast.unparse(node.func.value) if isinstance(node.func, ast.Attribute) else ""))
+
+
+def _record_alloc(scan: ModuleScan, node: ast.Call, alloc: str, cls: str | None,
+                  func: FuncInfo) -> None:
+    owner = owner_of(node, scan.parents)
+    if owner is None:
+        return
+    shape, kind = shape_of(node, alloc)
+    dtype = _kw(node, "dtype")
+    scan.allocs.append(Alloc(
+        target=owner, file=scan.file, line=node.lineno,
+        end_line=getattr(node, "end_lineno", node.lineno) or node.lineno,
+        cls=cls, func=func.name, allocator=alloc,
+        shape=ast.unparse(shape) if shape is not None else "?",
+        shape_span=_span(shape) if shape is not None and kind == "dims" else None,
+        shape_kind=kind, dtype=ast.unparse(dtype) if dtype is not None else None,
+        conditions=_conditions(node, func.node, scan.parents), shape_node=shape))
+
+
+def _record_assignment(scan: ModuleScan, node: ast.Assign | ast.AnnAssign, t: ast.expr,
+                       value: ast.expr, cls: str | None, func: FuncInfo) -> None:
+    """`x = None` sites, locals, and `self.attr = ...` of the class (for sizing names)."""
+    if isinstance(value, ast.Constant) and value.value is None:
+        if isinstance(t, (ast.Attribute, ast.Name, ast.Subscript)):
+            text = t.id if isinstance(t, ast.Name) else _target_text(t)
+            scan.none_sites.append(NoneSite(text, scan.file, node.lineno, cls, func.name))
+        return
+    if isinstance(t, ast.Name):
+        func.locals.setdefault(t.id, []).append(Assignment(
+            t.id, value, node.lineno, cls, func.name,
+            _is_conditional(node, func.node, scan.parents)))
+    elif _is_self_attr(t) and cls is not None:
+        attr = t.attr
+        scan.class_attrs.setdefault(cls, {}).setdefault(attr, []).append(Assignment(
+            "self." + attr, value, node.lineno, cls, func.name,
+            _is_conditional(node, func.node, scan.parents)))
+
+
+def _is_self_attr(t: ast.expr) -> TypeGuard[ast.Attribute]:
+    return isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and \
+        t.value.id == "self"

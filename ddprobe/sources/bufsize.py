@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ddprobe.sources.bufeval import _FUNCS
 from ddprobe.sources.bufscan import Assignment, CallSite, FuncInfo, ModuleScan
@@ -259,7 +260,8 @@ class Resolver:
         method = info.name.split(".")[-1]
         params = [p for p in info.params if p not in ("self", "cls")]
         idx = params.index(param) if param in params else 99
-        without, with_ = [], []
+        without: list[str] = []
+        with_: list[str] = []
         for site in self.calls.get(method, []):
             (with_ if site.nargs > idx or param in site.keywords else without).append(
                 f"{site.file}:{site.line}")
@@ -282,7 +284,7 @@ class Resolver:
             return None
         params = [a.arg for a in [*fn.args.posonlyargs, *fn.args.args, *fn.args.kwonlyargs]]
         bound: dict[str, ast.expr] = {}
-        for p, a in zip(params, node.args):
+        for p, a in zip(params, node.args, strict=False):
             bound[p] = a
         for k in node.keywords:
             if k.arg:
@@ -363,7 +365,7 @@ def _parsed(text: str) -> ast.expr:
 def _copy_expr(node: ast.AST) -> ast.expr:
     """A deep copy of an expression (cheaper than unparse + parse)."""
     if not isinstance(node, ast.AST):
-        return node  # type: ignore[return-value]
+        return node
     new = type(node)()
     for k, v in ast.iter_fields(node):
         if isinstance(v, list):
@@ -427,7 +429,10 @@ def _symbol(text: str) -> ast.Name:
     return ast.Name(id=ident, ctx=ast.Load())
 
 
-def _clone_shallow(node: ast.AST) -> ast.AST:
+_N = TypeVar("_N", bound=ast.AST)
+
+
+def _clone_shallow(node: _N) -> _N:
     new = type(node)()
     for k, v in ast.iter_fields(node):
         setattr(new, k, list(v) if isinstance(v, list) else v)

@@ -59,19 +59,38 @@ def read_arg_rules(r: Remote, host: Host | None = None) -> ArgRules:
     return find_rules(src.texts)
 
 
-_flags_cache: dict[tuple[str, str, str, tuple[tuple[str, str], ...]], FlagSet] = {}
-_flags_lock = threading.Lock()
+_FlagsKey = tuple[str, str, str, tuple[tuple[str, str], ...]]
 
 
-def flags_for(r: Remote, host: Host | None = None, *, refresh: bool = False) -> FlagSet:
-    """`read_flags`, remembered per host entry for this process: the check runs before every
-    restart, the flags change only when the install does (then pass refresh=True)."""
+class FlagsCache:
+    """The flags read per host entry, for one run (the CLI's Context keeps one per invocation):
+    the check runs before every restart, the flags change only when the install does."""
+
+    def __init__(self) -> None:
+        self._flags: dict[_FlagsKey, FlagSet] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: _FlagsKey) -> FlagSet | None:
+        with self._lock:
+            return self._flags.get(key)
+
+    def put(self, key: _FlagsKey, flags: FlagSet) -> None:
+        with self._lock:
+            self._flags[key] = flags
+
+
+def flags_for(r: Remote, host: Host | None = None, *, refresh: bool = False,
+              cache: FlagsCache | None = None) -> FlagSet:
+    """`read_flags`, remembered per host entry in `cache` (a fresh one when none is passed:
+    pass the run's cache down so a bisect reads them once); refresh=True reads them again
+    (the install changed)."""
     h = host if host is not None else r.host
-    key = (h.name, h.python, h.package, tuple(h.env))
-    with _flags_lock:
-        if not refresh and key in _flags_cache:
-            return _flags_cache[key]
+    memo = cache if cache is not None else FlagsCache()
+    key: _FlagsKey = (h.name, h.python, h.package, tuple(h.env))
+    if not refresh:
+        known = memo.get(key)
+        if known is not None:
+            return known
     fs = read_flags(r, h)
-    with _flags_lock:
-        _flags_cache[key] = fs
+    memo.put(key, fs)
     return fs

@@ -21,8 +21,8 @@ from typing import Any
 from ddprobe.errors import RefusedError
 
 SERVER_ARGS = "srt/server_args.py"
-_NO_VALUE_ACTIONS = frozenset({"store_true", "BooleanOptionalAction", "store_false", "store_const", "count", "help",
-                               "version", "append_const"})
+_NO_VALUE_ACTIONS = frozenset({"store_true", "BooleanOptionalAction", "store_false",
+                               "store_const", "count", "help", "version", "append_const"})
 
 
 @dataclass(frozen=True)
@@ -178,8 +178,7 @@ def _take_values(argv: Sequence[str], i: int, nargs: str | None) -> tuple[list[s
         return [], i
     if nargs is not None and nargs.isdigit():
         n = int(nargs)
-        vals = list(argv[i:i + n])
-        return vals, i + n
+        return list(argv[i:i + n]), i + n
     vals: list[str] = []
     while i < len(argv) and is_value(argv[i]):
         vals.append(argv[i])

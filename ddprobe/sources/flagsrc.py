@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from ddprobe.errors import ConfigError, RefusedError
 from ddprobe.sources.flags import SERVER_ARGS, Flag, FlagSet
@@ -53,35 +54,66 @@ def _strings(node: ast.expr | None, consts: Mapping[str, ast.expr], depth: int =
     """A static list of strings (choices), or None when it is computed at runtime."""
     if node is None or depth > 6:
         return None
-    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-        out: list[str] = []
-        for e in node.elts:
-            if isinstance(e, ast.Starred):
-                sub = _strings(e.value, consts, depth + 1)
-                if sub is None:
-                    return None
-                out.extend(sub)
-            elif isinstance(e, ast.Constant) and isinstance(e.value, (str, int)):
-                out.append(str(e.value))
-            else:
+    handler = _STRINGS.get(type(node))
+    return None if handler is None else handler(node, consts, depth + 1)
+
+
+def _strings_seq(node: ast.List | ast.Tuple | ast.Set, consts: Mapping[str, ast.expr],
+                 depth: int) -> list[str] | None:
+    out: list[str] = []
+    for e in node.elts:
+        if isinstance(e, ast.Starred):
+            sub = _strings(e.value, consts, depth)
+            if sub is None:
                 return None
-        return out
-    if isinstance(node, ast.Dict):
-        keys = [k for k in node.keys if k is not None]
-        return [str(k.value) for k in keys if isinstance(k, ast.Constant)] if all(
-            isinstance(k, ast.Constant) for k in keys) else None
-    if isinstance(node, ast.Name):
-        return _strings(consts.get(node.id), consts, depth + 1)
-    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
-        a, b = _strings(node.left, consts, depth + 1), _strings(node.right, consts, depth + 1)
-        return None if a is None or b is None else a + b
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in (
-            "list", "set", "tuple", "sorted", "frozenset") and len(node.args) == 1:
-        return _strings(node.args[0], consts, depth + 1)
-    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
-            node.func.attr == "keys" and not node.args:
-        return _strings(node.func.value, consts, depth + 1)
+            out.extend(sub)
+        elif isinstance(e, ast.Constant) and isinstance(e.value, (str, int)):
+            out.append(str(e.value))
+        else:
+            return None
+    return out
+
+
+def _strings_dict(node: ast.Dict, consts: Mapping[str, ast.expr], depth: int
+                  ) -> list[str] | None:
+    keys = [k for k in node.keys if k is not None]
+    if not all(isinstance(k, ast.Constant) for k in keys):
+        return None
+    return [str(k.value) for k in keys if isinstance(k, ast.Constant)]
+
+
+def _strings_name(node: ast.Name, consts: Mapping[str, ast.expr], depth: int
+                  ) -> list[str] | None:
+    return _strings(consts.get(node.id), consts, depth)
+
+
+def _strings_binop(node: ast.BinOp, consts: Mapping[str, ast.expr], depth: int
+                   ) -> list[str] | None:
+    if not isinstance(node.op, ast.Add):
+        return None
+    a, b = _strings(node.left, consts, depth), _strings(node.right, consts, depth)
+    return None if a is None or b is None else a + b
+
+
+_CONVERSIONS = ("list", "set", "tuple", "sorted", "frozenset")
+
+
+def _strings_call(node: ast.Call, consts: Mapping[str, ast.expr], depth: int
+                  ) -> list[str] | None:
+    """`list(X)`, `sorted(X)`... and `X.keys()`: the strings of X."""
+    f = node.func
+    if isinstance(f, ast.Name) and f.id in _CONVERSIONS and len(node.args) == 1:
+        return _strings(node.args[0], consts, depth)
+    if isinstance(f, ast.Attribute) and f.attr == "keys" and not node.args:
+        return _strings(f.value, consts, depth)
     return None
+
+
+_STRINGS: dict[type[ast.expr], Callable[[Any, Mapping[str, ast.expr], int], list[str] | None]] = {
+    ast.List: _strings_seq, ast.Tuple: _strings_seq, ast.Set: _strings_seq,
+    ast.Dict: _strings_dict, ast.Name: _strings_name, ast.BinOp: _strings_binop,
+    ast.Call: _strings_call,
+}
 
 
 def _kw(call: ast.Call, name: str) -> ast.expr | None:
@@ -113,39 +145,60 @@ def _const_str(node: ast.expr | None) -> str:
 def _argparse_flags(path: str, tree: ast.Module, consts: Mapping[str, ast.expr]) -> list[Flag]:
     out: list[Flag] = []
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr == "add_argument"):
-            continue
-        names = [a.value for a in node.args if isinstance(a, ast.Constant)
-                 and isinstance(a.value, str)]
-        if not names or not all(n.startswith("-") for n in names):
-            continue  # positionals / computed names: not launch flags
-        longs = [n for n in names if n.startswith("--")] or names
-        dest = _text(_kw(node, "dest")) or longs[0].lstrip("-").replace("-", "_")
-        action = _kw(node, "action")
-        action_s = None if action is None else (
-            action.value if isinstance(action, ast.Constant) else ast.unparse(action))
-        typ = _kw(node, "type")
-        nargs = _kw(node, "nargs")
-        choices = _strings(_kw(node, "choices"), consts)
-        req = _kw(node, "required")
-        help_s = _const_str(_kw(node, "help"))
-        spellings = longs + [n for n in names if n not in longs]
-        if action_s and action_s.rsplit(".", 1)[-1] == "BooleanOptionalAction":
-            # argparse adds --no-NAME for every --NAME (seen on 0.5.11: --no-record-nolora-graph)
-            action_s = "BooleanOptionalAction"
-            spellings += ["--no-" + n[2:] for n in longs if n.startswith("--")]
-        out.append(Flag(
-            names=tuple(spellings), dest=dest, file=path,
-            line=node.lineno, action=action_s,
-            type=None if typ is None else ast.unparse(typ).rsplit(".", 1)[-1],
-            choices=None if choices is None else tuple(choices),
-            nargs=None if nargs is None or (isinstance(nargs, ast.Constant) and nargs.value is
-                                            None) else _text(nargs),
-            default=_text(_kw(node, "default")),
-            required=isinstance(req, ast.Constant) and req.value is True, help=help_s,
-            deprecated="deprecat" in (help_s.lower() + (action_s or "").lower())))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+                and node.func.attr == "add_argument":
+            f = _add_argument_flag(path, node, consts)
+            if f is not None:
+                out.append(f)
     return out
+
+
+def _add_argument_flag(path: str, node: ast.Call, consts: Mapping[str, ast.expr]
+                       ) -> Flag | None:
+    names = [a.value for a in node.args if isinstance(a, ast.Constant)
+             and isinstance(a.value, str)]
+    if not names or not all(n.startswith("-") for n in names):
+        return None  # positionals / computed names: not launch flags
+    longs = [n for n in names if n.startswith("--")] or names
+    dest = _text(_kw(node, "dest")) or longs[0].lstrip("-").replace("-", "_")
+    spellings, action_s = _spellings(names, longs, _action(_kw(node, "action")))
+    typ = _kw(node, "type")
+    choices = _strings(_kw(node, "choices"), consts)
+    req = _kw(node, "required")
+    help_s = _const_str(_kw(node, "help"))
+    return Flag(
+        names=tuple(spellings), dest=dest, file=path, line=node.lineno, action=action_s,
+        type=None if typ is None else ast.unparse(typ).rsplit(".", 1)[-1],
+        choices=None if choices is None else tuple(choices),
+        nargs=_nargs(_kw(node, "nargs")), default=_text(_kw(node, "default")),
+        required=isinstance(req, ast.Constant) and req.value is True, help=help_s,
+        deprecated="deprecat" in (help_s.lower() + (action_s or "").lower()))
+
+
+def _spellings(names: list[str], longs: list[str], action: str | None
+               ) -> tuple[list[str], str | None]:
+    """(every spelling, long ones first; the action, BooleanOptionalAction by its short name)."""
+    spellings = longs + [n for n in names if n not in longs]
+    if action and action.rsplit(".", 1)[-1] == "BooleanOptionalAction":
+        # argparse adds --no-NAME for every --NAME (seen on 0.5.11: --no-record-nolora-graph)
+        spellings += ["--no-" + n[2:] for n in longs if n.startswith("--")]
+        return spellings, "BooleanOptionalAction"
+    return spellings, action
+
+
+def _action(node: ast.expr | None) -> str | None:
+    """`action=` as written: a string constant's value, else the expression's source."""
+    if node is None:
+        return None
+    if isinstance(node, ast.Constant):
+        return None if node.value is None else str(node.value)
+    return ast.unparse(node)
+
+
+def _nargs(node: ast.expr | None) -> str | None:
+    if node is None or (isinstance(node, ast.Constant) and node.value is None):
+        return None
+    return _text(node)
 
 
 _SCALARS = {"int": "int", "float": "float", "str": "str", "bool": "bool"}
@@ -170,25 +223,14 @@ def _field_flags(path: str, tree: ast.Module, consts: Mapping[str, ast.expr]) ->
 
 
 def _field_flag(path: str, st: ast.AnnAssign, consts: Mapping[str, ast.expr]) -> Flag | None:
-    ann = st.annotation
-    if not (isinstance(ann, ast.Subscript) and isinstance(ann.value, (ast.Name, ast.Attribute))
-            and ast.unparse(ann.value).rsplit(".", 1)[-1] in ("A", "Annotated")):
-        return None
-    parts = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else [ann.slice]
-    if len(parts) < 2:
+    parts = _annotated_parts(st.annotation)
+    if parts is None:
         return None
     inner, metas = parts[0], parts[1:]
-    arg: ast.Call | None = None
-    help_s = ""
-    for m in metas:
-        if isinstance(m, ast.Call) and ast.unparse(m.func).rsplit(".", 1)[-1] == "Arg":
-            arg = m
-            break
-        if isinstance(m, (ast.Constant, ast.JoinedStr, ast.BinOp)) and _const_str(m):
-            help_s = _const_str(m)
-            break
-    else:
+    meta = _cli_meta(metas)
+    if meta is None:
         return None  # no CLI metadata: not registered
+    arg, help_s = meta
     name = st.target.id  # type: ignore[union-attr]
     kw: dict[str, ast.expr] = {k.arg: k.value for k in (arg.keywords if arg else []) if k.arg}
     no_cli = kw.get("no_cli")
@@ -199,18 +241,43 @@ def _field_flag(path: str, st: ast.AnnAssign, consts: Mapping[str, ast.expr]) ->
     aliases = _strings(kw.get("aliases"), consts) or []
     inner_t, literal = _unwrap(inner)
     choices = _strings(kw.get("choices"), consts) if "choices" in kw else literal
+    action, nargs = _field_action_nargs(inner_t, kw)
+    default = _text(st.value) if st.value is not None else None
+    return Flag(names=(cli, *aliases), dest=name, file=path, line=st.lineno, action=action,
+                type=_SCALARS.get(inner_t), choices=None if choices is None else tuple(choices),
+                nargs=nargs, default=default, required=st.value is None and action is None,
+                help=help_s, deprecated="deprecat" in help_s.lower())
+
+
+def _annotated_parts(ann: ast.expr) -> list[ast.expr] | None:
+    """The parts of `A[T, meta...]` / `Annotated[T, meta...]` (at least two), else None."""
+    if not (isinstance(ann, ast.Subscript) and isinstance(ann.value, (ast.Name, ast.Attribute))
+            and ast.unparse(ann.value).rsplit(".", 1)[-1] in ("A", "Annotated")):
+        return None
+    parts = ann.slice.elts if isinstance(ann.slice, ast.Tuple) else [ann.slice]
+    return parts if len(parts) >= 2 else None
+
+
+def _cli_meta(metas: list[ast.expr]) -> tuple[ast.Call | None, str] | None:
+    """(the `Arg(...)` call, or None with the help string) of the first CLI metadata; None
+    when there is none."""
+    for m in metas:
+        if isinstance(m, ast.Call) and ast.unparse(m.func).rsplit(".", 1)[-1] == "Arg":
+            return m, ""
+        if isinstance(m, (ast.Constant, ast.JoinedStr, ast.BinOp)) and _const_str(m):
+            return None, _const_str(m)
+    return None
+
+
+def _field_action_nargs(inner_t: str, kw: Mapping[str, ast.expr]
+                        ) -> tuple[str | None, str | None]:
     action = _text(kw.get("action"))
     nargs = _text(kw.get("nargs"))
-    typ = _SCALARS.get(inner_t)
     if action is None and inner_t == "bool":
         action = "store_true"
     if inner_t == "list" and nargs is None and "type_parser" not in kw:
         nargs = "+"
-    default = _text(st.value) if st.value is not None else None
-    return Flag(names=(cli, *aliases), dest=name, file=path, line=st.lineno, action=action,
-                type=typ, choices=None if choices is None else tuple(choices), nargs=nargs,
-                default=default, required=st.value is None and action is None, help=help_s,
-                deprecated="deprecat" in help_s.lower())
+    return action, nargs
 
 
 def _unwrap(t: ast.expr) -> tuple[str, list[str] | None]:

@@ -1,8 +1,9 @@
 """`ddprobe grep`: search an install's sources on the host, as structured hits.
 
 ripgrep (`rg --json`) when the host has it, else `grep -rnIZ` with one matcher (`-F`, `-P` where
-grep has PCRE, else `-E`); the result names the tool and the regex dialect it used; the pattern always travels as an
-argv word (`-e PATTERN`), so any character is safe. Paths come back relative to the package.
+grep has PCRE, else `-E`); the result names the tool and the regex dialect it used; the pattern
+always travels as an argv word (`-e PATTERN`), so any character is safe. Paths come back
+relative to the package.
 """
 from __future__ import annotations
 

@@ -31,7 +31,7 @@ def make_oversize_patch(analysis_rows: BufferReport | Sequence[BufferRow], attrs
     if factor < 2:
         raise PatchError(f"oversize factor must be >= 2, got {factor}")
     report = analysis_rows if isinstance(analysis_rows, BufferReport) else None
-    rows = list(report.rows if report else analysis_rows)
+    rows = list(analysis_rows.rows if isinstance(analysis_rows, BufferReport) else analysis_rows)
     sources: Mapping[str, str] = texts if texts is not None else (report.texts if report else {})
     chosen: list[BufferRow] = []
     for a in attrs:

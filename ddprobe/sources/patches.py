@@ -1,8 +1,8 @@
 """Patches on a host: apply / revert / status / diff, with a ledger and backups on the host.
 
-The work happens on the host in one helper run per command (see `hostside.sourceops`): atomic per file,
-all or nothing across files, idempotent, refusing edited files unless forced, recording every
-change in `<dir holding the package>/.ddprobe/ledger.json`.
+The work happens on the host in one helper run per command (see `hostside.sourceops`): atomic
+per file, all or nothing across files, idempotent, refusing edited files unless forced,
+recording every change in `<dir holding the package>/.ddprobe/ledger.json`.
 """
 from __future__ import annotations
 
