@@ -17,8 +17,8 @@ from typing import Any
 from ddprobe.errors import UsageError
 from ddprobe.sources.backends import ATTN, MODEL_RUNNER, backend_files, known_backends
 from ddprobe.sources.bufeval import count_elements, dtype_bytes, evaluate
-from ddprobe.sources.bufscan import Alloc, ModuleScan, scan_module
-from ddprobe.sources.bufsize import CONTEXT, DRAFT, MAX_BS, STEPS, TOPK, Resolver
+from ddprobe.sources.bufscan import Alloc, Assignment, ModuleScan, scan_module
+from ddprobe.sources.bufsize import CONTEXT, DRAFT, MAX_BS, STEPS, TOPK, Resolved, Resolver
 from ddprobe.sources.bufuse import Demand, Use, UseIndex, find_demands, find_uses
 
 BACKEND_FILES: dict[str, tuple[str, ...]] = {
@@ -188,24 +188,10 @@ def analyse_buffers(texts: Mapping[str, str], *, package: str = "", version: str
     patterns, notes = backend_patterns(texts, backend)
     primary = sorted(p for p in texts if any(fnmatch.fnmatch(p, g) for g in patterns))
     helpers = sorted(p for p in texts if p not in primary)
-    scans = {p: scan_module(p, texts[p]) for p in primary}
-    # helper modules: only what the backends/runners call to build an attribute
-    producers = frozenset(n for p in primary for n in _PRODUCER.findall(texts[p]))
-    scans.update({p: scan_module(p, texts[p], only=producers) for p in helpers})
-    # every module-level function can be inlined into a size (walked or not)
-    functions = {n.name: n for s in scans.values() if s.tree is not None for n in s.tree.body
-                 if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
-    calls: dict[str, list[Any]] = {}
-    for s in scans.values():
-        for k, v in s.calls.items():
-            calls.setdefault(k, []).extend(v)
-    for s in scans.values():
-        s.cache["calls"] = calls  # every module's Resolver sees every call site
-        s.cache["scans"] = scans  # and the caller's module, to resolve what it passes
-    rows: list[BufferRow] = []
-    for pat in patterns:
-        if "*" not in pat and pat not in texts:
-            rows.append(_missing_file(pat, texts))
+    scans = _scan_modules(texts, primary, helpers)
+    functions = _module_functions(scans)
+    rows: list[BufferRow] = [_missing_file(pat, texts) for pat in patterns
+                             if "*" not in pat and pat not in texts]
     for p in primary:
         s = scans[p]
         if s.error:
@@ -216,6 +202,30 @@ def analyse_buffers(texts: Mapping[str, str], *, package: str = "", version: str
     return BufferReport(package=package, version=version, backend=backend,
                         files=(*primary, *helpers), rows=tuple(rows), params=params,
                         texts=dict(texts), notes=tuple(notes))
+
+
+def _scan_modules(texts: Mapping[str, str], primary: Sequence[str], helpers: Sequence[str]
+                  ) -> dict[str, ModuleScan]:
+    """Scans of the primary modules, and of the helper modules only what the backends/runners
+    call to build an attribute; every scan shares every call site (its Resolver sees them all)
+    and the other scans (the caller's module, to resolve what it passes)."""
+    scans = {p: scan_module(p, texts[p]) for p in primary}
+    producers = frozenset(n for p in primary for n in _PRODUCER.findall(texts[p]))
+    scans.update({p: scan_module(p, texts[p], only=producers) for p in helpers})
+    calls: dict[str, list[Any]] = {}
+    for s in scans.values():
+        for k, v in s.calls.items():
+            calls.setdefault(k, []).extend(v)
+    for s in scans.values():
+        s.cache["calls"] = calls
+        s.cache["scans"] = scans
+    return scans
+
+
+def _module_functions(scans: Mapping[str, ModuleScan]) -> dict[str, Any]:
+    """Every module-level function (walked or not): each can be inlined into a size."""
+    return {n.name: n for s in scans.values() if s.tree is not None for n in s.tree.body
+            if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
 
 
 def _missing_file(path: str, texts: Mapping[str, str]) -> BufferRow:
@@ -274,39 +284,58 @@ def _row(scan: ModuleScan, resolver: Resolver, a: Alloc, phase: str,
     res = resolver.resolve(shape_node, a.cls, a.func, a.line) if shape_node is not None else None
     nones = [n for n in home.none_sites if n.attr == attr and n.cls == cls
              and n.same_storage(tgt, a.func)]
-    # uses are looked up on the attribute itself (`self.x` of `self.x.buffer`)
-    use_tgt = "self." + re.split(r"[.\[]", attr)[0] if tgt.startswith("self.") else tgt
-    fake = Alloc(use_tgt, home.file, a.line, a.end_line, cls, a.func, a.allocator, a.shape,
-                 a.shape_span, a.shape_kind, a.dtype, a.conditions)
-    uses: list[Use] = find_uses(_use_index(home), fake) if cls else []
-    demands: list[Demand] = find_demands(home, fake, uses) if uses else []
+    uses, demands = _uses_and_demands(home, a, tgt, attr, cls)
     growing = [u for u in uses if u.grows]
-    flags: list[str] = []
-    depends = res.depends_on if res else ()
-    if growing and DRAFT not in depends:
-        flags.append(FLAG_FIXED)
-    if nones:
-        flags.append(FLAG_NONE)
-    demand_txt, demand_expr = None, None
-    if demands:
-        d = demands[0]
-        dres = Resolver(home, None, _calls(home)).resolve(d.per_request, cls, d.func, d.line)
-        demand_expr = dres.expr
-        demand_txt = (f"{d.name} = {d.text}  [{d.file}:{d.line} {d.func}]; per request at "
-                      f"seq_len = context_len: {dres.text}; x max_bs requests")
+    resolved, depends, free, notes = _resolution(res)
+    demand_txt, demand_expr = _demand(home, demands, cls)
     sizes = _sizes(a, res, demand_expr, params)
-    if any(s.short_by for s in sizes):
-        flags.append(FLAG_SHORT)
+    flags = _row_flags(fixed=bool(growing) and DRAFT not in depends, none=bool(nones),
+                       short=any(s.short_by for s in sizes))
     return BufferRow(
         status="found", attr=attr, file=a.file, target=tgt, line=a.line,
         scope=".".join(p for p in (a.cls, a.func) if p) or "<module>", phase=phase,
         allocator=a.allocator, shape=a.shape, dtype=a.dtype, conditions=a.conditions,
-        resolved=res.text if res else None, depends_on=depends,
-        free=res.free if res else (), notes=res.notes if res else (),
+        resolved=resolved, depends_on=depends, free=free, notes=notes,
         none_sites=tuple(f"{n.file}:{n.line} {n.scope}" for n in nones),
         growing_uses=tuple(f"{u.file}:{u.line} {u.func}: {u.text}" for u in growing),
-        demand=demand_txt, flags=tuple(flags), sizes=sizes,
-        shape_span=a.shape_span, via=via)
+        demand=demand_txt, flags=flags, sizes=sizes, shape_span=a.shape_span, via=via)
+
+
+def _row_flags(*, fixed: bool, none: bool, short: bool) -> tuple[str, ...]:
+    return tuple(flag for flag, on in ((FLAG_FIXED, fixed), (FLAG_NONE, none),
+                                       (FLAG_SHORT, short)) if on)
+
+
+def _resolution(res: Resolved | None
+                ) -> tuple[str | None, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(text, depends_on, free names, notes) of a resolved size; nothing when unresolved."""
+    if res is None:
+        return None, (), (), ()
+    return res.text, res.depends_on, res.free, res.notes
+
+
+def _uses_and_demands(home: ModuleScan, a: Alloc, tgt: str, attr: str, cls: str | None
+                      ) -> tuple[list[Use], list[Demand]]:
+    """The accesses of the buffer in its class, and the layouts they demand."""
+    if not cls:
+        return [], []
+    # uses are looked up on the attribute itself (`self.x` of `self.x.buffer`)
+    use_tgt = "self." + re.split(r"[.\[]", attr)[0] if tgt.startswith("self.") else tgt
+    fake = Alloc(use_tgt, home.file, a.line, a.end_line, cls, a.func, a.allocator, a.shape,
+                 a.shape_span, a.shape_kind, a.dtype, a.conditions)
+    uses = find_uses(_use_index(home), fake)
+    return uses, (find_demands(home, fake, uses) if uses else [])
+
+
+def _demand(home: ModuleScan, demands: Sequence[Demand], cls: str | None
+            ) -> tuple[str | None, ast.expr | None]:
+    """(the first demand as text, its per-request size resolved) or (None, None)."""
+    if not demands:
+        return None, None
+    d = demands[0]
+    dres = Resolver(home, None, _calls(home)).resolve(d.per_request, cls, d.func, d.line)
+    return (f"{d.name} = {d.text}  [{d.file}:{d.line} {d.func}]; per request at "
+            f"seq_len = context_len: {dres.text}; x max_bs requests"), dres.expr
 
 
 def _calls(scan: ModuleScan) -> Any:
@@ -362,60 +391,70 @@ def _sizes(a: Alloc, res: Any, demand: ast.expr | None,
 
 def _helper_rows(scan: ModuleScan, scans: Mapping[str, ModuleScan],
                  params: SizingParams | None, functions: Mapping[str, Any]) -> list[BufferRow]:
-    """`self.x = helper(...)` where helper (in another read module) returns an allocation."""
-    returns: dict[str, tuple[ModuleScan, Alloc]] = {}
-    for other in scans.values():
-        if other is scan:
-            continue
-        for a in other.allocs:
-            if a.target.startswith("return") and a.cls is None and a.func:
-                returns.setdefault(a.func, (other, a))
-    classes: dict[str, ModuleScan] = {}
-    for other in scans.values():
-        if other is not scan:
-            for c in other.class_attrs:
-                classes.setdefault(c, other)
+    """`self.x = helper(...)` where helper (in another read module) returns an allocation, and
+    `self.x = OtherClass.create(...)` where that class (in another read module) allocates."""
+    helper = _Helpers(scan, scans, params, functions)
     rows: list[BufferRow] = []
-    seen_classes: set[str] = set()
     for cls, attrs in scan.class_attrs.items():
         for attr, assigns in attrs.items():
             for asg in assigns:
-                v = asg.value
-                if not isinstance(v, ast.Call):
-                    continue
-                owner = v.func.value.id if isinstance(v.func, ast.Attribute) and isinstance(
-                    v.func.value, ast.Name) else (v.func.id if isinstance(v.func, ast.Name)
-                                                  else None)
-                if owner in classes and owner not in seen_classes:
-                    # `self.buffers = DecodeInputBuffers.create(...)`: that class's buffers
-                    seen_classes.add(owner)
-                    home = classes[owner]
-                    res = Resolver(home, functions, _calls(home))
-                    for a in home.allocs:
-                        if a.cls == owner and phase_of(a.func) == "init":
-                            r = _row(home, res, a, "init", params)
-                            rows.append(replace(r, via=f"{ast.unparse(v.func)}() at "
-                                                       f"{scan.file}:{asg.line}"))
-                callee = v.func.id if isinstance(v.func, ast.Name) else (
-                    v.func.attr if isinstance(v.func, ast.Attribute) else None)
-                if callee not in returns:
-                    continue
-                other, a = returns[callee]
-                sub = a.target[len("return"):]
-                dtype = a.dtype
-                for k in v.keywords:  # `dtype=dtype` in the helper: the caller's keyword
-                    if k.arg and k.arg == a.dtype:
-                        dtype = ast.unparse(k.value)
-                moved = Alloc(a.target, a.file, a.line, a.end_line, a.cls, a.func, a.allocator,
-                              a.shape, a.shape_span, a.shape_kind, dtype, a.conditions,
-                              a.shape_node)
-                row = _row(other, Resolver(other, functions, _calls(other)), moved,
-                           phase_of(asg.func), params,
-                           via=f"{callee}() at {scan.file}:{asg.line}",
-                           target=f"self.{attr}{sub}", home=scan)
-                nones = tuple(f"{n.file}:{n.line} {n.scope}" for n in scan.none_sites
-                              if n.attr == attr and n.cls == cls and not n.is_local)
-                flags = row.flags if not nones or FLAG_NONE in row.flags else (
-                    *row.flags, FLAG_NONE)
-                rows.append(replace(row, attr=f"{attr}{sub}", none_sites=nones, flags=flags))
+                if isinstance(asg.value, ast.Call):
+                    rows.extend(helper.class_rows(asg, asg.value))
+                    rows.extend(helper.returned_rows(cls, attr, asg, asg.value))
     return rows
+
+
+class _Helpers:
+    """What the other read modules build for `scan`: the allocations their module-level
+    functions return, and their classes (each reported once)."""
+
+    def __init__(self, scan: ModuleScan, scans: Mapping[str, ModuleScan],
+                 params: SizingParams | None, functions: Mapping[str, Any]) -> None:
+        self.scan, self.params, self.functions = scan, params, functions
+        others = [o for o in scans.values() if o is not scan]
+        self.returns: dict[str, tuple[ModuleScan, Alloc]] = {}
+        for other in others:
+            for a in other.allocs:
+                if a.target.startswith("return") and a.cls is None and a.func:
+                    self.returns.setdefault(a.func, (other, a))
+        self.classes: dict[str, ModuleScan] = {}
+        for other in others:
+            for c in other.class_attrs:
+                self.classes.setdefault(c, other)
+        self.seen_classes: set[str] = set()
+
+    def class_rows(self, asg: Assignment, v: ast.Call) -> list[BufferRow]:
+        """`self.buffers = DecodeInputBuffers.create(...)`: that class's init buffers."""
+        owner = v.func.value.id if isinstance(v.func, ast.Attribute) and isinstance(
+            v.func.value, ast.Name) else (v.func.id if isinstance(v.func, ast.Name) else None)
+        if owner not in self.classes or owner in self.seen_classes:
+            return []
+        self.seen_classes.add(owner)
+        home = self.classes[owner]
+        res = Resolver(home, self.functions, _calls(home))
+        via = f"{ast.unparse(v.func)}() at {self.scan.file}:{asg.line}"
+        return [replace(_row(home, res, a, "init", self.params), via=via) for a in home.allocs
+                if a.cls == owner and phase_of(a.func) == "init"]
+
+    def returned_rows(self, cls: str, attr: str, asg: Assignment, v: ast.Call
+                      ) -> list[BufferRow]:
+        """`self.x = helper(...)` where helper returns an allocation: reported as self.x."""
+        callee = v.func.id if isinstance(v.func, ast.Name) else (
+            v.func.attr if isinstance(v.func, ast.Attribute) else None)
+        if callee is None or callee not in self.returns:
+            return []
+        other, a = self.returns[callee]
+        sub = a.target[len("return"):]
+        dtype = a.dtype
+        for k in v.keywords:  # `dtype=dtype` in the helper: the caller's keyword
+            if k.arg and k.arg == a.dtype:
+                dtype = ast.unparse(k.value)
+        moved = replace(a, dtype=dtype)
+        row = _row(other, Resolver(other, self.functions, _calls(other)), moved,
+                   phase_of(asg.func), self.params,
+                   via=f"{callee}() at {self.scan.file}:{asg.line}",
+                   target=f"self.{attr}{sub}", home=self.scan)
+        nones = tuple(f"{n.file}:{n.line} {n.scope}" for n in self.scan.none_sites
+                      if n.attr == attr and n.cls == cls and not n.is_local)
+        flags = row.flags if not nones or FLAG_NONE in row.flags else (*row.flags, FLAG_NONE)
+        return [replace(row, attr=f"{attr}{sub}", none_sites=nones, flags=flags)]
