@@ -148,44 +148,51 @@ class Resolver:
     def _attr(self, node: ast.Attribute, cls: str | None, func: str | None, line: int,
               depth: int, notes: list[str], seen: frozenset[str]) -> ast.expr:
         text = ast.unparse(node)
-        is_self = isinstance(node.value, ast.Name) and node.value.id == "self"
-        if is_self and cls is not None:
-            name = node.attr
-            assigns = self.scan.class_attrs.get(cls, {}).get(name, [])
-            if name in STRONG:
-                if len(assigns) == 1:
-                    notes.append(f"self.{name} = {_short(assigns[0].value)}  "
-                                 f"[line {assigns[0].line}]")
-                return self._vocab(name, text, notes)
-            key = f"self.{name}"
-            if assigns and key not in seen and _all_same(assigns):
-                a = assigns[0]
-                sub = [f"self.{name} = {_short(a.value)}  [line {a.line}]"]
-                out = self._sub(a.value, cls, a.func, a.line, depth + 1, sub, seen | {key})
-                return self._keep(name, out, sub, notes)
-            if name in WEAK and "prefill" not in f"{cls} {func}".lower():
-                if len(assigns) > 1:
-                    notes.append(f"self.{name} is assigned in {len(assigns)} places; taken as "
-                                 f"{WEAK[name]} (the speculative case)")
-                return self._vocab(name, text, notes)
-            return _symbol(name)
+        if isinstance(node.value, ast.Name) and node.value.id == "self" and cls is not None:
+            return self._self_attr(node.attr, text, cls, func, depth, notes, seen)
         for suffix, var in SUFFIXES.items():
             if text == suffix or text.endswith("." + suffix):
                 notes.append(f"{text} -> {var}")
                 return ast.Name(id=var, ctx=ast.Load())
+        return self._other_attr(node.attr, text, cls, func, notes)
+
+    def _self_attr(self, name: str, text: str, cls: str, func: str | None, depth: int,
+                   notes: list[str], seen: frozenset[str]) -> ast.expr:
+        """`self.name`: a sizing name, or what the class assigns it (the same everywhere)."""
+        assigns = self.scan.class_attrs.get(cls, {}).get(name, [])
+        if name in STRONG:
+            if len(assigns) == 1:
+                notes.append(f"self.{name} = {_short(assigns[0].value)}  "
+                             f"[line {assigns[0].line}]")
+            return self._vocab(name, text, notes)
+        key = f"self.{name}"
+        if assigns and key not in seen and _all_same(assigns):
+            a = assigns[0]
+            sub = [f"self.{name} = {_short(a.value)}  [line {a.line}]"]
+            out = self._sub(a.value, cls, a.func, a.line, depth + 1, sub, seen | {key})
+            return self._keep(name, out, sub, notes)
+        if name in WEAK and "prefill" not in f"{cls} {func}".lower():
+            if len(assigns) > 1:
+                notes.append(f"self.{name} is assigned in {len(assigns)} places; taken as "
+                             f"{WEAK[name]} (the speculative case)")
+            return self._vocab(name, text, notes)
+        return _symbol(name)
+
+    def _other_attr(self, last: str, text: str, cls: str | None, func: str | None,
+                    notes: list[str]) -> ast.expr:
+        """`obj.name` on some other object than self."""
+        if last not in STRONG and last not in WEAK:
+            return _symbol(last)
+        # a sizing name on some object: it means the server's setting only when read from
+        # server_args (or the context length from the model config); elsewhere, e.g.
+        # draft_model_config.num_draft_tokens, it is a fixed property of that object
         parts = text.split(".")
-        last = node.attr
-        if last in STRONG or last in WEAK:
-            # a sizing name on some object: it means the server's setting only when read from
-            # server_args (or the context length from the model config); elsewhere, e.g.
-            # draft_model_config.num_draft_tokens, it is a fixed property of that object
-            if "server_args" in parts or (STRONG.get(last) == CONTEXT and "model_config" in
-                                          parts) or last.startswith("speculative_"):
-                return self._vocab(last, text, notes, cls=cls, func=func)
-            sym = _symbol("_".join(parts[-2:]))
-            notes.append(f"{text} is not the server's setting: kept as {sym.id}")
-            return sym
-        return _symbol(last)
+        if "server_args" in parts or (STRONG.get(last) == CONTEXT and "model_config" in
+                                      parts) or last.startswith("speculative_"):
+            return self._vocab(last, text, notes, cls=cls, func=func)
+        sym = _symbol("_".join(parts[-2:]))
+        notes.append(f"{text} is not the server's setting: kept as {sym.id}")
+        return sym
 
     def _from_callers(self, info: FuncInfo, param: str, depth: int, notes: list[str],
                       seen: frozenset[str]) -> ast.expr | None:
@@ -197,11 +204,28 @@ class Resolver:
         params = [p for p in info.params if p not in ("self", "cls")]
         if param not in params or f"param:{method}.{param}" in seen:
             return None
+        found = self._passed(info, method, param, params)
+        if not found:
+            return None
+        # which instance: a draft backend class is called through the draft receivers, any
+        # other backend's verify buffers are sized by the target's callers
+        want_draft = _draft_class(info.cls)
+        mine = [(s, a) for s, a in found if _draft_receiver(s.receiver) == want_draft]
+        use = mine or found
+        others = [(s, a) for s, a in found if (s, a) not in use]
+        outs = self._resolve_passed(use, depth, seen | {f"param:{method}.{param}"})
+        if not outs:
+            return None
+        return _callers_size(f"{param} (parameter of {method})", use, others, outs,
+                             want_draft, notes)
+
+    def _passed(self, info: FuncInfo, method: str, param: str, params: list[str]
+                ) -> list[tuple[CallSite, ast.expr]]:
+        """(call site, the expression it passes for `param`) of every caller of `method`."""
         idx = params.index(param)
-        scans = self.scan.cache.get("scans") or {}
-        found: list[tuple[CallSite, ast.expr]] = []
         fn = info.node.args
         has_var = fn.vararg is not None or fn.kwarg is not None
+        found: list[tuple[CallSite, ast.expr]] = []
         for site in self.calls.get(method, []):
             if site.cls == info.cls and site.func == method:
                 continue  # recursion / a wrapper calling itself
@@ -213,47 +237,21 @@ class Resolver:
                 arg = site.args[idx]
             if arg is not None:
                 found.append((site, arg))
-        if not found:
-            return None
-        # which instance: a draft backend class is called through the draft receivers, any
-        # other backend's verify buffers are sized by the target's callers
-        want_draft = _draft_class(info.cls)
-        mine = [(s, a) for s, a in found if _draft_receiver(s.receiver) == want_draft]
-        use = mine or found
-        others = [(s, a) for s, a in found if (s, a) not in use]
+        return found
+
+    def _resolve_passed(self, use: list[tuple[CallSite, ast.expr]], depth: int,
+                        seen: frozenset[str]) -> list[tuple[CallSite, ast.expr]]:
+        """What each caller passes, resolved in the caller's own module (when it was read)."""
+        scans = self.scan.cache.get("scans") or {}
         outs: list[tuple[CallSite, ast.expr]] = []
         for site, arg in use:
             home = scans.get(site.file) if isinstance(scans, Mapping) else None
             if not isinstance(home, ModuleScan):
                 continue
-            sub: list[str] = []
             res = Resolver(home, self.functions, self.calls)
-            expr = res._sub(arg, site.cls, site.func, site.line, depth + 1, sub,
-                            seen | {f"param:{method}.{param}"})
-            outs.append((site, expr))
-        if not outs:
-            return None
-        texts = {ast.unparse(e) for _, e in outs}
-        names = {n.id for _, e in outs for n in ast.walk(e) if isinstance(n, ast.Name)}
-        if not names & set(CANONICAL) or names - set(CANONICAL) - set(_FUNCS):
-            # the callers say nothing about sizing, or pass what only runs can tell
-            # (`max(self.capture_num_tokens) if ... else ...`): keep the name's meaning
-            if names & set(CANONICAL):
-                notes.append(f"{param} (parameter of {method}): callers pass "
-                             f"{sorted(texts)[0][:80]}, not resolvable here; sized by the "
-                             f"parameter's name")
-            return None
-        where = ", ".join(f"{s.file}:{s.line} ({ast.unparse(a)})" for s, a in use[:3])
-        if others:
-            where += (f"; not the {'target' if want_draft else 'draft'}'s callers at "
-                      + ", ".join(f"{s.file}:{s.line}" for s, _ in others[:3]))
-        if len(texts) == 1:
-            notes.append(f"{param} (parameter of {method}) <- {where} -> {texts.pop()}")
-            return outs[0][1]
-        notes.append(f"{param} (parameter of {method}) <- {where}: callers differ; sized as "
-                     f"the largest")
-        return ast.Call(func=ast.Name(id="max", ctx=ast.Load()), args=[e for _, e in outs],
-                        keywords=[])
+            outs.append((site, res._sub(arg, site.cls, site.func, site.line, depth + 1, [],
+                                        seen)))
+        return outs
 
     def _call_sites_note(self, info: FuncInfo, param: str) -> str:
         """Whether callers pass a parameter that the function replaces when it is missing."""
@@ -342,6 +340,32 @@ def _draft_class(cls: str | None) -> bool:
 def _draft_receiver(receiver: str) -> bool:
     """`self.model_runner.draft_attn_backend`, `self.attn_backends[i]`: a draft backend."""
     return "draft" in receiver or "attn_backends[" in receiver
+
+
+def _callers_size(what: str, use: list[tuple[CallSite, ast.expr]],
+                  others: list[tuple[CallSite, ast.expr]], outs: list[tuple[CallSite, ast.expr]],
+                  want_draft: bool, notes: list[str]) -> ast.expr | None:
+    """The size the callers pass (the largest when they differ), with a note saying where it
+    comes from; None when they say nothing about sizing (then the name's meaning stays)."""
+    texts = {ast.unparse(e) for _, e in outs}
+    names = {n.id for _, e in outs for n in ast.walk(e) if isinstance(n, ast.Name)}
+    if not names & set(CANONICAL) or names - set(CANONICAL) - set(_FUNCS):
+        # the callers say nothing about sizing, or pass what only runs can tell
+        # (`max(self.capture_num_tokens) if ... else ...`): keep the name's meaning
+        if names & set(CANONICAL):
+            notes.append(f"{what}: callers pass {sorted(texts)[0][:80]}, not resolvable here; "
+                         f"sized by the parameter's name")
+        return None
+    where = ", ".join(f"{s.file}:{s.line} ({ast.unparse(a)})" for s, a in use[:3])
+    if others:
+        where += (f"; not the {'target' if want_draft else 'draft'}'s callers at "
+                  + ", ".join(f"{s.file}:{s.line}" for s, _ in others[:3]))
+    if len(texts) == 1:
+        notes.append(f"{what} <- {where} -> {texts.pop()}")
+        return outs[0][1]
+    notes.append(f"{what} <- {where}: callers differ; sized as the largest")
+    return ast.Call(func=ast.Name(id="max", ctx=ast.Load()), args=[e for _, e in outs],
+                    keywords=[])
 
 
 class _Bind(ast.NodeTransformer):
