@@ -109,41 +109,58 @@ def find_uses(index: UseIndex, alloc: Alloc) -> list[Use]:
     """Accesses of `self.<attr>` (and its local aliases) across the allocating class."""
     if not alloc.target.startswith("self.") or alloc.cls is None or "[" in alloc.target:
         return []
-    scan = index.scan
-    uses: list[Use] = []
-    for info, ref in index.refs.get((alloc.cls, alloc.attr), []):
-        parent = scan.parents.get(id(ref))
-        line = ref.lineno
-        extent: ast.expr | None = None
-        if isinstance(parent, ast.Subscript) and parent.value is ref:
-            extent = parent.slice
-            gp = scan.parents.get(id(parent))
-            if isinstance(gp, ast.Attribute) and gp.attr == "copy_":
-                src = _copy_source(scan, gp)
-                extent = src if src is not None and _idents(src) & MASK_WORDS else extent
-        elif isinstance(parent, ast.Attribute) and parent.attr == "copy_":
-            # a whole-buffer copy: only the draft mask's size is known to grow; other sources
-            # are usually values (a count, a clamp) whose size is fixed
-            src = _copy_source(scan, parent)
-            extent = src if src is not None and _idents(src) & MASK_WORDS else None
-        elif isinstance(parent, ast.Call) and ref in parent.args:
-            # handed to a kernel/helper together with the draft-token count: the callee lays
-            # the buffer out per draft token
-            drafts = [a for a in [*parent.args, *[k.value for k in parent.keywords]]
-                      if a is not ref and _idents(a) & DRAFT_WORDS]
-            if drafts:
-                callee = ast.unparse(parent.func)
-                uses.append(Use(scan.file, line, info.name,
-                                _short(_stmt_of(ref, scan.parents)), True,
-                                f"passed to {callee}() with {ast.unparse(drafts[0])}"))
-            continue
-        if extent is None:
-            continue  # a bare reference (alias, pass-through) or a value-only copy
-        grows, text = index.grows(extent, info, line)
-        uses.append(Use(scan.file, line, info.name, _short(_stmt_of(ref, scan.parents)), grows,
-                        text))
+    uses = [u for info, ref in index.refs.get((alloc.cls, alloc.attr), [])
+            if (u := _use_of(index, info, ref)) is not None]
     uses.sort(key=lambda u: u.line)
     return uses
+
+
+def _use_of(index: UseIndex, info: FuncInfo, ref: ast.expr) -> Use | None:
+    """The use one reference makes: an indexed access, a copy into it, or a call that lays
+    it out per draft token; None for a bare reference or a value-only copy."""
+    scan = index.scan
+    parent = scan.parents.get(id(ref))
+    if isinstance(parent, ast.Call) and ref in parent.args:
+        return _passed_use(scan, info, ref, parent)
+    extent: ast.expr | None = None
+    if isinstance(parent, ast.Subscript) and parent.value is ref:
+        extent = _indexed_extent(scan, parent)
+    elif isinstance(parent, ast.Attribute) and parent.attr == "copy_":
+        # a whole-buffer copy: only the draft mask's size is known to grow; other sources
+        # are usually values (a count, a clamp) whose size is fixed
+        extent = _mask_source(scan, parent)
+    if extent is None:
+        return None
+    grows, text = index.grows(extent, info, ref.lineno)
+    return Use(scan.file, ref.lineno, info.name, _short(_stmt_of(ref, scan.parents)), grows,
+               text)
+
+
+def _indexed_extent(scan: ModuleScan, sub: ast.Subscript) -> ast.expr:
+    """`self.x[extent]`, or the draft mask copied into it (`self.x[...].copy_(mask)`)."""
+    gp = scan.parents.get(id(sub))
+    if isinstance(gp, ast.Attribute) and gp.attr == "copy_":
+        src = _mask_source(scan, gp)
+        if src is not None:
+            return src
+    return sub.slice
+
+
+def _mask_source(scan: ModuleScan, copy: ast.Attribute) -> ast.expr | None:
+    src = _copy_source(scan, copy)
+    return src if src is not None and _idents(src) & MASK_WORDS else None
+
+
+def _passed_use(scan: ModuleScan, info: FuncInfo, ref: ast.expr, call: ast.Call
+                ) -> Use | None:
+    """Handed to a kernel/helper together with the draft-token count: the callee lays the
+    buffer out per draft token."""
+    drafts = [a for a in [*call.args, *[k.value for k in call.keywords]]
+              if a is not ref and _idents(a) & DRAFT_WORDS]
+    if not drafts:
+        return None
+    return Use(scan.file, ref.lineno, info.name, _short(_stmt_of(ref, scan.parents)), True,
+               f"passed to {ast.unparse(call.func)}() with {ast.unparse(drafts[0])}")
 
 
 def _copy_source(scan: ModuleScan, attr: ast.Attribute) -> ast.expr | None:
