@@ -240,43 +240,60 @@ def owner_of(call: ast.Call, parents: dict[int, ast.AST]) -> str | None:
         parent = parents.get(id(node))
         if parent is None:
             return None
-        if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
-            targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
-            t = targets[0]
-            if isinstance(t, ast.Subscript) and not isinstance(t.slice, ast.Constant):
-                return None  # a write into an existing buffer (`buf[:n] = ...`): a temporary
-            if isinstance(t, (ast.Tuple, ast.List)) and isinstance(node, (ast.Tuple, ast.List)) \
-                    and node is parent.value and len(t.elts) == len(node.elts):
-                return None  # tuple-unpack of several allocations: handled by caller
-            return _target_text(t) + suffix
-        if isinstance(parent, ast.Return):
-            return "return" + suffix
-        if isinstance(parent, ast.keyword) and parent.arg:
-            suffix = f".{parent.arg}" + suffix
-            node = parents.get(id(parent), parent)
-            if isinstance(node, ast.Call):
-                continue
-            return None
-        if isinstance(parent, ast.Dict):
-            for k, v in zip(parent.keys, parent.values, strict=True):
-                if v is node and k is not None:
-                    suffix = f"[{ast.unparse(k)}]" + suffix
-            node = parent
-            continue
-        if isinstance(parent, ast.Call) and node is not parent.func and not (
-                isinstance(parent.func, ast.Attribute) and parent.func.value is node):
-            # an argument of some other call (e.g. a kernel launch): a temporary, no owner
-            return None
-        if isinstance(parent, ast.Attribute) and parent.attr not in _PASS_THROUGH:
-            return None
-        if isinstance(parent, (ast.IfExp, ast.BoolOp, ast.Attribute, ast.Call, ast.Starred,
-                               ast.Tuple, ast.List, ast.Subscript)):
-            node = parent
-            continue
-        if isinstance(parent, ast.expr):
-            node = parent
-            continue
+        step = _owner_step(parent, node, suffix, parents)
+        if not isinstance(step, tuple):
+            return step
+        node, suffix = step
+
+
+# one step of owner_of: (the node to climb from, the suffix so far), or the owner (a str), or
+# None when the allocation has no owner (a temporary)
+_Step = tuple[ast.AST, str] | str | None
+
+
+def _owner_step(parent: ast.AST, node: ast.AST, suffix: str, parents: dict[int, ast.AST]
+                ) -> _Step:
+    if isinstance(parent, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        target = _assigned_target(parent, node)
+        return None if target is None else target + suffix
+    if isinstance(parent, ast.Return):
+        return "return" + suffix
+    if isinstance(parent, ast.keyword) and parent.arg:
+        # `S(buf=torch.zeros(...))`: the field of what the call builds
+        up = parents.get(id(parent), parent)
+        return (up, f".{parent.arg}" + suffix) if isinstance(up, ast.Call) else None
+    if isinstance(parent, ast.Dict):
+        return parent, _dict_key(parent, node) + suffix
+    if isinstance(parent, ast.Call) and node is not parent.func and not (
+            isinstance(parent.func, ast.Attribute) and parent.func.value is node):
+        # an argument of some other call (e.g. a kernel launch): a temporary, no owner
         return None
+    if isinstance(parent, ast.Attribute) and parent.attr not in _PASS_THROUGH:
+        return None
+    if isinstance(parent, ast.expr):  # a wrapper: `(a or torch.zeros(...)).to(dev)`, ...
+        return parent, suffix
+    return None
+
+
+def _assigned_target(parent: ast.Assign | ast.AnnAssign | ast.AugAssign, node: ast.AST
+                     ) -> str | None:
+    targets = parent.targets if isinstance(parent, ast.Assign) else [parent.target]
+    t = targets[0]
+    if isinstance(t, ast.Subscript) and not isinstance(t.slice, ast.Constant):
+        return None  # a write into an existing buffer (`buf[:n] = ...`): a temporary
+    if isinstance(t, (ast.Tuple, ast.List)) and isinstance(node, (ast.Tuple, ast.List)) \
+            and node is parent.value and len(t.elts) == len(node.elts):
+        return None  # tuple-unpack of several allocations: handled by caller
+    return _target_text(t)
+
+
+def _dict_key(d: ast.Dict, node: ast.AST) -> str:
+    """`[key]` for the value `node` of a dict display (every key it is stored under)."""
+    out = ""
+    for k, v in zip(d.keys, d.values, strict=True):
+        if v is node and k is not None:
+            out = f"[{ast.unparse(k)}]" + out
+    return out
 
 
 def _conditions(node: ast.AST, func: ast.AST, parents: dict[int, ast.AST]) -> tuple[str, ...]:

@@ -12,7 +12,7 @@ import hashlib
 from collections.abc import Mapping, Sequence
 
 from ddprobe.errors import PatchError
-from ddprobe.hostside.patchtext import Patch, format_patch, make_file_patch, parse_patch
+from ddprobe.hostside.patchtext import FilePatch, Patch, format_patch, make_file_patch, parse_patch
 from ddprobe.sources.buffers import BufferReport, BufferRow, _matches
 from ddprobe.sources.bufscan import _torch_names, allocator_name, shape_of
 
@@ -33,31 +33,8 @@ def make_oversize_patch(analysis_rows: BufferReport | Sequence[BufferRow], attrs
     report = analysis_rows if isinstance(analysis_rows, BufferReport) else None
     rows = list(analysis_rows.rows if isinstance(analysis_rows, BufferReport) else analysis_rows)
     sources: Mapping[str, str] = texts if texts is not None else (report.texts if report else {})
-    chosen: list[BufferRow] = []
-    for a in attrs:
-        hit = [r for r in rows if r.status == "found" and _matches(r, a)]
-        if not hit:
-            known = sorted({r.attr for r in rows if r.status == "found"})
-            raise PatchError(f"no buffer named {a!r} in the analysis (known: "
-                             f"{', '.join(known[:12])}{' ...' if len(known) > 12 else ''})")
-        chosen.extend(x for x in hit if x not in chosen)
-    by_file: dict[str, list[BufferRow]] = {}
-    for r in chosen:
-        by_file.setdefault(r.file, []).append(r)
-    files = []
-    shas = []
-    for path in sorted(by_file):
-        if path not in sources:
-            raise PatchError(f"{path}: source text not available (pass texts=)")
-        old = sources[path]
-        new = _enlarge(path, old, by_file[path], factor)
-        fp = make_file_patch(path, old, new)
-        if fp is not None:
-            files.append(fp)
-            shas.append((path, hashlib.sha256(old.encode("utf-8", "surrogateescape"))
-                         .hexdigest()))
-    if not files:
-        raise PatchError("the oversize patch would change nothing")
+    chosen = _chosen_rows(rows, attrs)
+    files, shas = _file_patches(chosen, sources, factor)
     names = ",".join(sorted({r.attr for r in chosen}))
     pid = patch_id or OVERSIZE_PREFIX + "x{}-{}".format(
         factor, hashlib.sha1(f"{names}|{factor}".encode()).hexdigest()[:8])
@@ -67,6 +44,42 @@ def make_oversize_patch(analysis_rows: BufferReport | Sequence[BufferRow], attrs
               versions=(report.version,) if report and report.version else (),
               original_sha256=tuple(shas))
     return parse_patch(format_patch(p), source=f"<{pid}>")
+
+
+def _chosen_rows(rows: Sequence[BufferRow], attrs: Sequence[str]) -> list[BufferRow]:
+    """The found rows each name matches (in order, once each); PatchError for a name that
+    matches none."""
+    chosen: list[BufferRow] = []
+    for a in attrs:
+        hit = [r for r in rows if r.status == "found" and _matches(r, a)]
+        if not hit:
+            known = sorted({r.attr for r in rows if r.status == "found"})
+            raise PatchError(f"no buffer named {a!r} in the analysis (known: "
+                             f"{', '.join(known[:12])}{' ...' if len(known) > 12 else ''})")
+        chosen.extend(x for x in hit if x not in chosen)
+    return chosen
+
+
+def _file_patches(chosen: Sequence[BufferRow], sources: Mapping[str, str], factor: int
+                  ) -> tuple[list[FilePatch], list[tuple[str, str]]]:
+    """(a file patch per file that changes, (path, sha256 of its original text) each)."""
+    by_file: dict[str, list[BufferRow]] = {}
+    for r in chosen:
+        by_file.setdefault(r.file, []).append(r)
+    files: list[FilePatch] = []
+    shas: list[tuple[str, str]] = []
+    for path in sorted(by_file):
+        if path not in sources:
+            raise PatchError(f"{path}: source text not available (pass texts=)")
+        old = sources[path]
+        fp = make_file_patch(path, old, _enlarge(path, old, by_file[path], factor))
+        if fp is not None:
+            files.append(fp)
+            shas.append((path, hashlib.sha256(old.encode("utf-8", "surrogateescape"))
+                         .hexdigest()))
+    if not files:
+        raise PatchError("the oversize patch would change nothing")
+    return files, shas
 
 
 def _enlarge(path: str, text: str, rows: Sequence[BufferRow], factor: int) -> str:
