@@ -6,6 +6,7 @@ Validation turns every mistake in the file into one ConfigError naming file, lin
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -121,6 +122,34 @@ def _entry(raw: Any, path: str, index: int) -> Entry:
     if not isinstance(raw, dict):
         raise ConfigError(f"entry #{index + 1} must be a mapping", path=path)
     line = line_of(raw)
+    _check_entry_keys(raw, path, index, line)
+    outcome = _one_of(raw, "outcome", None, OUTCOMES, path,
+                      f"'outcome' must be one of {', '.join(OUTCOMES)}, not '{raw['outcome']}'")
+    severity = _one_of(raw, "severity", "fatal", SEVERITIES, path,
+                       f"'severity' must be one of {', '.join(SEVERITIES)}")
+    handler = raw.get("handler")
+    if handler is not None:
+        _one_of(raw, "handler", None, HANDLERS, path,
+                f"'handler' must be one of {', '.join(HANDLERS)}")
+    patterns = _patterns(raw, handler, path, line)
+    suffix = _suffix(raw["suffix"], raw, path) if raw.get("suffix") is not None else None
+    requires = _requires(raw["requires"], raw, path) if raw.get("requires") is not None \
+        else None
+    hint = raw.get("hint")
+    if not isinstance(hint, str) or not hint.strip():
+        raise ConfigError(f"entry '{raw['id']}' needs a non-empty 'hint'", path=path,
+                          line=line_of(raw, "hint") if "hint" in raw else line, key="hint")
+    key = _key(raw, patterns, path)
+    phase = _one_of(raw, "phase", "", ("", "startup", "capture", "serving"), path,
+                    "'phase' must be startup, capture or serving")
+    return Entry(id=raw["id"], kind=raw["kind"], outcome=outcome, severity=severity,
+                 patterns=patterns, handler=handler, suffix=suffix,
+                 details=_details(raw.get("details") or {}, path, "details"),
+                 hint=" ".join(hint.split()), key=key, requires=requires, phase=phase)
+
+
+def _check_entry_keys(raw: dict[str, Any], path: str, index: int, line: int | None) -> None:
+    """No unknown key; the required ones are non-empty strings."""
     unknown = set(raw) - _ENTRY_KEYS
     if unknown:
         key = sorted(unknown)[0]
@@ -130,55 +159,56 @@ def _entry(raw: Any, path: str, index: int) -> Entry:
         if not isinstance(raw.get(req), str) or not raw[req]:
             raise ConfigError(f"entry #{index + 1} needs a string '{req}'", path=path,
                               line=line_of(raw, req) if req in raw else line, key=req)
-    outcome = raw["outcome"]
-    if outcome not in OUTCOMES:
-        raise ConfigError(f"'outcome' must be one of {', '.join(OUTCOMES)}, not '{outcome}'",
-                          path=path, line=line_of(raw, "outcome"), key="outcome")
-    severity = raw.get("severity", "fatal")
-    if severity not in SEVERITIES:
-        raise ConfigError(f"'severity' must be one of {', '.join(SEVERITIES)}", path=path,
-                          line=line_of(raw, "severity"), key="severity")
-    handler = raw.get("handler")
-    if handler is not None and handler not in HANDLERS:
-        raise ConfigError(f"'handler' must be one of {', '.join(HANDLERS)}", path=path,
-                          line=line_of(raw, "handler"), key="handler")
+
+
+def _one_of(raw: dict[str, Any], key: str, default: Any, allowed: Sequence[Any], path: str,
+            message: str) -> Any:
+    value = raw.get(key, default)
+    if value not in allowed:
+        raise ConfigError(message, path=path, line=line_of(raw, key), key=key)
+    return value
+
+
+def _patterns(raw: dict[str, Any], handler: str | None, path: str, line: int | None
+              ) -> tuple[re.Pattern[str], ...]:
     pats_raw = raw.get("patterns") or []
     if not isinstance(pats_raw, list) or (not pats_raw and handler is None):
         raise ConfigError(f"entry '{raw['id']}' needs a list of 'patterns'", path=path,
                           line=line_of(raw, "patterns") if "patterns" in raw else line,
                           key="patterns")
-    patterns = tuple(_regex(s, path, line_of(raw, "patterns"), "patterns") for s in pats_raw)
-    suffix = None
-    if raw.get("suffix") is not None:
-        s = raw["suffix"]
-        if not isinstance(s, dict) or "pattern" not in s:
-            raise ConfigError("'suffix' must be a mapping with 'pattern' and 'within'",
-                              path=path, line=line_of(raw, "suffix"), key="suffix")
-        rx = _regex(s["pattern"], path, line_of(s, "pattern"), "suffix.pattern")
-        if "key" not in rx.groupindex:
-            raise ConfigError("'suffix.pattern' needs a named group 'key'", path=path,
-                              line=line_of(s, "pattern"), key="suffix.pattern")
-        within = s.get("within", 3)
-        if not isinstance(within, int) or within < 1:
-            raise ConfigError("'suffix.within' must be a positive integer", path=path,
-                              line=line_of(s, "within"), key="suffix.within")
-        suffix = Suffix(rx, within)
-    requires = None
-    if raw.get("requires") is not None:
-        q = raw["requires"]
-        if not isinstance(q, dict) or "pattern" not in q:
-            raise ConfigError("'requires' must be a mapping with 'pattern' and 'within'",
-                              path=path, line=line_of(raw, "requires"), key="requires")
-        within = q.get("within", 3)
-        if not isinstance(within, int) or within < 1:
-            raise ConfigError("'requires.within' must be a positive integer", path=path,
-                              line=line_of(q, "within"), key="requires.within")
-        requires = Requires(_regex(q["pattern"], path, line_of(q, "pattern"),
-                                   "requires.pattern"), within)
-    hint = raw.get("hint")
-    if not isinstance(hint, str) or not hint.strip():
-        raise ConfigError(f"entry '{raw['id']}' needs a non-empty 'hint'", path=path,
-                          line=line_of(raw, "hint") if "hint" in raw else line, key="hint")
+    return tuple(_regex(s, path, line_of(raw, "patterns"), "patterns") for s in pats_raw)
+
+
+def _within(m: dict[str, Any], path: str, key: str) -> int:
+    within = m.get("within", 3)
+    if not isinstance(within, int) or within < 1:
+        raise ConfigError(f"'{key}.within' must be a positive integer", path=path,
+                          line=line_of(m, "within"), key=f"{key}.within")
+    return within
+
+
+def _suffix(s: Any, raw: dict[str, Any], path: str) -> Suffix:
+    if not isinstance(s, dict) or "pattern" not in s:
+        raise ConfigError("'suffix' must be a mapping with 'pattern' and 'within'",
+                          path=path, line=line_of(raw, "suffix"), key="suffix")
+    rx = _regex(s["pattern"], path, line_of(s, "pattern"), "suffix.pattern")
+    if "key" not in rx.groupindex:
+        raise ConfigError("'suffix.pattern' needs a named group 'key'", path=path,
+                          line=line_of(s, "pattern"), key="suffix.pattern")
+    return Suffix(rx, _within(s, path, "suffix"))
+
+
+def _requires(q: Any, raw: dict[str, Any], path: str) -> Requires:
+    if not isinstance(q, dict) or "pattern" not in q:
+        raise ConfigError("'requires' must be a mapping with 'pattern' and 'within'",
+                          path=path, line=line_of(raw, "requires"), key="requires")
+    within = _within(q, path, "requires")
+    return Requires(_regex(q["pattern"], path, line_of(q, "pattern"), "requires.pattern"),
+                    within)
+
+
+def _key(raw: dict[str, Any], patterns: Sequence[re.Pattern[str]], path: str) -> str:
+    """The signature key template: a string whose {fields} every pattern captures."""
     key = raw.get("key", "")
     if not isinstance(key, str):
         raise ConfigError("'key' must be a string", path=path, line=line_of(raw, "key"),
@@ -188,14 +218,7 @@ def _entry(raw: Any, path: str, index: int) -> Entry:
         if field_name not in names or not all(field_name in rx.groupindex for rx in patterns):
             raise ConfigError(f"'key' uses {{{field_name}}}, which not every pattern captures",
                               path=path, line=line_of(raw, "key"), key="key")
-    phase = raw.get("phase", "")
-    if phase not in ("", "startup", "capture", "serving"):
-        raise ConfigError("'phase' must be startup, capture or serving", path=path,
-                          line=line_of(raw, "phase"), key="phase")
-    return Entry(id=raw["id"], kind=raw["kind"], outcome=outcome, severity=severity,
-                 patterns=patterns, handler=handler, suffix=suffix,
-                 details=_details(raw.get("details") or {}, path, "details"),
-                 hint=" ".join(hint.split()), key=key, requires=requires, phase=phase)
+    return key
 
 
 def _check_comments(path: str) -> None:
