@@ -186,30 +186,37 @@ def _pattern_key(entry: Entry, clean: str, lines: list[str],
         if idx in claimed:
             continue
         for rx, lit in live:
-            if lit is not None and lit not in line:
-                continue
-            m = rx.search(line)
-            if m is None:
-                continue
-            if entry.requires is not None and not any(
-                    entry.requires.pattern.search(nxt)
-                    for nxt in lines[idx + 1: idx + 1 + entry.requires.within]):
-                continue
-            if entry.key:
-                # the fields verbatim: the template picks stable ones (an Xid's number)
-                key = entry.key.format_map({k: " ".join((v or "").split())[:80]
-                                            for k, v in m.groupdict().items()})
-            else:
-                raw = m.group("key") if "key" in rx.groupindex and m.group("key") else line
-                key = normalise(raw)
-            if entry.suffix is not None:
-                for nxt in lines[idx + 1: idx + 1 + entry.suffix.within]:
-                    sm = entry.suffix.pattern.search(nxt)
-                    if sm:
-                        key = f"{key} in {normalise(sm.group('key'))}"
-                        break
-            return idx, key
+            m = rx.search(line) if lit is None or lit in line else None
+            if m is not None and _required_follows(entry, lines, idx):
+                return idx, _suffixed(entry, lines, idx, _match_key(entry, rx, m, line))
     return None
+
+
+def _required_follows(entry: Entry, lines: list[str], idx: int) -> bool:
+    """The entry's `requires` pattern within its window after line idx (or none required)."""
+    req = entry.requires
+    return req is None or any(req.pattern.search(nxt)
+                              for nxt in lines[idx + 1: idx + 1 + req.within])
+
+
+def _match_key(entry: Entry, rx: re.Pattern[str], m: re.Match[str], line: str) -> str:
+    if entry.key:
+        # the fields verbatim: the template picks stable ones (an Xid's number)
+        return entry.key.format_map({k: " ".join((v or "").split())[:80]
+                                     for k, v in m.groupdict().items()})
+    raw = m.group("key") if "key" in rx.groupindex and m.group("key") else line
+    return normalise(raw)
+
+
+def _suffixed(entry: Entry, lines: list[str], idx: int, key: str) -> str:
+    """The key with the entry's suffix (`... in <where>`) when one follows within its window."""
+    if entry.suffix is None:
+        return key
+    for nxt in lines[idx + 1: idx + 1 + entry.suffix.within]:
+        sm = entry.suffix.pattern.search(nxt)
+        if sm:
+            return f"{key} in {normalise(sm.group('key'))}"
+    return key
 
 
 @lru_cache(maxsize=1024)
@@ -255,34 +262,52 @@ def _traceback_key(lines: list[str], claimed: set[int], *,
         if _TB_HEADER not in lines[i] and not (headless and _FRAME.match(lines[i])):
             i += 1
             continue
-        frame: re.Match[str] | None = None
-        j = i + 1 if _TB_HEADER in lines[i] else i
-        while j < n:
-            t = lines[j]
-            fm = _FRAME.match(t)
-            if fm:
-                frame = fm
-            elif not (t.startswith((" ", "\t")) or not t.strip()):
-                break
-            j += 1
+        j, frame = _frames_end(lines, i + 1 if _TB_HEADER in lines[i] else i)
         if truncated and j >= n and frame is not None and i not in claimed:
             # the log (or the excerpt pasted from it) ends inside the traceback
-            last = j - 1
-            fname = frame.group("file")
-            where = f"{fname.rsplit('/', 1)[-1]}:{frame.group('func')}"
-            return last, f"truncated traceback (in {where})", \
-                f"{package_path(fname)}:{frame.group('func')}", ""
+            return _truncated_key(j - 1, frame)
         if j < n and frame is not None:
-            em = _EXC_LINE.match(lines[j].strip())
-            if em and em.group("cls") not in _BENIGN and j not in claimed:
-                cls = em.group("cls")
-                msg = (em.group("msg") or "").strip()
-                head = normalise(f"{cls}: {msg}" if msg else cls)
-                where = f"{frame.group('file').rsplit('/', 1)[-1]}:{frame.group('func')}"
-                return j, f"{head} (in {where})", \
-                    f"{package_path(frame.group('file'))}:{frame.group('func')}", cls
+            found = _exception_key(lines[j], j, frame, claimed)
+            if found is not None:
+                return found
         i = j if j > i else i + 1
     return None
+
+
+def _frames_end(lines: list[str], j: int) -> tuple[int, re.Match[str] | None]:
+    """(the index of the first line after the traceback's frames from j, the innermost frame)."""
+    frame: re.Match[str] | None = None
+    while j < len(lines):
+        t = lines[j]
+        fm = _FRAME.match(t)
+        if fm:
+            frame = fm
+        elif not (t.startswith((" ", "\t")) or not t.strip()):
+            break
+        j += 1
+    return j, frame
+
+
+def _truncated_key(last: int, frame: re.Match[str]) -> tuple[int, str, str, str]:
+    fname = frame.group("file")
+    where = f"{fname.rsplit('/', 1)[-1]}:{frame.group('func')}"
+    return last, f"truncated traceback (in {where})", \
+        f"{package_path(fname)}:{frame.group('func')}", ""
+
+
+def _exception_key(line: str, j: int, frame: re.Match[str], claimed: set[int]
+                   ) -> tuple[int, str, str, str] | None:
+    """The key of the exception line that ends a traceback (None: benign, claimed or not an
+    exception line)."""
+    em = _EXC_LINE.match(line.strip())
+    if not em or em.group("cls") in _BENIGN or j in claimed:
+        return None
+    cls = em.group("cls")
+    msg = (em.group("msg") or "").strip()
+    head = normalise(f"{cls}: {msg}" if msg else cls)
+    where = f"{frame.group('file').rsplit('/', 1)[-1]}:{frame.group('func')}"
+    return j, f"{head} (in {where})", \
+        f"{package_path(frame.group('file'))}:{frame.group('func')}", cls
 
 
 _SITE: Final = re.compile(r"^.*/(?:site-packages|dist-packages)/|^.*/(?=(?:sglang|vllm|flashinfer"
