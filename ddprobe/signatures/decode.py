@@ -124,20 +124,28 @@ def summarise_decode(text_or_lines: str | list[DecodeLine]) -> DecodeSummary | N
     acc = [d.accept_len for d in lines if d.accept_len is not None]
     rate = [d.accept_rate for d in lines if d.accept_rate is not None]
     tput = [d.gen_throughput for d in lines if d.gen_throughput is not None]
-    graphs = {d.cuda_graph for d in lines if d.cuda_graph is not None}
-    graph = "unknown" if not graphs else "mixed" if len(graphs) > 1 else str(graphs.pop())
     with_graphs = [d.accept_len for d in lines if d.cuda_graph and d.accept_len is not None]
     running = [d.running_reqs for d in lines if d.running_reqs is not None]
     return DecodeSummary(
         lines=len(lines), spellings=tuple(sorted({d.spelling for d in lines})),
-        accept_len_mean=round(fmean(acc), 3) if acc else None,
-        accept_len_last=acc[-1] if acc else None, accept_len_min=min(acc) if acc else None,
-        accept_rate_mean=round(fmean(rate), 3) if rate else None,
-        gen_throughput_mean=round(fmean(tput), 2) if tput else None,
-        gen_throughput_max=max(tput) if tput else None, cuda_graph=graph,
-        running_reqs_max=max(running) if running else None,
+        accept_len_mean=_mean(acc, 3), accept_len_last=acc[-1] if acc else None,
+        accept_len_min=min(acc, default=None), accept_rate_mean=_mean(rate, 3),
+        gen_throughput_mean=_mean(tput, 2), gen_throughput_max=max(tput, default=None),
+        cuda_graph=_graph_mode(lines), running_reqs_max=max(running, default=None),
         collapsed_with_graphs=bool(with_graphs) and all(a < _COLLAPSED for a in with_graphs),
         first_line=lines[0].line_no, last_line=lines[-1].line_no)
+
+
+def _mean(values: list[float], ndigits: int) -> float | None:
+    return round(fmean(values), ndigits) if values else None
+
+
+def _graph_mode(lines: list[DecodeLine]) -> str:
+    """"True" / "False" when every line that says agrees, "mixed", or "unknown"."""
+    graphs = {d.cuda_graph for d in lines if d.cuda_graph is not None}
+    if not graphs:
+        return "unknown"
+    return "mixed" if len(graphs) > 1 else str(graphs.pop())
 
 
 def decode_notes(summary: DecodeSummary | None, *, http_accept: float | None) -> list[str]:
