@@ -21,7 +21,7 @@ from ddprobe.report.model import build_model
 from ddprobe.sources.patches import patch_status, revert_patch
 from ddprobe.store import RunRecord, load_run
 from ddtestbed.install import sync_testbed
-from test_report import write_seed_run
+from report_util import write_seed_run
 
 TRITON = "srt/layers/attention/triton_backend.py"
 PATCH = "ddtestbed-custom-mask"

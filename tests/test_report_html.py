@@ -16,12 +16,12 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
+from report_util import _cell, write_seed_run
 
 from ddprobe.report import write_reports
 from ddprobe.report.style import outcome_colour
 from ddprobe.results import Outcome
 from ddprobe.store import load_run
-from test_report import _cell, write_seed_run
 
 _NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
