@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from ddprobe.cell.classify import Classification, classify_dead, excerpt
-from ddprobe.cell.memcheck import SanitizerReport, match_buffer, parse_memcheck
+from ddprobe.cell.memcheck import SanitizerFinding, SanitizerReport, match_buffer, parse_memcheck
 from ddprobe.cell.restart import Restart, copy_log
 from ddprobe.errors import DdprobeError, RemoteCommandError, RemoteError
 from ddprobe.hostside.errors import HostOpError
@@ -154,15 +154,34 @@ def name_buffer(san: SanitizerReport, report: BufferReport, params: SizingParams
        it (the solved value is the sizing bug: e.g. 9 draft tokens where 17 run);
     3. no size matches: grep-buffers' only flagged row, when a finding's kernel is the writer
        its growing use calls (weaker: named by the kernel, not by the allocation)."""
-    rows = buffer_rows(report, budget)
-    env = params.env(budget)
     findings = sorted((f for f in san.findings if f.allocation_size is not None),
                       key=lambda f: f.distance if f.distance is not None else 1 << 62)
     flagged = [r for r in report.rows if r.status == "found" and r.flags]
+    named = (_by_exact_size(findings, buffer_rows(report, budget))
+             or _by_solved_size(findings, flagged, params.env(budget), budget)
+             or _by_writer_kernel(san, flagged, budget))
+    if named is not None:
+        return named
+    sizes = sorted({f.allocation_size for f in findings if f.allocation_size is not None})
+    if not sizes:
+        return None, "no finding gives an allocation size"
+    return None, (f"no grep-buffers row evaluates to {', '.join(f'{s:,}' for s in sizes)} bytes"
+                  f" at budget {budget}")
+
+
+_Named = tuple[dict[str, Any], str]
+
+
+def _by_exact_size(findings: list[SanitizerFinding], rows: list[dict[str, Any]]) -> _Named | None:
     for f in findings:
         hit = match_buffer(f, rows)
         if hit is not None:
             return {**hit, "finding": f.summary}, "exact size"
+    return None
+
+
+def _by_solved_size(findings: list[SanitizerFinding], flagged: list[BufferRow], env: dict[str, int],
+                    budget: int) -> _Named | None:
     for f in findings:
         assert f.allocation_size is not None
         found = [(r, v) for r in flagged
@@ -173,22 +192,24 @@ def name_buffer(san: SanitizerReport, report: BufferReport, params: SizingParams
             d = _row_dict(row, f.allocation_size, budget)
             d.update(finding=f.summary, solved={name: value})
             return d, f"size with {name} = {value}"
-    if len(flagged) == 1:
-        row = flagged[0]
-        for f in san.findings:
-            if _writes_through(f.kernel, row):
-                d = _row_dict(row, None, budget)
-                near = "" if f.allocation_size is None else (
-                    f"; memcheck's nearest allocation ({f.allocation_size:,} B, "
-                    f"{f.distance:,} B {f.direction} it) is not a grep-buffers row")
-                d.update(finding=f.summary)
-                return d, (f"kernel {f.kernel} is the writer of the only flagged buffer's "
-                           f"growing use{near}")
-    sizes = sorted({f.allocation_size for f in findings if f.allocation_size is not None})
-    if not sizes:
-        return None, "no finding gives an allocation size"
-    return None, (f"no grep-buffers row evaluates to {', '.join(f'{s:,}' for s in sizes)} bytes"
-                  f" at budget {budget}")
+    return None
+
+
+def _by_writer_kernel(san: SanitizerReport, flagged: list[BufferRow],
+                      budget: int) -> _Named | None:
+    if len(flagged) != 1:
+        return None
+    row = flagged[0]
+    for f in san.findings:
+        if _writes_through(f.kernel, row):
+            d = _row_dict(row, None, budget)
+            near = "" if f.allocation_size is None else (
+                f"; memcheck's nearest allocation ({f.allocation_size:,} B, "
+                f"{f.distance:,} B {f.direction} it) is not a grep-buffers row")
+            d.update(finding=f.summary)
+            return d, (f"kernel {f.kernel} is the writer of the only flagged buffer's "
+                       f"growing use{near}")
+    return None
 
 
 _KERNEL_SUFFIXES = ("_kernel", "_kernel_impl", "_impl", "Kernel")
