@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import http.server
 import socket
+import sys
 import threading
 import time
 import urllib.request
@@ -255,3 +256,26 @@ def test_debug_log_never_shows_environment_values(make_host, caplog):
         with remote.connect(make_host(), opts) as r:
             assert r.run(["true"], env={"HF_TOKEN": "hf_secret_value"}).ok
     assert "HF_TOKEN" in caplog.text and "hf_secret_value" not in caplog.text
+
+
+def test_local_commands_start_in_home_not_in_the_callers_checkout(tmp_path, monkeypatch):
+    """`python -m PKG` puts its working directory first on sys.path: a local server started from
+    a checkout holding a copy of the package (a clone of ddprobe holds ddtestbed/) imported that
+    copy, not the install on PYTHONPATH that ddprobe analysed and patched. Local commands start in
+    the home directory, as over SSH, so the install wins."""
+    from ddprobe.inventory import builtin_testbed
+    from ddprobe.remote.local import LocalRemote
+    for where in ("checkout", "site"):
+        pkg = tmp_path / where / "shadowpkg"
+        pkg.mkdir(parents=True)
+        (pkg / "__init__.py").write_text("")
+        (pkg / "__main__.py").write_text(f"import os\nprint('{where}', os.getcwd())\n")
+    monkeypatch.chdir(tmp_path / "checkout")
+    r = LocalRemote(builtin_testbed())
+    res = r.run([sys.executable, "-m", "shadowpkg"], env={"PYTHONPATH": str(tmp_path / "site")})
+    assert res.exit_code == 0, res.stderr
+    where, cwd = res.stdout.split()
+    assert where == "site" and Path(cwd) == Path.home()
+    # an explicit cwd is still honoured
+    res = r.run([sys.executable, "-c", "import os; print(os.getcwd())"], cwd=str(tmp_path))
+    assert Path(res.stdout.strip()) == tmp_path

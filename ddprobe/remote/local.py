@@ -19,7 +19,14 @@ log = logging.getLogger("ddprobe.remote")
 
 
 class LocalRemote(Remote):
-    """The local transport: the built-in testbed host, or ddprobe running on the GPU host."""
+    """The local transport: the built-in testbed host, or ddprobe running on the GPU host.
+
+    Commands start in the home directory, as an SSH login does, never in ddprobe's own working
+    directory: `python -m PKG.launch_server` puts its working directory first on sys.path, so a
+    server started from a checkout that holds a copy of the package (a clone of ddprobe holds
+    ddtestbed/, an SGLang checkout holds sglang/) would import that copy instead of the install
+    ddprobe located, analysed and patched, and every verdict would rest on the wrong sources.
+    """
 
     def __init__(self, host: Host) -> None:
         self.host = host
@@ -37,7 +44,7 @@ class LocalRemote(Remote):
         log.debug("local: running %s (env: %s)", shlex.join(words), ",".join(env or {}) or "-")
         try:
             proc = subprocess.run(words, input=data, capture_output=True, env=full_env,
-                                  cwd=self.expand(cwd) if cwd else None,
+                                  cwd=self.expand(cwd) if cwd else self.home,
                                   timeout=timeout or default_options().command_timeout,
                                   stdin=None if data is not None else subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
