@@ -1,0 +1,150 @@
+"""The layering docs/ARCHITECTURE.md states, checked on the source: which package may import
+which, and that what runs on a host is standard-library Python 3.8.
+
+Each rule is a (package, packages it must not import) pair read with `ast` from every module of
+the package, including imports inside functions (a lazy import still couples two layers);
+imports under `if TYPE_CHECKING:` are allowed (they never run).
+"""
+from __future__ import annotations
+
+import ast
+import sys
+from pathlib import Path
+
+import pytest
+
+from ddprobe.hostside.agent import AGENT_SRC
+from ddprobe.hostside.client import PROGRAMS, program_source
+
+ROOT = Path(__file__).resolve().parents[1] / "ddprobe"
+
+# package (a sub-package or a top-level module of ddprobe) -> what it must not import
+MUST_NOT = {
+    "server": {"cell", "probes", "bisect", "report", "playbook", "cli", "smoke"},
+    "cell": {"bisect", "report", "playbook", "cli", "smoke"},
+    "probes": {"server", "cell", "bisect", "report", "playbook", "cli", "sources", "remote"},
+    "sources": {"server", "cell", "bisect", "report", "playbook", "cli", "probes"},
+    "signatures": {"remote", "hostside", "server", "cell", "bisect", "report", "cli"},
+    "remote": {"server", "cell", "bisect", "report", "playbook", "cli", "probes", "sources"},
+    "hostside": {"server", "cell", "bisect", "report", "playbook", "cli", "sources"},
+    "inventory": {"remote", "server", "cell", "bisect", "report", "playbook", "cli"},
+    "bisect": {"cli", "playbook"},
+    "report": {"cli", "remote", "server", "cell", "hostside"},
+    "playbook": {"cli"},
+    "smoke": {"cli", "bisect", "playbook"},
+}
+LEAVES = {"results", "effective", "errors", "exitcodes", "untrusted", "yamlio", "timestamps",
+          "store"}
+LEAF_MAY = {"results": {"effective"}, "errors": {"exitcodes"}, "store": {"errors", "results",
+            "untrusted", "timestamps"}, "yamlio": {"errors"}}
+
+
+def _package(path: Path) -> str:
+    return path.relative_to(ROOT).with_suffix("").parts[0]
+
+
+def _type_checking_lines(tree: ast.Module) -> set[int]:
+    lines: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for sub in node.body:
+                lines.update(range(sub.lineno, (sub.end_lineno or sub.lineno) + 1))
+    return lines
+
+
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every absolute import that can run."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = _type_checking_lines(tree)
+    out = []
+    for node in ast.walk(tree):
+        if getattr(node, "lineno", None) in skip:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.lineno, node.module))
+        elif isinstance(node, ast.Import):
+            out.extend((node.lineno, a.name) for a in node.names)
+    return out
+
+
+def _ddprobe_deps(path: Path) -> list[tuple[int, str]]:
+    return [(ln, m.split(".")[1]) for ln, m in _imports(path)
+            if m.startswith("ddprobe.") and m.split(".")[1] != _package(path)]
+
+
+MODULES = sorted(ROOT.rglob("*.py"))
+
+
+def test_the_layer_rules_see_every_package() -> None:
+    # a rule naming a package that does not exist would pass for ever
+    names = {_package(p) for p in MODULES}
+    for pkg, banned in MUST_NOT.items():
+        assert pkg in names, pkg
+        assert banned <= names | {"smoke"}, banned - names
+    assert LEAVES <= names
+
+
+@pytest.mark.parametrize("pkg", sorted(MUST_NOT))
+def test_no_import_runs_back_up(pkg: str) -> None:
+    bad = [f"{p.relative_to(ROOT.parent)}:{ln} imports ddprobe.{dep}"
+           for p in MODULES if _package(p) == pkg
+           for ln, dep in _ddprobe_deps(p) if dep in MUST_NOT[pkg]]
+    assert bad == []
+
+
+def test_leaf_modules_import_nothing_above_them() -> None:
+    bad = [f"{p.relative_to(ROOT.parent)}:{ln} imports ddprobe.{dep}"
+           for p in MODULES if _package(p) in LEAVES
+           for ln, dep in _ddprobe_deps(p) if dep not in LEAF_MAY.get(_package(p), set())]
+    assert bad == []
+
+
+def test_nothing_imports_the_cli_but_the_entry_point() -> None:
+    bad = [f"{p.relative_to(ROOT.parent)}:{ln}" for p in MODULES
+           if _package(p) not in {"cli", "__main__"}
+           for ln, dep in _ddprobe_deps(p) if dep == "cli"]
+    assert bad == []
+
+
+def test_only_the_testbed_commands_and_its_prepare_step_import_the_testbed() -> None:
+    users = {p.relative_to(ROOT.parent).as_posix() for p in MODULES
+             for _, m in _imports(p) if m == "ddtestbed" or m.startswith("ddtestbed.")}
+    assert users <= {"ddprobe/cli/testbed.py", "ddprobe/server/prepare.py"}, users
+
+
+def _host_texts() -> list[tuple[str, str]]:
+    texts = [(f"{name} program", program_source(name)) for name in PROGRAMS]
+    texts += [(f"{name} program, op {op}", program_source(name, op))
+              for name, prog in PROGRAMS.items() for op in prog.op_parts]
+    texts.append(("agent", AGENT_SRC))
+    texts.append(("preflight", (ROOT / "hostside" / "preflight.py").read_text("utf-8")))
+    return texts
+
+
+HOST_TEXTS = _host_texts()
+
+
+@pytest.mark.parametrize("name,text", HOST_TEXTS, ids=[n for n, _ in HOST_TEXTS])
+def test_host_programs_are_python_3_8_standard_library(name: str, text: str) -> None:
+    """What is sent to a host must run on its interpreter (3.8+) with nothing installed: the
+    syntax parses as 3.8, and every import is the standard library or the program's own
+    modules (concatenated into the same text), or sits in a try that falls back."""
+    tree = ast.parse(text, feature_version=(3, 8))
+    guarded: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Try, ast.If)):
+            for sub in node.body:
+                guarded.update(range(sub.lineno, (sub.end_lineno or sub.lineno) + 1))
+    bad = []
+    for node in ast.walk(tree):
+        mods = ([node.module] if isinstance(node, ast.ImportFrom) and node.module
+                and node.level == 0 else
+                [a.name for a in node.names] if isinstance(node, ast.Import) else [])
+        for m in mods:
+            top = m.split(".")[0]
+            if top in sys.stdlib_module_names or top == "__future__":
+                continue
+            if node.lineno in guarded:  # an optional import (sglang, torch, ddprobe's own)
+                continue
+            bad.append(f"{name}: line {node.lineno} imports {m}")
+    assert bad == []
