@@ -23,6 +23,7 @@ import gzip
 from dataclasses import replace
 from pathlib import Path
 
+from planner_util import BUDGETS, CUBLAS, GARBAGE, ILLEGAL, MASK
 from test_sanitize_cell import _report
 
 from ddprobe.bisect.cells import PlannedCell
@@ -37,13 +38,6 @@ from ddprobe.report.terminal import what
 from ddprobe.results import CellResult, Config, Outcome, Signature
 
 DATA = Path(__file__).resolve().parent / "data"
-BUDGETS = (8, 16, 32, 64)
-MASK = Suspect("cuda_graph_custom_mask", "srt/layers/attention/triton_backend.py", 118,
-               "(num_tokens_per_bs * max_bs * (self.max_context_len + num_tokens_per_bs),)",
-               "TritonAttnBackend.init_cuda_graph_state", ("fixed-size-growing-use",), 1)
-ILLEGAL = Signature("cuda_illegal_address", "CUDA error: an illegal memory access was encountered")
-CUBLAS = Signature("cublas", "[capture] CUBLAS_STATUS_EXECUTION_FAILED when calling cublasGemmEx")
-GARBAGE = Signature("garbage", "accept_length=1.01 coding 0/5")
 ON = LatentOptions(enabled=True, available=True)
 
 
