@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ddprobe import interrupt
 from ddprobe.errors import RemoteError, RemoteTimeout
+from ddprobe.hostside.sourceio import atomic_write
 from ddprobe.inventory import Host
 from ddprobe.remote.base import CmdResult, Remote, check_env_names, decode, default_options
 
@@ -72,15 +73,9 @@ class LocalRemote(Remote):
             raise RemoteError(f"{self.host.name}: cannot read {path}: {e.strerror}") from None
 
     def write_bytes(self, path: str, data: bytes, *, mode: int | None = None) -> None:
-        p = Path(self.expand(path))
-        tmp = p.with_name(f".{p.name}.ddprobe-tmp")
-        with open(tmp, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        if mode is not None:
-            os.chmod(tmp, mode)
-        os.replace(tmp, p)
+        # the host programs' atomic write (temp beside it, fsync, rename, fsync the directory,
+        # the temp removed on failure): on the local host it runs in-process
+        atomic_write(self.expand(path), data, mode)
 
     @contextlib.contextmanager
     def tunnel(self, remote_port: int, remote_host: str = "127.0.0.1") -> Iterator[int]:
