@@ -34,3 +34,20 @@ def test_the_remote_options_of_an_invocation_are_put_back_after_it(tmp_path: Pat
     capsys.readouterr()
     assert remote.default_options() == before
     assert current().options.ssh_config is None  # outside an invocation: a fresh Context
+
+
+def test_fan_out_workers_see_the_invocations_context() -> None:
+    # worker threads inherit no ContextVar: without a copy of the caller's context each
+    # worker's current() would be a fresh default Context (other consoles, no options)
+    from ddprobe.context import Context, Options, activate
+    from ddprobe.inventory import Host
+    ctx = Context(options=Options(ssh_config="/nonexistent/cfg", limit="a*"))
+    hosts = [Host(name=f"h{i}", host=f"h{i}", transport="local") for i in range(3)]
+    undo = activate(ctx)
+    try:
+        res = remote.fan_out(hosts, lambda _h: current(), deadline=10)
+    finally:
+        undo()
+    assert [o.status for o in res] == ["ok"] * 3
+    assert all(o.value is ctx for o in res)
+    assert current() is not ctx  # undone in the caller

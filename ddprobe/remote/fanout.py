@@ -1,6 +1,7 @@
 """Fan-out: one function on many hosts in parallel, bounded, with a per-host deadline."""
 from __future__ import annotations
 
+import contextvars
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -42,7 +43,9 @@ def _result(fut: Future[T], left: float | None) -> T:
 def fan_out(hosts: Sequence[Host], fn: Callable[[Host], T], *, max_workers: int = 8,
             deadline: float | None = None) -> list[HostOutcome[T]]:
     """Run fn(host) on many hosts in parallel, bounded, with a per-host deadline. A host's failure
-    never stops the others (unlike fabric's ThreadingGroup: unbounded threads, no join timeout)."""
+    never stops the others (unlike fabric's ThreadingGroup: unbounded threads, no join timeout).
+    fn runs in a copy of the caller's contextvars context, so `ddprobe.context.current()` there
+    is the caller's Context."""
     results: list[HostOutcome[T]] = [HostOutcome(h, "timeout") for h in hosts]
     if not hosts:
         return results
@@ -54,7 +57,10 @@ def fan_out(hosts: Sequence[Host], fn: Callable[[Host], T], *, max_workers: int 
         starts[i] = time.monotonic()
         return fn(h)
 
-    futs: list[Future[T]] = [pool.submit(wrapped, i, h) for i, h in enumerate(hosts)]
+    # each worker runs in a copy of the caller's contextvars (threads inherit none): the
+    # invocation's Context (`ddprobe.context.current()`) is the one a worker sees
+    futs: list[Future[T]] = [pool.submit(contextvars.copy_context().run, wrapped, i, h)
+                             for i, h in enumerate(hosts)]
     t_begin = time.monotonic()
     for i, fut in enumerate(futs):
         try:
