@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import stat
+import sys
 from pathlib import Path
 
 import pytest
@@ -65,11 +66,15 @@ def test_env_values_are_never_written(sshd: SshServer, tb_prefix: Path,  # noqa:
         assert _files_with(d, SECRET) == []
 
 
-def test_lock_command_is_redacted(monkeypatch) -> None:
-    from ddprobe.server.lock import default_command
-    monkeypatch.setattr("sys.argv", ["ddprobe", "run", "--env", f"K={SECRET}",
-                                     f"--env=L={SECRET}", "--api-key", SECRET, "--budget", "8"])
-    cmd = default_command()
+def test_lock_command_is_redacted() -> None:
+    # the command line of a real process, as the lock would record it
+    import subprocess
+    argv = ["run", "--env", f"K={SECRET}", f"--env=L={SECRET}", "--api-key", SECRET,
+            "--budget", "8"]
+    proc = subprocess.run([sys.executable, "-c", "from ddprobe.server.lock import "
+                           "default_command; print(default_command())", *argv],
+                          capture_output=True, text=True, check=True, timeout=60)
+    cmd = proc.stdout.strip()
     assert SECRET not in cmd and "K=***" in cmd and "L=***" in cmd and "--budget 8" in cmd
 
 

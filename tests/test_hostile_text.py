@@ -168,14 +168,52 @@ def test_facts_of_a_host_with_hostile_metadata(tmp_path, sshd, capfd):
     assert "\x1b]" not in out + err and "\x07" not in out + err
 
 
-def test_server_logs_on_a_terminal_are_cleaned(monkeypatch, capsys):
-    from ddprobe.cli import server as srv
-    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
-    srv._write("boot \x1b]52;c;cm0K\x07ok\n")
-    assert capsys.readouterr().out == "boot ok\n"
-    monkeypatch.setattr("sys.stdout.isatty", lambda: False)
-    srv._write("raw \x1b[31mred\n")  # into a pipe or a file: the log byte for byte
-    assert capsys.readouterr().out == "raw \x1b[31mred\n"
+_WRITE = ("import sys; from ddprobe.cli import server; "
+          "server._write(sys.argv[1].encode().decode('unicode_escape'))")
+
+
+def _write_in_a_process(text: str, *, on_a_terminal: bool) -> bytes:
+    """`server logs` writes one piece of a host's log in a real second process whose stdout is
+    a real terminal (a pty) or a real pipe; what reached the other end, byte for byte."""
+    import os
+    import pty
+    import subprocess
+    arg = text.encode("unicode_escape").decode()
+    if not on_a_terminal:
+        return subprocess.run([sys.executable, "-c", _WRITE, arg], capture_output=True,
+                              check=True, timeout=60).stdout
+    master, slave = pty.openpty()
+    try:
+        import termios
+        attrs = termios.tcgetattr(slave)
+        attrs[1] &= ~termios.OPOST  # no \n -> \r\n on the way out: compare bytes as written
+        termios.tcsetattr(slave, termios.TCSANOW, attrs)
+        proc = subprocess.Popen([sys.executable, "-c", _WRITE, arg], stdout=slave,
+                                stderr=subprocess.PIPE)
+        os.close(slave)
+        slave = -1
+        got = b""
+        while True:
+            try:
+                chunk = os.read(master, 4096)
+            except OSError:  # EIO: the writer closed its end
+                break
+            if not chunk:
+                break
+            got += chunk
+        assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
+        return got
+    finally:
+        if slave >= 0:
+            os.close(slave)
+        os.close(master)
+
+
+def test_server_logs_on_a_terminal_are_cleaned():
+    # on a terminal its escape sequences are removed (a clipboard write here)
+    assert _write_in_a_process("boot \x1b]52;c;cm0K\x07ok\n", on_a_terminal=True) == b"boot ok\n"
+    # into a pipe or a file: the log byte for byte
+    assert _write_in_a_process("raw \x1b[31mred\n", on_a_terminal=False) == b"raw \x1b[31mred\n"
 
 
 def test_failing_test_reason_is_cleaned_and_bounded(tmp_path):

@@ -8,7 +8,7 @@ crash whether the process exits at once or lingers with its front up past the pr
 """
 from __future__ import annotations
 
-import io
+import subprocess
 import json
 import sys
 from collections.abc import Iterator
@@ -66,8 +66,7 @@ def test_classify_gives_the_expected_class_and_phase(case: CorpusLog) -> None:
         assert v.hint, v  # every failure comes with what to try
 
 
-def test_classify_cli_json_and_stdin(capsys: pytest.CaptureFixture[str],
-                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_classify_cli_json_and_stdin(capsys: pytest.CaptureFixture[str]) -> None:
     case = next(c for c in CORPUS if c.name == "sglang-5491-flashinfer-ima-eagle")
     code = main(["classify", str(case.path), "--json"])
     doc = json.loads(capsys.readouterr().out)
@@ -75,10 +74,13 @@ def test_classify_cli_json_and_stdin(capsys: pytest.CaptureFixture[str],
     assert doc["outcome"] == "crash" and doc["phase"] == "serving"
     assert doc["signature"]["kind"] == "cuda_illegal_address" and doc["hint"]
     healthy = next(c for c in CORPUS if c.name == "sglang-6081-healthy-mtp-dp-accept-len")
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(healthy.path.read_bytes())))
-    code = main(["classify", "-", "--json"])
-    doc = json.loads(capsys.readouterr().out)
-    assert code == ExitCode.OK and doc["outcome"] == "ok"
+    # "-" reads the log from a real pipe: a second process, its stdin the healthy log
+    with healthy.path.open("rb") as stdin:
+        proc = subprocess.run([sys.executable, "-m", "ddprobe", "classify", "-", "--json"],
+                              stdin=stdin, capture_output=True, timeout=120)
+    assert proc.returncode == ExitCode.OK, proc.stderr.decode(errors="replace")
+    doc = json.loads(proc.stdout)
+    assert doc["outcome"] == "ok"
     d = doc["decode"]
     assert d["lines"] == 5 and d["spellings"] == ["Decode batch."] and d["cuda_graph"] == "True"
     assert 2.5 < d["accept_len_mean"] < 3.0 and d["gen_throughput_mean"] > 150
