@@ -1,147 +1,24 @@
 """Host facts: OS, CPUs, memory, GPUs, CUDA, the interpreter, the install, packages, the server.
 
-Gathered in ONE round-trip by a small Python program run with the host's interpreter; the
-package of interest is found with importlib WITHOUT importing it (importing sglang pulls torch
-and can take minutes or fail).
+Gathered in ONE round trip by the host program `hostside/facts.py` (through `hostside.client`),
+run with the host's interpreter; the package of interest is found with importlib WITHOUT
+importing it. The answer is host text: validated here into `Facts` (types checked, strings
+cleaned and capped, lists and maps capped); a field of the wrong type is a RemoteError naming
+it, never a guess.
 """
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ddprobe.errors import RemoteError
+from ddprobe.hostside.client import call
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 from ddprobe.untrusted import clean
 
-_FACTS_SRC = r'''
-import importlib.metadata as md, importlib.util, json, os, platform, re, shutil, socket
-import subprocess, sys
-pkg, port, bind = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-def sh(argv, t=10):
-    try:
-        p = subprocess.run(argv, capture_output=True, text=True, timeout=t,
-                           stdin=subprocess.DEVNULL)
-        return p.returncode, p.stdout, p.stderr
-    except (OSError, subprocess.TimeoutExpired) as e:
-        return None, "", str(e)
-f = {"hostname": socket.gethostname(), "kernel": platform.release(), "arch": platform.machine()}
-osname = platform.system()
-try:
-    rel = dict(l.split("=", 1) for l in open("/etc/os-release").read().splitlines() if "=" in l)
-    osname = rel.get("PRETTY_NAME", osname).strip('"')
-except OSError:
-    pass
-f["os"] = osname
-f["cpus"] = os.cpu_count()
-mem = None
-try:
-    for l in open("/proc/meminfo"):
-        if l.startswith("MemTotal:"):
-            mem = int(l.split()[1]) // 1024
-except OSError:
-    pass
-f["memory_mib"] = mem
-gpus, driver, cuda = [], None, None
-import shlex
-smi_cmd = os.environ.get("DDPROBE_NVIDIA_SMI", "").strip()
-smi = shlex.split(smi_cmd) if smi_cmd else (
-    [shutil.which("nvidia-smi")] if shutil.which("nvidia-smi") else None)
-if smi:
-    rc, out, err = sh([*smi, "--query-gpu=name,compute_cap,memory.total,driver_version",
-                       "--format=csv,noheader,nounits"])
-    if rc == 0:
-        for line in out.strip().splitlines():
-            parts = [x.strip() for x in line.split(",")]
-            if len(parts) >= 4:
-                cap = parts[1]
-                try:
-                    mem_g = int(float(parts[2]))
-                except ValueError:
-                    mem_g = None
-                gpus.append({"name": parts[0], "compute_cap": cap,
-                             "sm": ("sm_" + cap.replace(".", "")
-                                    if re.match(r"^\d+\.\d+$", cap) else None),
-                             "memory_mib": mem_g, "driver": parts[3]})
-                driver = parts[3]
-    rc, out, err = sh(list(smi))
-    m = re.search(r"CUDA Version:\s*([\d.]+)", out or "")
-    if m:
-        cuda = m.group(1)
-nvcc = shutil.which("nvcc") or (
-    "/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None)
-if nvcc:
-    rc, out, err = sh([nvcc, "--version"])
-    m = re.search(r"release ([\d.]+)", out or "")
-    if m:
-        f["nvcc"] = m.group(1)
-        cuda = cuda or m.group(1)
-san = shutil.which("compute-sanitizer") or next(
-    (p for p in ["/usr/local/cuda/bin/compute-sanitizer"] if os.path.exists(p)), None)
-f["compute_sanitizer"] = san
-f["gpus"], f["driver"], f["cuda"] = gpus, driver, cuda
-f["python"] = {"path": sys.executable, "version": platform.python_version()}
-inst = None
-try:
-    spec = importlib.util.find_spec(pkg)
-except (ImportError, ValueError):
-    spec = None
-if spec is not None:
-    loc = list(spec.submodule_search_locations or [])
-    path = loc[0] if loc else os.path.dirname(spec.origin or "")
-    ver = None
-    try:
-        ver = md.version(pkg)
-    except md.PackageNotFoundError:
-        try:
-            src = open(os.path.join(path, "version.py")).read()
-            m = re.search(r"__version__\s*=\s*['\"]([^'\"]+)", src)
-            ver = m.group(1) if m else None
-        except OSError:
-            pass
-    import hashlib
-    h, nfiles = hashlib.sha256(), 0
-    for root, dirs, files in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if d not in ("__pycache__", ".ddprobe"))
-        for name in sorted(files):
-            if name.endswith(".py") and nfiles < 20000:
-                fp = os.path.join(root, name)
-                try:
-                    with open(fp, "rb") as fh:
-                        data = fh.read()
-                except OSError:
-                    continue
-                h.update(os.path.relpath(fp, path).encode() + b"\0" + data + b"\0")
-                nfiles += 1
-    inst = {"name": pkg, "version": ver, "path": path,
-            "source_hash": h.hexdigest()[:16] if nfiles else None, "source_files": nfiles}
-f["install"] = inst
-pk = {}
-for n in ["torch", "triton", "flashinfer-python", "flashinfer", "sgl-kernel", "sglang-kernel",
-          "sglang", "transformers", "vllm", pkg]:
-    try:
-        pk[n] = md.version(n)
-    except md.PackageNotFoundError:
-        pass
-f["packages"] = pk
-srv = {"port": port, "listening": False, "health": None}
-try:
-    with socket.create_connection((bind, port), timeout=1.5):
-        srv["listening"] = True
-except OSError:
-    pass
-if srv["listening"]:
-    import urllib.request
-    try:
-        with urllib.request.urlopen(f"http://{bind}:{port}/health", timeout=3) as r:
-            srv["health"] = r.status
-    except Exception as e:
-        srv["health"] = str(getattr(e, "code", "") or type(e).__name__)
-f["server"] = srv
-print(json.dumps(f))
-'''
-
+MAX_TEXT = 4096  # one string of the answer (a path can be long)
+MAX_ITEMS = 64  # GPUs, packages, keys of a nested record
 
 @dataclass
 class Facts:
@@ -176,14 +53,81 @@ class Facts:
 
 def gather_facts(r: Remote, host: Host) -> Facts:
     s = host.server
-    res = r.python(["-c", _FACTS_SRC, host.package, str(s.port), s.bind], timeout=60)
-    if not res.ok:
-        last = (res.stderr.strip().splitlines() or ["no output"])[-1]
-        raise RemoteError(f"{host.name}: cannot run the host's interpreter {host.python!r} "
-                          f"(exit {res.exit_code}): {last}")
+    d = call(r, "facts", {"package": host.package, "port": s.port, "bind": s.bind},
+             program="facts")
+    return facts_from_answer(host.name, d)
+
+
+class _Bad(ValueError):
+    pass
+
+
+def _text(v: Any, where: str, *, optional: bool = False) -> str | None:
+    if v is None and optional:
+        return None
+    if not isinstance(v, str):
+        raise _Bad(f"{where} is {type(v).__name__}, not text")
+    return clean(v)[:MAX_TEXT]
+
+
+def _int(v: Any, where: str) -> int | None:
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise _Bad(f"{where} is {type(v).__name__}, not a whole number")
+    return v
+
+
+def _scalar(v: Any, where: str) -> Any:
+    """A leaf of a nested record: text (cleaned, capped), a number, a bool or null."""
+    if v is None or isinstance(v, (bool, int, float)):
+        return v
+    return _text(v, where)
+
+
+def _record(v: Any, where: str, *, optional: bool = False) -> dict[str, Any] | None:
+    """A flat record of scalars (a GPU, the interpreter, the install, the server)."""
+    if v is None and optional:
+        return None
+    if not isinstance(v, dict) or len(v) > MAX_ITEMS:
+        raise _Bad(f"{where} is not a record of at most {MAX_ITEMS} fields")
+    return {clean(str(k))[:100]: _scalar(x, f"{where}.{k}") for k, x in v.items()}
+
+
+_TEXT_FIELDS = ("hostname", "os", "kernel", "arch")
+_OPTIONAL_TEXT = ("driver", "cuda", "nvcc", "compute_sanitizer")
+
+
+def facts_from_answer(host: str, d: dict[str, Any]) -> Facts:
+    """The facts program's answer as a `Facts`; RemoteError for a field of the wrong type."""
+    known = {f.name for f in fields(Facts)} - {"host"}
     try:
-        d = json.loads(res.stdout.strip().splitlines()[-1])
-        return Facts(host=host.name, **d)
-    except (ValueError, IndexError, RecursionError, TypeError):
-        raise RemoteError(f"{host.name}: facts program printed no usable JSON: "
-                          f"{clean(res.stdout[-200:])!r}") from None
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise _Bad(f"unknown field(s) {', '.join(clean(k)[:40] for k in unknown[:5])}")
+        out: dict[str, Any] = {}
+        for k in _TEXT_FIELDS:
+            if k in d:
+                out[k] = _text(d[k], k)
+        for k in _OPTIONAL_TEXT:
+            if k in d:
+                out[k] = _text(d[k], k, optional=True)
+        for k in ("cpus", "memory_mib"):
+            if k in d:
+                out[k] = _int(d[k], k)
+        gpus = d.get("gpus", [])
+        if not isinstance(gpus, list) or len(gpus) > MAX_ITEMS:
+            raise _Bad(f"gpus is not a list of at most {MAX_ITEMS}")
+        out["gpus"] = [_record(g, f"gpus[{i}]") for i, g in enumerate(gpus)]
+        for k in ("python", "server"):
+            if k in d:
+                out[k] = _record(d[k], k)
+        if "install" in d:
+            out["install"] = _record(d["install"], "install", optional=True)
+        pk = d.get("packages", {})
+        if not isinstance(pk, dict) or len(pk) > MAX_ITEMS:
+            raise _Bad(f"packages is not a map of at most {MAX_ITEMS}")
+        out["packages"] = {clean(str(n))[:100]: _text(v, f"packages.{n}") for n, v in pk.items()}
+    except _Bad as e:
+        raise RemoteError(f"{host}: the facts program's answer is malformed: {e}") from None
+    return Facts(host=host, **out)

@@ -117,8 +117,17 @@ def _host_texts() -> list[tuple[str, str]]:
     texts += [(f"{name} program, op {op}", program_source(name, op))
               for name, prog in PROGRAMS.items() for op in prog.op_parts]
     texts.append(("agent", AGENT_SRC))
-    texts.append(("preflight", (ROOT / "hostside" / "preflight.py").read_text("utf-8")))
     return texts
+
+
+def test_every_host_module_is_sent_by_a_program() -> None:
+    """Every module of hostside/ but the client's own (client, errors, agent: the agent is sent
+    as AGENT_SRC) is part of a program, so the check below reads it as a host would."""
+    sent = {part for prog in PROGRAMS.values() for part in prog.parts}
+    local = {"__init__.py", "client.py", "errors.py", "agent.py"}
+    assert {p.name for p in (ROOT / "hostside").glob("*.py")} - local == sent
+    assert {"preflight", "facts", "kernel_log"} <= set(PROGRAMS)
+    assert all(prog.parts[0] == "common.py" for prog in PROGRAMS.values())
 
 
 HOST_TEXTS = _host_texts()

@@ -2,11 +2,13 @@
 
 A program is a list of modules of this package (standard library only, Python 3.8+), sent as
 ONE text: their sources concatenated, each one's `from __future__` import dropped and one put at
-the top. It runs as `python -c SRC OP` with the request as JSON on stdin, so no request value is
-pasted into shell text and the analysed package is never imported. The answer is the last
-stdout line `{"ok": true, "result": ...}` or `{"ok": false, "error": {"kind": ..., ...}}`
-(the framing of `hostside.common`); an error kind maps to a ddprobe exception in
-`hostside.errors`, the one table.
+the top (`hostside.common`, the protocol and its one main loop, first). It runs as
+`python -c SRC OP` with the request as JSON on stdin, so no request value is pasted into shell
+text and the analysed package is never imported. The answer is the last stdout line
+`{"ok": true, "result": {...}}` or `{"ok": false, "error": {"kind": ..., ...}}`, read under
+the program's size cap; an error kind maps to a ddprobe exception in `hostside.errors`, the
+one table. What a host sends back is untrusted: the caller validates the result into its
+typed record.
 """
 from __future__ import annotations
 
@@ -17,20 +19,23 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddprobe.errors import RemoteCommandError
+from ddprobe.hostside.agent import MAX_REPLY_BYTES
 from ddprobe.hostside.errors import host_error
 from ddprobe.remote import Remote
+from ddprobe.untrusted import clean
 
 _HERE = Path(__file__).resolve().parent
 _FUTURE = re.compile(r"^from __future__ import annotations\n", re.M)
-_SOURCES = ("patchtext.py", "sourceio.py", "ledger.py", "patch.py", "sourceops.py")
-_SOURCES_READ = ("sourceio.py", "sourceops.py")
-_SOURCES_LEDGER = ("patchtext.py", "sourceio.py", "ledger.py", "sourceops.py")
+_SOURCES = ("common.py", "patchtext.py", "sourceio.py", "ledger.py", "patch.py", "sourceops.py")
+_SOURCES_READ = ("common.py", "sourceio.py", "sourceops.py")
+_SOURCES_LEDGER = ("common.py", "patchtext.py", "sourceio.py", "ledger.py", "sourceops.py")
+_MIB = 1 << 20
 
 
 @dataclass(frozen=True)
 class Program:
-    """A host program: its modules in order, the subset an op needs, how its errors map."""
+    """A host program: its modules in order (`common.py`, the protocol, first), the subset an
+    op needs, how its errors map, and the most an answer line may hold."""
 
     parts: tuple[str, ...]
     family: str  # its row group in hostside.errors.ERRORS
@@ -38,18 +43,26 @@ class Program:
     default_message: str
     timeout: float
     default_kind: str  # an error answer without a kind
+    max_answer: int  # bytes of the answer line; a longer one is the kind `oversize`
     # what an op needs, when less than all (less for the host's interpreter to compile)
     op_parts: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 PROGRAMS = {
     "ops": Program(("common.py", "ops.py"), "server", "<ddprobe server helper>",
-                   "host operation failed", 60.0, "io"),
+                   "host operation failed", 60.0, "io", 16 * _MIB),
     "lock": Program(("common.py", "lock.py"), "server", "<ddprobe server helper>",
-                    "host operation failed", 60.0, "io"),
+                    "host operation failed", 60.0, "io", _MIB),
     "sources": Program(_SOURCES, "sources", "<ddprobe helper>", "helper failed", 120.0, "",
+                       MAX_REPLY_BYTES,
                        {"locate": _SOURCES_READ, "read": _SOURCES_READ, "grep": _SOURCES_READ,
                         "status": _SOURCES_LEDGER, "diff": _SOURCES_LEDGER}),
+    "preflight": Program(("common.py", "preflight.py"), "preflight", "<ddprobe preflight>",
+                         "preflight failed", 300.0, "", 8 * _MIB),
+    "facts": Program(("common.py", "facts.py"), "facts", "<ddprobe facts>",
+                     "facts program failed", 60.0, "", _MIB),
+    "kernel_log": Program(("common.py", "kernellog.py"), "kernel_log", "<ddprobe kernel log>",
+                          "kernel log program failed", 30.0, "", 256 << 10),
 }
 
 
@@ -63,10 +76,19 @@ def program_source(program: str = "ops", op: str | None = None) -> str:
     return "from __future__ import annotations\n" + body
 
 
-def _answer(stdout: str) -> dict[str, Any] | None:
-    """The last `{"ok": ...}` line that parses (progress lines and stray output come before)."""
+class _Oversize(Exception):
+    def __init__(self, size: int) -> None:
+        super().__init__(size)
+        self.size = size
+
+
+def _answer(stdout: str, cap: int) -> dict[str, Any] | None:
+    """The last `{"ok": ...}` line that parses (progress lines and stray output come before);
+    `_Oversize` when that line is over `cap` bytes (it is not parsed)."""
     for line in reversed(stdout.splitlines()):
-        if line.startswith("{") and '"ok"' in line:
+        if line.startswith("{") and '"ok"' in line[:16]:
+            if len(line) > cap:
+                raise _Oversize(len(line))
             try:
                 doc = json.loads(line)
             except (ValueError, RecursionError):
@@ -77,23 +99,41 @@ def _answer(stdout: str) -> dict[str, Any] | None:
 
 def call(r: Remote, op: str, request: dict[str, Any], *, program: str = "ops",
          timeout: float | None = None) -> dict[str, Any]:
-    """Run one op of a host program; its result, or the exception its error kind maps to."""
+    """Run one op of a host program; its result (a JSON object), or the exception its error
+    kind maps to (`hostside.errors.ERRORS`; the client's own kinds: `no-python`, the
+    interpreter is missing; `no-answer`, no answer line; `oversize`; `malformed`, an answer
+    whose result is not an object)."""
     prog = PROGRAMS[program]
     res = r.python(["-c", program_source(program, op), op], input=json.dumps(request),
                    timeout=prog.timeout if timeout is None else timeout)
-    doc = _answer(res.stdout)
     host, python = r.host.name, r.host.python
+    extra: dict[str, Any] = {"host": host, "python": python, "op": op,
+                             "argv": (python, "-c", prog.label, op), "exit_code": res.exit_code,
+                             "stdout": res.stdout, "stderr": res.stderr}
+    try:
+        doc = _answer(res.stdout, prog.max_answer)
+    except _Oversize as e:
+        raise host_error(prog.family, "oversize",
+                         f"{host}: the {program} program's answer to {op!r} is {e.size} bytes,"
+                         f" over the {prog.max_answer} it may send; not read", extra) from None
     if doc is None:
         if res.exit_code == 127 or ("No such file" in res.stderr and python in res.stderr):
             raise host_error(prog.family, "no-python",
-                             f"{host}: the interpreter {python!r} was not found on the host")
-        raise RemoteCommandError(host, (python, "-c", prog.label, op), res.exit_code,
-                                 res.stdout, res.stderr)
+                             f"{host}: the interpreter {python!r} was not found on the host",
+                             extra)
+        raise host_error(prog.family, "no-answer",
+                         f"{host}: the {program} program gave no answer to {op!r}", extra)
     if doc.get("ok"):
-        return dict(doc["result"])
-    err = dict(doc.get("error") or {})
+        result = doc.get("result")
+        if not isinstance(result, dict):
+            raise host_error(prog.family, "malformed",
+                             f"{host}: the {program} program's answer to {op!r} has no "
+                             f"result object", extra)
+        return dict(result)
+    err = doc.get("error")
+    err = dict(err) if isinstance(err, dict) else {}
     kind = str(err.pop("kind", prog.default_kind))
-    msg = f"{host}: {err.pop('message', prog.default_message)}"
+    msg = f"{host}: {clean(err.pop('message', prog.default_message))}"
     raise host_error(prog.family, kind, msg, err)
 
 

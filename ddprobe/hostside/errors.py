@@ -4,8 +4,16 @@ Every host program answers `{"ok": false, "error": {"kind": K, "message": M, ...
 `hostside.common`). The server programs (`ops`, `lock`) and the source program (`sources`) grew
 their own vocabularies, and one kind ("io") means a server-side I/O failure for the first and a
 failed patch for the second, so the table is keyed by (family, kind); `*` is a family's
-fallback. `no-python` is the client's own kind: nothing answered because the host's interpreter
-is missing.
+fallback. `bad_request` (an unknown op or a malformed request: ddprobe's own bug) comes from
+the one main loop. The client's own kinds: `no-python` (the host's interpreter is missing),
+`no-answer` (no answer line: the program died, or the interpreter could not run it),
+`oversize` (an answer over the program's cap) and `malformed` (an answer without a result
+object); for them `extra` holds host, python, op, argv, exit_code, stdout and stderr.
+
+Families: `server` (ops, lock), `sources`, `preflight` (whose client turns every error into
+"preflight not run"), `facts` (an unusable answer is an unreachable-class RemoteError naming
+the interpreter, as before it was behind the client) and `kernel_log` (whose client reads
+every error as "no kernel log").
 """
 from __future__ import annotations
 
@@ -17,9 +25,12 @@ from ddprobe.errors import (
     DdprobeError,
     LockedError,
     PatchError,
+    RemoteCommandError,
+    RemoteError,
     ServerError,
     UsageError,
 )
+from ddprobe.untrusted import clean
 
 
 class HostOpError(ServerError):
@@ -44,6 +55,19 @@ class AlreadyRunningError(HostOpError):
     pass
 
 
+class NoAnswerError(RemoteCommandError):
+    """A host program gave no usable answer (none, oversize, or malformed): `code`, `stdout`
+    and `stderr` are the process's."""
+
+    def __init__(self, message: str, kind: str, extra: dict[str, Any]) -> None:
+        argv = tuple(str(a) for a in extra.get("argv") or ())
+        super().__init__(str(extra.get("host", "")), argv, int(extra.get("exit_code") or 0),
+                         str(extra.get("stdout", "")), str(extra.get("stderr", "")))
+        self.kind, self.reason = kind, message
+        if kind != "no-answer":
+            self.args = (message,)
+
+
 # (message, kind, the error's other fields) -> the exception
 Raise = Callable[[str, str, dict[str, Any]], DdprobeError]
 
@@ -56,6 +80,23 @@ def _plain(cls: type[DdprobeError]) -> Raise:
     return lambda msg, kind, extra: cls(msg)
 
 
+def _no_answer(msg: str, kind: str, extra: dict[str, Any]) -> DdprobeError:
+    return NoAnswerError(msg, kind, extra)
+
+
+def _facts_unusable(msg: str, kind: str, extra: dict[str, Any]) -> DdprobeError:
+    """The facts program's unusable answer, worded as before it was behind the client."""
+    if kind not in ("no-answer", "no-python"):
+        return RemoteError(msg)
+    last = (str(extra.get("stderr", "")).strip().splitlines() or ["no output"])[-1]
+    return RemoteError(f"{extra.get('host')}: cannot run the host's interpreter "
+                       f"{extra.get('python')!r} (exit {extra.get('exit_code')}): {clean(last)}")
+
+
+# the client's kinds for a program that gave no usable answer
+UNUSABLE = ("no-answer", "oversize", "malformed")
+
+
 # the source program's kinds that say a patch (apply, revert, recover, its ledger) failed
 PATCH_KINDS = ("mismatch", "missing", "edited", "drift", "refused", "patch", "backup", "io",
                "unknown", "ledger")
@@ -66,13 +107,20 @@ ERRORS: dict[tuple[str, str], Raise] = {
     ("server", "running"): _server(AlreadyRunningError),
     ("server", "no-python"): lambda msg, kind, extra: HostOpError(f"{msg} (key 'python')",
                                                                   kind="config"),
+    **{("server", k): _no_answer for k in UNUSABLE},
     ("server", "*"): _server(HostOpError),
     ("sources", "locked"): _plain(LockedError),
     ("sources", "not-installed"): lambda msg, kind, extra: ConfigError(msg, key="package"),
-    ("sources", "usage"): _plain(UsageError),
+    ("sources", "usage"): _plain(UsageError),  # the user's input (--path, a package name)
+    ("sources", "bad_request"): _plain(UsageError),  # an unknown op was `usage` before
     **{("sources", k): _plain(PatchError) for k in PATCH_KINDS},
     ("sources", "no-python"): lambda msg, kind, extra: ConfigError(msg, key="python"),
+    **{("sources", k): _no_answer for k in UNUSABLE},
     ("sources", "*"): _plain(DdprobeError),
+    ("preflight", "no-python"): _no_answer,
+    ("preflight", "*"): _no_answer,
+    ("facts", "*"): _facts_unusable,
+    ("kernel_log", "*"): _server(HostOpError),
 }
 
 

@@ -12,11 +12,11 @@ import re
 import time
 from typing import IO
 
-if "HelperError" not in globals():  # standalone (tests); on a host the parts are concatenated
+if "atomic_write" not in globals():  # standalone (tests); on a host the parts are concatenated
+    from ddprobe.hostside.common import OpError
     from ddprobe.hostside.patchtext import unified_diff
     from ddprobe.hostside.sourceio import (
         LEDGER_VERSION,
-        HelperError,
         Json,
         _sha_bytes,
         atomic_write,
@@ -40,7 +40,7 @@ class Ledger:
         try:
             fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            raise HelperError("locked", "another ddprobe patch operation holds %s"
+            raise OpError("locked", "another ddprobe patch operation holds %s"
                               % os.path.join(self.dir, "ledger.lock")) from None
 
     def load(self) -> Json:
@@ -50,12 +50,12 @@ class Ledger:
         except FileNotFoundError:
             data = {}
         except (OSError, ValueError, RecursionError) as e:
-            raise HelperError("ledger", "cannot read the ledger %s: %s; `ddprobe patch status` "
+            raise OpError("ledger", "cannot read the ledger %s: %s; `ddprobe patch status` "
                               "shows what the backups allow, `ddprobe patch recover` restores "
                               "from them" % (self.path, e)) from None
         problem = _ledger_problem(data)
         if problem:
-            raise HelperError("ledger", "the ledger %s is damaged (%s); `ddprobe patch status` "
+            raise OpError("ledger", "the ledger %s is damaged (%s); `ddprobe patch status` "
                               "shows what the backups allow, `ddprobe patch recover` restores "
                               "from them" % (self.path, problem))
         data.setdefault("version", LEDGER_VERSION)
@@ -152,7 +152,7 @@ def _open_ledger(req: Json) -> tuple[Json, str, Ledger, Json]:
 def op_status(req: Json) -> Json:
     try:
         info, pkg_dir, ledger, data = _open_ledger(req)
-    except HelperError as e:
+    except OpError as e:
         if e.kind not in ("ledger", "path"):
             raise
         info = locate(req["package"])
@@ -201,7 +201,7 @@ def _backups(ledger: Ledger) -> list[Json]:
                 with open(bp, "rb") as fh:
                     same = cur == fh.read()
                 state = "missing" if cur is None else "same as backup" if same else "differs"
-            except (HelperError, OSError) as e:
+            except (OpError, OSError) as e:
                 state = "refused: %s" % e
             out.append({"patch": pid, "path": rel, "backup": bp, "state": state,
                         "mtime": os.path.getmtime(bp)})

@@ -7,6 +7,7 @@ import socket
 import time
 
 if "Ledger" not in globals():  # standalone (tests); on a host the parts are concatenated
+    from ddprobe.hostside.common import OpError
     from ddprobe.hostside.ledger import Ledger, _file_bytes, _now, _remove_pycache, _state_of
     from ddprobe.hostside.patchtext import (
         Patch,
@@ -16,7 +17,6 @@ if "Ledger" not in globals():  # standalone (tests); on a host the parts are con
         unified_diff,
     )
     from ddprobe.hostside.sourceio import (
-        HelperError,
         Json,
         Write,
         _detach_from_caller,
@@ -34,7 +34,7 @@ def _plan(patch: Patch, pkg_dir: str, force: bool) -> list[Json]:
     for fp in patch.files:
         data, mode = _file_bytes(pkg_dir, fp.path)
         if data is None:
-            raise HelperError("missing", "%s: file not found in this version (patch %s)"
+            raise OpError("missing", "%s: file not found in this version (patch %s)"
                               % (fp.path, patch.id), path=fp.path)
         text = data.decode("utf-8", "surrogateescape")
         try:
@@ -44,13 +44,13 @@ def _plan(patch: Patch, pkg_dir: str, force: bool) -> list[Json]:
             try:
                 orig = apply_file(text, fp.reversed()).encode("utf-8", "surrogateescape")
             except PatchTextError:
-                raise HelperError("mismatch", str(fwd), path=fp.path, hunk=fwd.hunk) from None
+                raise OpError("mismatch", str(fwd), path=fp.path, hunk=fwd.hunk) from None
             plan.append({"path": fp.path, "state": "patched", "before": orig, "after": data,
                          "mode": mode})
             continue
         want = patch.expected_sha(fp.path)
         if want and _sha_bytes(data) != want and not force:
-            raise HelperError("edited", "%s: sha256 is %s, not the original this patch was made "
+            raise OpError("edited", "%s: sha256 is %s, not the original this patch was made "
                               "for (%s): someone edited it; use --force to apply anyway"
                               % (fp.path, _sha_bytes(data)[:12], want[:12]), path=fp.path)
         plan.append({"path": fp.path, "state": state, "before": data, "after": new,
@@ -71,15 +71,15 @@ def _write_backup(ledger: Ledger, pid: str, rel: str, data: bytes) -> str:
 
 
 def _refuse(patch: Patch, info: Json, force: bool) -> None:
-    """HelperError("refused") when the patch names another package or version (no --force)."""
+    """OpError("refused") when the patch names another package or version (no --force)."""
     if force:
         return
     if patch.package and patch.package != info["package"]:
-        raise HelperError("refused", "patch %s is for package %s, this host's package is %s "
+        raise OpError("refused", "patch %s is for package %s, this host's package is %s "
                           "(use --force to apply anyway)" % (patch.id, patch.package,
                                                              info["package"]))
     if not patch.applies_to_version(info["version"]):
-        raise HelperError("refused", "patch %s is for versions %s; %s is %s (use --force to "
+        raise OpError("refused", "patch %s is for versions %s; %s is %s (use --force to "
                           "try anyway)" % (patch.id, ", ".join(patch.versions), info["package"],
                                            info["version"]))
 
@@ -159,14 +159,14 @@ def _write_files(req: Json, pkg_dir: str, writes: list[Write], ledger: Ledger, d
             atomic_write(path, content, mode)
             _remove_pycache(path)
             done.append(rel)
-    except (OSError, HelperError) as e:
+    except (OSError, OpError) as e:
         for rel, content, mode in rollback:
             if rel in done:
                 atomic_write(inside(pkg_dir, rel), content, mode)
                 _remove_pycache(inside(pkg_dir, rel))
         data["entries"] = [x for x in data["entries"] if x is not entry]
         ledger.save(data)
-        raise HelperError("io", "writing %s failed (%s); the files already written were "
+        raise OpError("io", "writing %s failed (%s); the files already written were "
                           "restored" % (writes[len(done)][0] if len(done) < len(writes)
                                         else "?", e)) from None
     return done
@@ -184,7 +184,7 @@ def _continue_entry(req: Json, info: Json, ledger: Ledger, data: Json, entry: Js
     files = [{"path": f["path"], "state_before": s, "sha_before": f["sha_before"],
               "sha_after": f["sha_after"]} for f, _, s in states]
     if bad:
-        raise HelperError("drift", "patch %s is in the ledger but %s changed since (%s); see "
+        raise OpError("drift", "patch %s is in the ledger but %s changed since (%s); see "
                           "`ddprobe patch status`, then `ddprobe patch revert %s --force`"
                           % (patch.id, ", ".join(p for p, _ in bad),
                              ", ".join(s for _, s in bad), patch.id))
@@ -201,12 +201,12 @@ def _continue_entry(req: Json, info: Json, ledger: Ledger, data: Json, entry: Js
     for f, cur in todo:
         fp = by_path.get(f["path"])
         if fp is None:
-            raise HelperError("mismatch", "the ledger's patch %s names %s, this patch does not"
+            raise OpError("mismatch", "the ledger's patch %s names %s, this patch does not"
                               % (patch.id, f["path"]))
         text = cur.decode("utf-8", "surrogateescape")
         new = apply_file(text, fp).encode("utf-8", "surrogateescape")
         if _sha_bytes(new) != f["sha_after"]:
-            raise HelperError("mismatch", "%s: finishing patch %s would not give the recorded "
+            raise OpError("mismatch", "%s: finishing patch %s would not give the recorded "
                               "result; revert it instead" % (f["path"], patch.id))
         writes.append((f["path"], new, f.get("mode")))
         diff += unified_diff(f["path"], text, new.decode("utf-8", "surrogateescape"))
@@ -241,7 +241,7 @@ def op_revert(req: Json) -> Json:
             if req.get("patch_text"):
                 return _revert_unrecorded(req, info)
             known = ", ".join(e["id"] for e in entries) or "none"
-            raise HelperError("unknown", "patch %s is not applied on this host (applied: %s)"
+            raise OpError("unknown", "patch %s is not applied on this host (applied: %s)"
                               % (req["id"], known))
     results = []
     for entry in targets:
@@ -280,7 +280,7 @@ def _original_of(f: Json, cur: bytes | None, entry: Json) -> bytes:
         return original
     original = _unpatched(cur, entry, f["path"])
     if original is None or _sha_bytes(original) != f["sha_before"]:
-        raise HelperError("backup", "%s: the backup %s is missing or does not match "
+        raise OpError("backup", "%s: the backup %s is missing or does not match "
                           "the recorded sha256 %s" % (f["path"], f["backup"],
                                                       f["sha_before"][:12]))
     return original
@@ -298,7 +298,7 @@ def _restore(pkg_dir: str, ledger: Ledger, entry: Json, f: Json, cur: bytes | No
     _remove_pycache(path)
     with open(path, "rb") as fh:
         if _sha_bytes(fh.read()) != f["sha_before"]:
-            raise HelperError("io", "%s: restored file does not hash to the original"
+            raise OpError("io", "%s: restored file does not hash to the original"
                               % f["path"])
 
 
@@ -328,7 +328,7 @@ def _revert_entry(req: Json, pkg_dir: str, ledger: Ledger, data: Json, entry: Js
         cur, mode = _file_bytes(pkg_dir, f["path"])
         state = _state_of(cur, f["sha_before"], f["sha_after"])
         if state in ("drifted", "missing") and not force:
-            raise HelperError("drift", "%s changed since patch %s was applied (%s); refusing to "
+            raise OpError("drift", "%s changed since patch %s was applied (%s); refusing to "
                               "overwrite it (use --force to restore the original anyway)"
                               % (f["path"], entry["id"], state), path=f["path"])
         original = _original_of(f, cur, entry)
@@ -361,7 +361,7 @@ def _revert_unrecorded(req: Json, info: Json) -> Json:
     for fp in patch.files:
         data, mode = _file_bytes(pkg_dir, fp.path)
         if data is None:
-            raise HelperError("missing", "%s: file not found in this version" % fp.path)
+            raise OpError("missing", "%s: file not found in this version" % fp.path)
         text = data.decode("utf-8", "surrogateescape")
         try:
             orig = apply_file(text, fp.reversed())

@@ -33,6 +33,10 @@ class PatchTextError(_Base):
             where = f"{source}:{line}: " if line else f"{source}: "
         super().__init__(where + message)
 
+    def to_error(self) -> Dict[str, object]:
+        """The host program's error answer for it (`hostside.common.main`)."""
+        return {"kind": "patch", "message": str(self), "path": self.path, "hunk": self.hunk}
+
 
 _HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")

@@ -12,12 +12,12 @@ Entry point, per release layout (first that exists):
 then, when the record has it, `resolve_once()` (0.5.2x: resolution moved out of __post_init__
 into arg_groups/*_hook.py) and `resolved_dict()` for the values; else the dataclass fields.
 
-Interface (kept small so tests and other tools can call it directly):
+Interface: op `parse` of `hostside.common`'s protocol (`python -c SRC parse < request.json`,
+SRC from `hostside.client.program_source("preflight")`):
 
-    python preflight.py < request.json          # or: python -c "$SRC" < request.json
     request  {"package": "sglang", "configs": [{"key": "b8-graph", "argv": ["--model-path", ...],
               "env": {"SGLANG_X": "1"}}]}
-    answer   the LAST stdout line that starts with "DDPROBE-PREFLIGHT ", then one JSON object:
+    result   one JSON object (the answer line's "result"; its own "ok" is the preflight's):
       {"ok": true, "package": "sglang", "version": "0.5.2", "python": "3.11.9",
        "entry": "sglang.srt.server_args:prepare_server_args", "resolve": "resolve_once" | null,
        "results": [{"key": ..., "status": "ok" | "rejected" | "error",
@@ -48,7 +48,9 @@ import os
 import sys
 import traceback
 
-MARK = "DDPROBE-PREFLIGHT "
+if "OpError" not in globals():  # read standalone; on a host common.py's text comes first
+    from ddprobe.hostside.common import main
+
 _MAX_MSG = 2000
 
 
@@ -279,8 +281,7 @@ def _one(parse, cfg, package, pkg_dir):
     return {"key": key, "status": "ok", "values": values, "warnings": collect.lines}, resolve
 
 
-def main():
-    req = json.loads(sys.stdin.read() or "{}")
+def _parse_all(req):
     package = str(req.get("package") or "sglang")
     base = {"package": package, "version": _version(package),
             "python": "%d.%d.%d" % sys.version_info[:3]}
@@ -311,12 +312,20 @@ def main():
             "results": results, **base}
 
 
-if __name__ == "__main__":
+def op_parse(req):
+    """The preflight of every config in the request (see the module's docstring)."""
     try:
-        out = main()
+        return _parse_all(req)
     except BaseException as e:
-        out = {"ok": False, "stage": "program", "error": {
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return {"ok": False, "stage": "program", "error": {
             "kind": "environment", "type": type(e).__name__, "message": str(e)[:_MAX_MSG],
             "where": "", "line": "", "missing": None}}
-    sys.stdout.write(MARK + json.dumps(out) + "\n")
-    sys.stdout.flush()
+
+
+OPS = {"parse": op_parse}
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv, OPS))

@@ -1,14 +1,13 @@
 """Host side, part 1: output to the caller, install lookup, reading sources, grep, writes.
 
 Standard library only, Python 3.8+: `hostside.client` concatenates patchtext and these modules
-into the one program it sends (`python -c SRC OP`); see `sourceops` for the protocol.
+into the one program it sends (`python -c SRC OP`); `common` is the protocol.
 """
 from __future__ import annotations
 
 import glob
 import hashlib
 import importlib.util
-import json
 import os
 import re
 import sys
@@ -19,28 +18,11 @@ Write = Tuple[str, bytes, Optional[int]]  # (package-relative path, content, mod
 LEDGER_VERSION = 1
 
 
-class HelperError(Exception):
-    def __init__(self, kind: str, message: str, **extra: Any) -> None:
-        Exception.__init__(self, message)
-        self.kind, self.extra = kind, extra
+if "OpError" not in globals():  # standalone (tests); on a host common.py's text comes first
+    from ddprobe.hostside.common import _CALLER_GONE, OpError, emit
 
 
 # ----- output -----------------------------------------------------------------------------------
-
-_CALLER_GONE: list[bool] = []  # set once a write to the caller failed
-
-
-def emit(obj: Json) -> None:
-    if _CALLER_GONE and "progress" not in obj:
-        return  # nobody to tell; the ledger has the outcome
-    try:
-        sys.stdout.write(json.dumps(obj) + "\n")
-        sys.stdout.flush()
-    except (BrokenPipeError, OSError):
-        if "progress" in obj:
-            raise
-        _CALLER_GONE.append(True)
-
 
 def heartbeat(what: str) -> None:
     """Tell the caller where we are. If the caller is gone (ddprobe killed, ssh dropped) keep
@@ -68,10 +50,10 @@ def _detach_from_caller() -> None:
 
 def locate(pkg: str) -> Json:
     if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", pkg):
-        raise HelperError("usage", "invalid package name %r" % pkg)
+        raise OpError("usage", "invalid package name %r" % pkg)
     spec = importlib.util.find_spec(pkg)  # a top-level name: found, not imported
     if spec is None:
-        raise HelperError("not-installed", "package %r is not importable by %s (sys.path: %s)"
+        raise OpError("not-installed", "package %r is not importable by %s (sys.path: %s)"
                           % (pkg, sys.executable, ", ".join(sys.path[:6])))
     locs = list(spec.submodule_search_locations or [])
     if locs:
@@ -79,7 +61,7 @@ def locate(pkg: str) -> Json:
     elif spec.origin:
         pkg_dir = os.path.dirname(os.path.realpath(spec.origin))
     else:
-        raise HelperError("not-installed", "package %r has no location" % pkg)
+        raise OpError("not-installed", "package %r has no location" % pkg)
     version = _dist_version(os.path.dirname(pkg_dir), pkg)
     if version is None:
         try:
@@ -239,7 +221,7 @@ def _fsync_dir(d: str) -> None:
 
 
 def inside(root: str, rel: str, what: str = "path") -> str:
-    """`root/rel` as the real path ddprobe may read or write, or HelperError("path").
+    """`root/rel` as the real path ddprobe may read or write, or OpError("path").
 
     `rel` comes from a patch or a (hand-editable) ledger: no absolute path, no `..`, no NUL;
     and the real path (every symlink resolved, on this host) must stay inside the real root.
@@ -247,11 +229,11 @@ def inside(root: str, rel: str, what: str = "path") -> str:
     and the link itself is kept."""
     if not isinstance(rel, str) or not rel or "\0" in rel or os.path.isabs(rel) or \
             ".." in rel.replace("\\", "/").split("/"):
-        raise HelperError("path", "%s %r is not a relative path inside %s" % (what, rel, root))
+        raise OpError("path", "%s %r is not a relative path inside %s" % (what, rel, root))
     real_root = os.path.realpath(root)
     real = os.path.realpath(os.path.join(root, rel))
     if real != real_root and not real.startswith(real_root.rstrip("/") + "/"):
-        raise HelperError("path", "%s %r resolves to %s, outside %s (a symlink or `..` leaving "
+        raise OpError("path", "%s %r resolves to %s, outside %s (a symlink or `..` leaving "
                           "it): refused, nothing written" % (what, rel, real, real_root))
     return real
 
@@ -283,9 +265,9 @@ def _grep_target(req: Json, info: Json) -> str:
     sub = (req.get("subdir") or "").strip("/")
     target = os.path.realpath(os.path.join(info["path"], sub))
     if target != info["path"] and not target.startswith(info["path"] + os.sep):
-        raise HelperError("usage", "--path %r leaves the package directory" % sub)
+        raise OpError("usage", "--path %r leaves the package directory" % sub)
     if not os.path.exists(target):
-        raise HelperError("usage", "--path %r: no such file or directory in %s %s"
+        raise OpError("usage", "--path %r: no such file or directory in %s %s"
                           % (sub, info["package"], info["version"]))
     return target
 
@@ -302,7 +284,7 @@ def _grep_argv(req: Json, ctx: str, per_file: str) -> Tuple[List[str], str]:
     import shutil
     grep = shutil.which("grep")
     if not grep:
-        raise HelperError("usage", "neither ripgrep (rg) nor grep is on the host's PATH")
+        raise OpError("usage", "neither ripgrep (rg) nor grep is on the host's PATH")
     # one matcher only: -F, or -P (PCRE: \d, \s, lazy quantifiers, like rg's syntax)
     # where this grep has it, else -E (POSIX ERE). `-rnIZE ... -F` is refused by grep
     # ("conflicting matchers specified"): that was issue 15.
@@ -328,7 +310,7 @@ def op_grep(req: Json) -> Json:
     want = req.get("tool") or ("grep" if req.get("no_rg") else "auto")
     rg = shutil.which("rg") if want in ("auto", "rg") else None
     if want == "rg" and not rg:
-        raise HelperError("usage", "ripgrep (rg) is not on the host's PATH")
+        raise OpError("usage", "ripgrep (rg) is not on the host's PATH")
     tool = "rg" if rg else "grep"
     argv, dialect = _rg_argv(rg, req, ctx, per_file) if rg else _grep_argv(req, ctx, per_file)
     if req.get("ignore_case"):
@@ -339,7 +321,7 @@ def op_grep(req: Json) -> Json:
     p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                        stdin=subprocess.DEVNULL)
     if p.returncode not in (0, 1):
-        raise HelperError("usage", "%s failed (exit %d): %s" % (
+        raise OpError("usage", "%s failed (exit %d): %s" % (
             tool, p.returncode, p.stderr.decode("utf-8", "replace").strip()[-400:]))
     out = p.stdout.decode("utf-8", "surrogateescape")
     limit = int(req.get("max_bytes", 8 * 1024 * 1024))

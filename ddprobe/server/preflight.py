@@ -21,21 +21,18 @@ the cell goes ahead and the note names the assumption: the server applies the fl
 """
 from __future__ import annotations
 
-import functools
-import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
 from ddprobe.effective import EffectiveConfig, from_server_args
 from ddprobe.errors import RefusedError, RemoteTimeout
+from ddprobe.hostside.client import call
+from ddprobe.hostside.errors import NoAnswerError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 
-MARK = "DDPROBE-PREFLIGHT "
-_HOSTSIDE = Path(__file__).resolve().parent.parent / "hostside"
 # modules a GPU host has and a CPU-only checkout may not: without them the preflight cannot
 # run, which is not a fault of the install
 GPU_ONLY_MODULES = ("torch", "triton", "sgl_kernel", "flashinfer", "cuda", "pynvml")
@@ -72,11 +69,6 @@ class PreflightResult:
         return {"status": self.status, "message": self.message, "warnings": list(self.warnings),
                 "where": self.where, "entry": self.entry, "version": self.version,
                 "effective": self.effective.to_dict() if self.effective else None}
-
-
-@functools.lru_cache(maxsize=1)
-def program_source() -> str:
-    return (_HOSTSIDE / "preflight.py").read_text(encoding="utf-8")
 
 
 _CACHE: dict[tuple[Any, ...], PreflightResult] = {}
@@ -132,29 +124,16 @@ def _ask(r: Remote, host: Host, launches: Sequence[Any], timeout: float) -> list
     req = {"package": host.package,
            "configs": [{"key": ln.config.key, "argv": list(ln.server_args),
                         "env": dict(ln.env)} for ln in launches]}
+    n = len(launches)
     try:
-        res = r.python(["-c", program_source()], input=json.dumps(req), timeout=timeout)
+        doc = call(r, "parse", req, program="preflight", timeout=timeout)
     except RemoteTimeout:
         # the host is there (the command ran); its argument handling hangs (e.g. fetching a
         # model config without network): no answer, not an infrastructure failure
         return [_not_run(f"preflight not run: {host.package}'s argument handling did not "
-                         f"answer within {timeout:.0f} s")] * len(launches)
-    doc: dict[str, Any] | None = None
-    for line in reversed(res.stdout.splitlines()):
-        if line.startswith(MARK):
-            try:
-                parsed = json.loads(line[len(MARK):])
-            except ValueError:
-                break
-            doc = parsed if isinstance(parsed, dict) else None
-            break
-    n = len(launches)
-    if doc is None:
-        tail = " | ".join((res.stderr.strip() or res.stdout.strip()).splitlines()[-2:])[:300]
-        why = (f"the interpreter {host.python!r} was not found (key 'python')"
-               if res.exit_code == 127 else
-               f"the preflight program gave no answer (exit {res.exit_code}: {tail})")
-        return [_not_run(f"preflight not run: {why}")] * n
+                         f"answer within {timeout:.0f} s")] * n
+    except NoAnswerError as e:
+        return [_not_run(f"preflight not run: {_no_answer(host, e)}")] * n
     version = _s(doc.get("version"))
     if not doc.get("ok"):
         return [_install_failure(host, doc, version)] * n
@@ -167,6 +146,15 @@ def _ask(r: Remote, host: Host, launches: Sequence[Any], timeout: float) -> list
         item = results[i] if i < len(results) and isinstance(results[i], dict) else {}
         out.append(_one(host, item, entry, version))
     return out
+
+
+def _no_answer(host: Host, e: NoAnswerError) -> str:
+    if e.kind == "no-python" or e.code == 127:
+        return f"the interpreter {host.python!r} was not found (key 'python')"
+    if e.kind != "no-answer":
+        return f"the preflight program's answer was unusable ({_s(e.reason, 300)})"
+    tail = " | ".join((e.stderr.strip() or e.stdout.strip()).splitlines()[-2:])[:300]
+    return f"the preflight program gave no answer (exit {e.code}: {tail})"
 
 
 def _as_dict(v: Any) -> dict[str, Any]:
