@@ -13,10 +13,34 @@ from typing import Any, Final, Literal, get_args
 
 from ddprobe.effective import EffectiveConfig
 
-# why the planner wanted a cell (PlannedCell.purpose); written as the bare string
+# The vocabularies of the records, each declared once as a Literal and written as the bare
+# string. Where one comes in (a journal, a run dir, a flag), `known()` checks it.
+# why the planner wanted a cell (PlannedCell.purpose, CellResult.purpose)
 Purpose = Literal["frontier", "eager", "oversize", "max_bs", "sanitize", "confirm", "sweep",
                   "smoke"]
-CellKind = Literal["cell", "sanitize"]
+CellKind = Literal["cell", "sanitize"]  # CellResult.kind: a probe cell or a memcheck cell
+# a verdict's diagnosis (Verdict.kind) and how sure it is
+VerdictKind = Literal["buffer_sizing", "graph_capture", "kernel", "config_error",
+                      "inconclusive", "flaky", "ok"]
+VERDICT_KINDS: Final[tuple[VerdictKind, ...]] = get_args(VerdictKind)
+Confidence = Literal["high", "medium", "low"]
+
+class UnknownValue(ValueError):
+    """A value read from outside (a journal, a flag) that its vocabulary does not hold. The
+    reader that knows the file adds where (store.load_run: path and line)."""
+
+    def __init__(self, key: str, value: object, allowed: tuple[str, ...]) -> None:
+        self.key, self.value, self.allowed = key, value, allowed
+        super().__init__(f"unknown {key} {value!r} (known: {', '.join(allowed)})")
+
+
+def known(vocabulary: Any, value: object, key: str) -> Any:
+    """`value` when it is one of the Literal `vocabulary`'s strings, else `UnknownValue`
+    naming `key`. Typed by the caller's field: `kind: VerdictKind = known(VerdictKind, ...)`."""
+    allowed: tuple[str, ...] = get_args(vocabulary)
+    if value not in allowed:
+        raise UnknownValue(key, value, allowed)
+    return value
 
 
 class Outcome(str, Enum):
@@ -85,7 +109,9 @@ def _env_from(raw: Any) -> tuple[tuple[str, str], ...]:
 class Signature:
     """A normalised failure fingerprint: class + key line with addresses/pids/times stripped."""
 
-    kind: str  # e.g. "cuda_illegal_address", "cublas", "capture", "oom", "traceback", "garbage"
+    # an open set: the catalogue's kinds (ddprobe/signatures/catalogue.yaml), which a newer
+    # catalogue extends, plus "garbage", "degraded", "capture", "traceback", ...
+    kind: str
     key: str  # normalised key line
     line: str = ""  # the raw line it came from (for evidence)
 
@@ -162,7 +188,7 @@ class CellResult:
     log_path: str | None = None  # server log of this cell on the host
     started_at: str = ""
     patches: list[str] = field(default_factory=list)  # patch ids applied during the cell
-    kind: str = "cell"  # a CellKind
+    kind: CellKind = "cell"
     # what the server said it runs (/server_info + the capture log line), or the preflight's
     # answer when it never answered; None in journals written before it existed
     effective: EffectiveConfig | None = None
@@ -229,20 +255,25 @@ class CellResult:
         extra = dict(d.get("extra") or {})
         notes = list(extra.pop("notes", None) or [])
         typed = {name: extra.pop(key) for name, key in _WIRE.items() if key in extra}
+        if "purpose" in typed:
+            typed["purpose"] = known(Purpose, typed["purpose"], "cell.extra.purpose")
         return cls(host=d["host"], config=Config.from_dict(d["config"]),
-                   outcome=Outcome(d["outcome"]), signature=Signature.from_dict(d.get("signature")),
+                   outcome=_outcome(d["outcome"]),
+                   signature=Signature.from_dict(d.get("signature")),
                    probes=ProbeSummary.from_dict(d.get("probes")), timings=d.get("timings") or {},
                    log_excerpt=d.get("log_excerpt") or [], error=d.get("error"),
                    log_path=d.get("log_path"), started_at=d.get("started_at", ""),
-                   patches=d.get("patches") or [], kind=d.get("kind", "cell"),
+                   patches=d.get("patches") or [],
+                   kind=known(CellKind, d.get("kind", "cell"), "cell.kind"),
                    effective=EffectiveConfig.from_dict(d.get("effective")),
                    notes=notes, extra=extra, **typed)
 
 
-VerdictKind = Literal["buffer_sizing", "graph_capture", "kernel", "config_error",
-                      "inconclusive", "flaky", "ok"]
-VERDICT_KINDS: Final[tuple[VerdictKind, ...]] = get_args(VerdictKind)
-Confidence = Literal["high", "medium", "low"]
+def _outcome(value: object) -> Outcome:
+    try:
+        return Outcome(value)
+    except ValueError:
+        raise UnknownValue("cell.outcome", value, tuple(o.value for o in Outcome)) from None
 
 
 @dataclass
@@ -267,11 +298,11 @@ class Evidence:
 class Verdict:
     """The diagnosis of one failure mode (a group of failing cells with one signature)."""
 
-    kind: str  # a VerdictKind (bisect's decisions still carry a str)
+    kind: VerdictKind
     budgets: list[int]
     signature: str | None  # Signature.id of the group (None for ok/inconclusive without one)
     outcome: str  # the group's outcome (crash, garbage, ...)
-    confidence: str  # a Confidence
+    confidence: Confidence
     decided_by: str  # which evidence decided it (e.g. "oversize experiment")
     evidence: list[Evidence] = field(default_factory=list)
     next_step: str = ""
@@ -298,5 +329,7 @@ class Verdict:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Verdict:
         d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        d["kind"] = known(VerdictKind, d.get("kind"), "verdict.kind")
+        d["confidence"] = known(Confidence, d.get("confidence"), "verdict.confidence")
         d["evidence"] = [Evidence.from_dict(e) for e in d.get("evidence") or []]
         return cls(**d)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ddprobe.errors import ConfigError
-from ddprobe.results import CellResult, Verdict
+from ddprobe.results import CellResult, UnknownValue, Verdict
 from ddprobe.untrusted import dumps_json, file_part
 
 
@@ -132,10 +132,14 @@ def load_run(run_dir: Path) -> RunRecord:
             rec.meta = ev
         elif t == "plan":
             rec.plan = ev.get("cells", [])
-        elif t == "cell":
-            rec.cells.append(CellResult.from_dict(ev))
-        elif t == "verdict":
-            rec.verdicts.append(Verdict.from_dict(ev))
+        elif t in ("cell", "verdict"):
+            try:
+                if t == "cell":
+                    rec.cells.append(CellResult.from_dict(ev))
+                else:
+                    rec.verdicts.append(Verdict.from_dict(ev))
+            except UnknownValue as e:  # a kind or status this version does not know
+                raise ConfigError(str(e), path=str(j), line=n, key=e.key) from None
         elif t == "note":
             rec.notes.append(ev.get("text", ""))
         elif t == "end":

@@ -8,8 +8,18 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from ddprobe.bisect.cells import PlannedCell
+from ddprobe.bisect.engine import GroupRun, replay_journal
+from ddprobe.bisect.groups import HostGroup, Identity
+from ddprobe.cli import main
+from ddprobe.errors import ConfigError
+from ddprobe.exitcodes import ExitCode
 from ddprobe.report import write_reports
 from ddprobe.results import CellResult, Outcome
 from ddprobe.store import load_run
@@ -81,3 +91,92 @@ def test_the_reports_of_the_old_run_render_as_it_wrote_them(tmp_path: Path) -> N
             (OLD / name).read_text(encoding="utf-8"), name
     assert json.loads((run / "report.json").read_text(encoding="utf-8")) == \
         json.loads((OLD / "report.json").read_text(encoding="utf-8"))
+
+
+def _edit(run: Path, line_type: str, change: Callable[[dict[str, Any]], None],
+          *, drop_end: bool = False) -> int:
+    """Change the first event of `line_type` in the run's journal; its 1-based line number."""
+    j = run / "journal.jsonl"
+    events = [json.loads(x) for x in j.read_text(encoding="utf-8").splitlines()]
+    n = next(i for i, e in enumerate(events) if e["type"] == line_type)
+    change(events[n])
+    if drop_end:
+        events = [e for e in events if e["type"] != "end"]
+    j.write_text("".join(json.dumps(e) + "\n" for e in events), encoding="utf-8")
+    return n + 1
+
+
+def _set(*path: str, value: str) -> Callable[[dict[str, Any]], None]:
+    def change(ev: dict[str, Any]) -> None:
+        for k in path[:-1]:
+            ev = ev[k]
+        ev[path[-1]] = value
+    return change
+
+
+@pytest.mark.parametrize("line_type,path,value", [
+    ("verdict", ("kind",), "buffer_sizng"),
+    ("verdict", ("confidence",), "certain"),
+    ("cell", ("kind",), "memcheck"),
+    ("cell", ("outcome",), "exploded"),
+    ("cell", ("extra", "purpose"), "frontiers"),
+])
+def test_an_unknown_kind_or_status_in_a_journal_is_one_line_naming_file_and_key(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        line_type: str, path: tuple[str, ...], value: str) -> None:
+    run = _copy(tmp_path)
+    n = _edit(run, line_type, _set(*path, value=value))
+    monkeypatch.setenv("DDPROBE_RUNS", str(tmp_path))
+    with pytest.raises(ConfigError) as e:
+        load_run(run)
+    key = ".".join((line_type, *path))
+    assert str(e.value).startswith(f"{run / 'journal.jsonl'}:{n}: unknown {key} '{value}' "
+                                   "(known: ")
+    assert e.value.key == key and e.value.line == n
+    capsys.readouterr()
+    assert main(["report", RUN_ID]) == ExitCode.CONFIG == 3
+    err = capsys.readouterr().err
+    assert f"journal.jsonl:{n}: unknown {key} '{value}'" in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_an_unknown_order_in_a_resumed_runs_options_is_a_config_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    run = _copy(tmp_path)
+    _edit(run, "run", _set("options", "order", value="sideways"), drop_end=True)
+    monkeypatch.setenv("DDPROBE_RUNS", str(tmp_path))
+    assert main(["bisect", "--resume", RUN_ID]) == ExitCode.CONFIG
+    err = capsys.readouterr().err
+    assert "journal.jsonl" in err and "unknown run.options.order 'sideways'" in err
+    assert "Traceback" not in err
+
+
+class _Recorder:
+    """A plan that keeps what the journal replays into it."""
+
+    def __init__(self) -> None:
+        self.recorded: list[tuple[PlannedCell, CellResult]] = []
+
+    def next_cells(self, k: int = 1) -> list[PlannedCell]:
+        return []
+
+    def record(self, cell: PlannedCell, result: CellResult) -> None:
+        self.recorded.append((cell, result))
+
+    def remaining(self) -> tuple[int, int]:
+        return 0, 0
+
+
+def test_a_resumed_journal_replays_its_plans_and_refuses_an_unknown_purpose(
+        tmp_path: Path) -> None:
+    run = _copy(tmp_path)
+    group = HostGroup(Identity("gpu", "drv", "ddtestbed", "0.1.0"), key="85cfd6bf")
+    plan = _Recorder()
+    replay_journal(plan, load_run(run), group.key, GroupRun(group))
+    assert [pc.purpose for pc, _ in plan.recorded] == ["frontier", "frontier", "oversize"]
+    _edit(run, "cell", _set("extra", "plan", "purpose", value="sanitise"))
+    with pytest.raises(ConfigError) as e:
+        replay_journal(_Recorder(), load_run(run), group.key, GroupRun(group))
+    assert str(e.value).startswith(f"{run / 'journal.jsonl'}: unknown cell.extra.plan.purpose "
+                                   "'sanitise' (known: frontier, eager, ")

@@ -14,21 +14,32 @@ import hashlib
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any, Final, Literal, get_args
 
-from ddprobe.results import CellKind, CellResult, Config, Outcome
+from ddprobe.results import CellKind, CellResult, Config, Outcome, Purpose, known
 
-PURPOSES: Final = ("frontier", "eager", "oversize", "max_bs", "sanitize", "confirm", "sweep",
-                   "smoke")
+PURPOSES: Final[tuple[Purpose, ...]] = get_args(Purpose)
 
-GOOD, BAD, SKIP, REFUSED, FLAKY, PENDING, UNTESTED = (
-    "good", "bad", "skip", "refused", "flaky", "pending", "untested")
+# What the results of one planned cell say (Obs.status). The last two are the ladder's, for
+# an experiment that is no evidence: `none`, it cannot be planned (no suspect to enlarge, no
+# smaller max bs); `same`, the max-bs experiment's server ran the failing cell's max bs.
+Status = Literal["good", "bad", "skip", "refused", "flaky", "pending", "untested", "none",
+                 "same"]
+GOOD: Final = "good"
+BAD: Final = "bad"
+SKIP: Final = "skip"
+REFUSED: Final = "refused"
+FLAKY: Final = "flaky"
+PENDING: Final = "pending"
+UNTESTED: Final = "untested"
+NONE: Final = "none"
+SAME: Final = "same"
 
 
 @dataclass(frozen=True)
 class PlannedCell:
     config: Config
-    purpose: str  # one of PURPOSES
+    purpose: Purpose
     mode: str | None = None  # the failure mode a diagnosis cell serves
     buffers: tuple[str, ...] = ()  # oversize: the buffers enlarged for this cell
     patch: str | None = None  # confirm: the patch applied for this cell
@@ -71,7 +82,8 @@ class PlannedCell:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PlannedCell:
-        return cls(config=Config.from_dict(d["config"]), purpose=d["purpose"],
+        return cls(config=Config.from_dict(d["config"]),
+                   purpose=known(Purpose, d.get("purpose"), "cell.extra.plan.purpose"),
                    mode=d.get("mode"), buffers=tuple(d.get("buffers") or ()),
                    patch=d.get("patch"), rep=int(d.get("rep") or 1),
                    factor=int(d["factor"]) if d.get("factor") else None)
@@ -108,7 +120,7 @@ def same_failure(a: str | None, b: str | None) -> bool:
     return a.replace("[capture] ", "") == b.replace("[capture] ", "")
 
 
-def status_of(c: CellResult) -> str:
+def status_of(c: CellResult) -> Status:
     if c.outcome is Outcome.OK:
         return GOOD
     if c.outcome is Outcome.ERROR:
@@ -122,7 +134,7 @@ def status_of(c: CellResult) -> str:
 class Obs:
     """What the results of one planned cell (all its repeats) say."""
 
-    status: str  # good | bad | skip | refused | flaky | pending | untested
+    status: Status
     mode: str | None = None  # for bad
     results: tuple[CellResult, ...] = field(default=(), repr=False)
     reps_done: int = 0

@@ -13,15 +13,15 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from ddprobe import interrupt
 from ddprobe.bisect.cellrun import CellRunner
 from ddprobe.bisect.cells import PlannedCell
 from ddprobe.bisect.groups import HostGroup
 from ddprobe.bisect.session import HostSession
-from ddprobe.errors import HostGone
-from ddprobe.results import CellResult
+from ddprobe.errors import ConfigError, HostGone
+from ddprobe.results import CellResult, UnknownValue
 from ddprobe.store import RunRecord, RunStore
 
 
@@ -33,11 +33,17 @@ class Plan(Protocol):
     def remaining(self) -> tuple[int, int]: ...
 
 
+# run: the run dir; server: a server's progress; plan, static: the plan and its evidence;
+# round, cell_start, cell_done, progress: the rounds; note: anything else a reader should know
+EventKind = Literal["run", "server", "plan", "static", "round", "cell_start", "cell_done",
+                    "progress", "note"]
+
+
 @dataclass(frozen=True)
 class Event:
-    """Progress for the CLI (rendered on stderr): plan, round, cell, progress, note."""
+    """Progress for the CLI (rendered on stderr)."""
 
-    kind: str
+    kind: EventKind
     group: str
     text: str
     data: dict[str, Any] = field(default_factory=dict)
@@ -116,7 +122,11 @@ def replay_journal(plan: Plan, record: RunRecord | None, group_key: str,
         if c.outcome.value == "error":
             # infrastructure (a drop, a full disk, a busy port) is never final: run it again
             continue
-        pc = PlannedCell.from_dict(meta)
+        try:
+            pc = PlannedCell.from_dict(meta)
+        except UnknownValue as e:
+            raise ConfigError(str(e), path=str(record.dir / "journal.jsonl"),
+                              key=e.key) from None
         plan.record(pc, c)
         run.cells.append((pc, c))
         run.rounds = max(run.rounds, int(c.round or 0))

@@ -31,24 +31,31 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Final
+from typing import Final, Literal, get_args
 
-from ddprobe.bisect.cells import BAD, GOOD, UNTESTED, Obs, PlannedCell, same_failure
+from ddprobe.bisect.cells import BAD, GOOD, NONE, SAME, UNTESTED, Obs, PlannedCell, same_failure
 from ddprobe.bisect.served import before_model_load, served_max_bs
 from ddprobe.bisect.static import Suspect
-from ddprobe.results import CellResult, Config
+from ddprobe.results import CellResult, Confidence, Config
+
+# what one mode's ladder decides (a Verdict's kind, of the four a ladder can reach)
+DecisionKind = Literal["buffer_sizing", "graph_capture", "kernel", "inconclusive"]
+# where the failure struck, from its signature: picks the order of the experiments
+FailureClass = Literal["preload", "memory", "capacity", "other"]
+Order = Literal["auto", "eager-first", "graph-first"]  # --order
+Step = Literal["E", "O", "O2", "M"]  # eager control, oversize, escalated oversize, max bs
 
 MEMORY_KINDS: Final = frozenset({"cuda_illegal_address", "cuda_misaligned_address",
                                  "cuda_device_assert", "cuda_launch_failure", "rocm_memory_fault",
                                  "sanitizer_oob", "segfault"})
 CAPACITY_KINDS: Final = frozenset({"cublas", "cudnn", "oom", "capture_range"})
-ORDERS: Final = ("auto", "eager-first", "graph-first")
+ORDERS: Final[tuple[Order, ...]] = get_args(Order)
 ESCALATED_FACTOR: Final = 16
 MAX_FACTOR: Final = 1024
-NONE_OBS: Final = Obs("none")
+NONE_OBS: Final = Obs(NONE)
 
 
-def failure_class(c: CellResult | None) -> str:
+def failure_class(c: CellResult | None) -> FailureClass:
     """preload | memory | capacity | other, from the signature (and where it struck)."""
     if before_model_load(c):
         return "preload"
@@ -62,24 +69,29 @@ def failure_class(c: CellResult | None) -> str:
     return "other"
 
 
-def step_order(cls: str, order: str) -> tuple[str, ...]:
+def step_order(cls: FailureClass, order: Order) -> tuple[Step, ...]:
     if cls == "preload":
         return ("E",)
-    graph = {"memory": ("O", "O2", "M"), "capacity": ("M", "O", "O2"),
-             "other": ("O", "O2", "M")}[cls]
+    graph = _GRAPH_STEPS[cls]
     if order == "eager-first":
         return ("E", *graph)
     if order == "graph-first":
         return (*graph, "E")
-    return {"memory": ("O", "O2", "E", "M"), "capacity": ("M", "O", "O2", "E"),
-            "other": ("E", "O", "O2", "M")}[cls]
+    return _AUTO_STEPS[cls]
+
+
+_GRAPH_STEPS: Final[dict[FailureClass, tuple[Step, ...]]] = {
+    "memory": ("O", "O2", "M"), "capacity": ("M", "O", "O2"), "other": ("O", "O2", "M")}
+_AUTO_STEPS: Final[dict[FailureClass, tuple[Step, ...]]] = {
+    "memory": ("O", "O2", "E", "M"), "capacity": ("M", "O", "O2", "E"),
+    "other": ("E", "O", "O2", "M")}
 
 
 @dataclass(frozen=True)
 class Decision:
-    kind: str  # buffer_sizing | graph_capture | kernel | inconclusive
+    kind: DecisionKind
     decided_by: str  # eager control | oversize experiment | oversize bisection | max-bs ...
-    confidence: str  # high | medium | low
+    confidence: Confidence
     buffers: tuple[str, ...] = ()  # named buffer(s), for buffer_sizing by oversize
     by_elimination: bool = False
     workspace: bool = False  # buffer_sizing decided by the max-bs experiment
@@ -93,8 +105,8 @@ class Decision:
 class LadderState:
     mode: str
     config: Config  # the failing graph config (first failing budget of the mode)
-    cls: str
-    order: tuple[str, ...]
+    cls: FailureClass
+    order: tuple[Step, ...]
     decision: Decision | None
     needed: tuple[PlannedCell, ...]
     speculative: tuple[PlannedCell, ...]
@@ -161,7 +173,7 @@ class LadderInput:
     failing: CellResult | None
     suspects: Sequence[Suspect]
     small_max_bs: int  # the fallback when the server did not say what it ran
-    order: str
+    order: Order
     factor: int
     obs: Callable[[PlannedCell], Obs]
     name: str = ""  # the ladder's name (a budget's own diagnosis: "MODE @b48"); default: mode
@@ -185,7 +197,7 @@ class _Cells:
                                   ("O2", self.O2)) if v is not None}
 
 
-def _cells(li: LadderInput, cls: str) -> _Cells:
+def _cells(li: LadderInput, cls: FailureClass) -> _Cells:
     cfg, mode, label = li.config, li.mode, li.label
     notes: list[str] = []
     E = PlannedCell(replace(cfg, graph=False), "eager", label)
@@ -223,7 +235,7 @@ def _m_obs(li: LadderInput, M: PlannedCell | None) -> Obs:
         return o
     ran, failed_at = served_max_bs(o.first), served_max_bs(li.failing)
     if ran is not None and failed_at is not None and ran >= failed_at:
-        return Obs("same", o.mode, o.results, o.reps_done)
+        return Obs(SAME, o.mode, o.results, o.reps_done)
     return o
 
 
@@ -248,7 +260,7 @@ def diagnose(li: LadderInput) -> LadderState:
     if decision is not None:
         cure = ob.cure(cs)
         if decision.decided_by == "oversize experiment" and cure is not None:
-            st = _naming(li, cure, decision)
+            st = _naming(li, cure, decision, cls)
             if st is not None:
                 return replace(st, cls=cls, order=steps, cells=cells, notes=notes)
         return state(decision)
@@ -283,7 +295,7 @@ def _observe_all(li: LadderInput, cs: _Cells) -> _Observed:
                      escalated=cured(li.obs(cs.O2), mode) if cs.O2 else NONE_OBS)
 
 
-def _speculative(li: LadderInput, cs: _Cells, cls: str,
+def _speculative(li: LadderInput, cs: _Cells, cls: FailureClass,
                  remaining: Sequence[str]) -> tuple[PlannedCell, ...]:
     """Cells worth running on spare hosts beside the next one needed."""
     cells = cs.named()
@@ -298,7 +310,8 @@ def _speculative(li: LadderInput, cs: _Cells, cls: str,
     return tuple(spec)
 
 
-def _naming(li: LadderInput, cure: PlannedCell, decision: Decision) -> LadderState | None:
+def _naming(li: LadderInput, cure: PlannedCell, decision: Decision,
+            cls: FailureClass) -> LadderState | None:
     """Halve the suspects while the oversize cure holds (at the factor that cured)."""
     mode, config, label = li.mode, li.config, li.label
     cand = tuple(cure.buffers)
@@ -316,7 +329,7 @@ def _naming(li: LadderInput, cure: PlannedCell, decision: Decision) -> LadderSta
             spec = [replace(cure, buffers=_first_half(sub))
                     for sub in (t, tuple(x for x in cand if x not in t)) if len(sub) > 1]
             d = replace(decision, buffers=cand, factor=cure.factor)
-            return LadderState(label, config, "", (), d, (ot,), tuple(spec), cand, {})
+            return LadderState(label, config, cls, (), d, (ot,), tuple(spec), cand, {})
         else:  # skip/flaky: cannot narrow further
             stuck = True
             break
@@ -331,10 +344,10 @@ def _naming(li: LadderInput, cure: PlannedCell, decision: Decision) -> LadderSta
     d = replace(decision, buffers=cand, by_elimination=by_elim, decided_by=how,
                 confidence="medium" if by_elim or stuck else "high", notes=notes,
                 factor=cure.factor)
-    return LadderState(label, config, "", (), d, (), (), cand, {})
+    return LadderState(label, config, cls, (), d, (), (), cand, {})
 
 
-def _decide(mode: str, cls: str, eo: Obs, oo: Obs, o2: Obs, mo: Obs, *, has_suspects: bool,
+def _decide(mode: str, cls: FailureClass, eo: Obs, oo: Obs, o2: Obs, mo: Obs, *, has_suspects: bool,
             tier1: bool, escalate_pending: bool, m_possible: bool) -> Decision | None:
     if cls == "preload":
         return None if eo.status == BAD and before_model_load(eo.first) else \
@@ -348,7 +361,7 @@ def _decide(mode: str, cls: str, eo: Obs, oo: Obs, o2: Obs, mo: Obs, *, has_susp
                                    escalate_pending=escalate_pending, m_possible=m_possible)
 
 
-def _cure(mode: str, cls: str, eo: Obs, oo: Obs, o2: Obs, mo: Obs) -> Decision | None:
+def _cure(mode: str, cls: FailureClass, eo: Obs, oo: Obs, o2: Obs, mo: Obs) -> Decision | None:
     """A decision one experiment proves: the eager control fails the same way (kernel), an
     oversize or a smaller max bs cures it (buffer sizing)."""
     if eo.status == BAD and same_failure(eo.mode, mode):
@@ -362,7 +375,7 @@ def _cure(mode: str, cls: str, eo: Obs, oo: Obs, o2: Obs, mo: Obs) -> Decision |
     return None
 
 
-def _graph_only(cls: str, eo: Obs, mo: Obs) -> bool:
+def _graph_only(cls: FailureClass, eo: Obs, mo: Obs) -> bool:
     """Eager passes: a graph-only failure. Not yet for a capacity error with no smaller max bs
     really run (a fixed workspace is not ruled out); never while eager is untested or fails
     differently."""
@@ -371,17 +384,17 @@ def _graph_only(cls: str, eo: Obs, mo: Obs) -> bool:
     return not (cls == "capacity" and mo.status != BAD)
 
 
-def _capture_by_elimination(cls: str, oo: Obs, o2: Obs, mo: Obs, *, tier1: bool,
+def _capture_by_elimination(cls: FailureClass, oo: Obs, o2: Obs, mo: Obs, *, tier1: bool,
                             escalate_pending: bool, m_possible: bool) -> Decision | None:
     """graph_capture once the budget-sized suspects, enlarged, did not cure it (and, but for
     an `other` failure, a smaller max bs did not either)."""
     m = mo.status
     oversize_ruled_out = tier1 and oo.status == BAD and not escalate_pending and \
-        o2.status in (BAD, "none")
-    m_done = m in (BAD, "none", "same") or not m_possible
+        o2.status in (BAD, NONE)
+    m_done = m in (BAD, NONE, SAME) or not m_possible
     needs_m = cls != "other"
     if oversize_ruled_out and (m_done or not needs_m):
-        conf = "high" if m == BAD or not needs_m else "medium"
+        conf: Confidence = "high" if m == BAD or not needs_m else "medium"
         return Decision("graph_capture", "oversize experiment", conf)
     return None
 
@@ -399,14 +412,14 @@ def _eager_only(mode: str, eo: Obs) -> Decision | None:
     return None
 
 
-def _inconclusive(cls: str, eo: Obs, oo: Obs, o2: Obs, mo: Obs, *, tier1: bool,
+def _inconclusive(cls: FailureClass, eo: Obs, oo: Obs, o2: Obs, mo: Obs, *, tier1: bool,
                   has_suspects: bool, m_notes: Sequence[str]) -> Decision:
     notes = list(m_notes)
     for name, o in (("eager control", eo), ("oversize", oo), ("escalated oversize", o2),
                     ("max-bs", mo)):
-        if o.status not in (GOOD, BAD, "none"):
+        if o.status not in (GOOD, BAD, NONE):
             notes.append(f"{name}: {o.status}" + (" max bs as the failing cell: no evidence"
-                                                  if o.status == "same" else ""))
+                                                  if o.status == SAME else ""))
     if cls == "preload" and before_model_load(eo.first):
         return Decision(
             "inconclusive", "eager control", "low", reason="preload",

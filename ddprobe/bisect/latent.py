@@ -27,7 +27,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from ddprobe.bisect.cells import BAD, GOOD, Obs, PlannedCell
 from ddprobe.bisect.frontier import Row
@@ -38,8 +38,13 @@ from ddprobe.sources.buffers import FLAG_FIXED, FLAG_SHORT
 
 LATENT_MODE: Final = "latent"  # the `mode` of latent-check cells (their purpose is sanitize)
 
-# what each judgement means for the budget's verdict
-DIRTY, FOREIGN, CLEAN, NOT_RUN = "dirty", "foreign", "clean", "not_run"
+# what each judgement means for the budget's verdict: invalid writes to a flagged buffer,
+# invalid accesses naming none, a clean report, no report (the cell could not run)
+LatentStatus = Literal["dirty", "foreign", "clean", "not_run"]
+DIRTY: Final = "dirty"
+FOREIGN: Final = "foreign"
+CLEAN: Final = "clean"
+NOT_RUN: Final = "not_run"
 
 
 @dataclass(frozen=True)
@@ -58,7 +63,7 @@ class Trigger:
 @dataclass(frozen=True)
 class Judgement:
     budget: int
-    status: str  # dirty | foreign | clean | not_run
+    status: LatentStatus
     text: str  # one line for the verdict
     cell: PlannedCell
     buffer: dict[str, Any] | None = None

@@ -33,7 +33,15 @@ from ddprobe.bisect.cells import (
     same_failure,
 )
 from ddprobe.bisect.frontier import Row, build_row, probes
-from ddprobe.bisect.ladder import ORDERS, LadderInput, LadderState, cured, diagnose, small_max_bs
+from ddprobe.bisect.ladder import (
+    ORDERS,
+    LadderInput,
+    LadderState,
+    Order,
+    cured,
+    diagnose,
+    small_max_bs,
+)
 from ddprobe.bisect.served import before_model_load, served_max_bs
 from ddprobe.bisect.static import Suspect
 from ddprobe.bisect.worstcase import Countdown, bound, worst_case
@@ -45,7 +53,7 @@ DEFAULT_SMALL_MAX_BS: Final = 8
 
 @dataclass(frozen=True)
 class PlanOptions:
-    order: str = "auto"  # auto | eager-first | graph-first (see ladder.step_order)
+    order: Order = "auto"  # see ladder.step_order
     repeat: int = 1
     sanitize: bool = False
     sanitize_available: bool = False

@@ -20,16 +20,17 @@ from ddprobe.bisect.cells import PlannedCell
 from ddprobe.bisect.compare import disagreements
 from ddprobe.bisect.engine import Event, EventSink, GroupRun, drive, is_restart
 from ddprobe.bisect.groups import HostGroup
+from ddprobe.bisect.ladder import Order
 from ddprobe.bisect.latent import LatentOptions
 from ddprobe.bisect.planner import BisectSpec, Planner, PlanOptions, small_max_bs_for
 from ddprobe.bisect.plantext import plan_lines
 from ddprobe.bisect.preflight import PlanPreflight, plan_preflight
 from ddprobe.bisect.runframe import RunFrame, begin_run, now
 from ddprobe.bisect.session import HostSession, Opened, StaticEvidence, static_evidence
-from ddprobe.bisect.verdicts import build_verdicts, exit_code, run_status
-from ddprobe.errors import UsageError
+from ddprobe.bisect.verdicts import RunStatus, build_verdicts, exit_code, run_status
+from ddprobe.errors import ConfigError, UsageError
 from ddprobe.inventory import Host
-from ddprobe.results import Config, Verdict
+from ddprobe.results import Config, UnknownValue, Verdict, known
 from ddprobe.sources.patches import apply_patch, load_patch
 from ddprobe.store import RunRecord, find_run, load_run
 
@@ -40,7 +41,7 @@ class BisectRequest:
     max_bs: int | None = None
     backend: str | None = None
     extra_args: tuple[str, ...] = ()
-    order: str = "auto"
+    order: Order = "auto"
     repeat: int = 1
     sanitize: bool = False
     confirm_patch: str | None = None
@@ -60,11 +61,13 @@ class BisectRequest:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BisectRequest:
-        known = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
-        known["budgets"] = tuple(int(b) for b in known.get("budgets") or ())
-        known["extra_args"] = tuple(known.get("extra_args") or ())
-        known["tasks"] = tuple(known.get("tasks") or ())
-        return cls(**known)
+        kw = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        kw["budgets"] = tuple(int(b) for b in kw.get("budgets") or ())
+        kw["extra_args"] = tuple(kw.get("extra_args") or ())
+        kw["tasks"] = tuple(kw.get("tasks") or ())
+        if "order" in kw:
+            kw["order"] = known(Order, kw["order"], "run.options.order")
+        return cls(**kw)
 
     def base(self) -> Config:
         return Config(budget=self.budgets[0] if self.budgets else 1, graph=True,
@@ -107,7 +110,7 @@ class BisectReport:
     notes: list[str]
     wall_s: float
     server_s: float  # time spent waiting on cells (the slowest per round, summed)
-    status: str  # good | bad | skip
+    status: RunStatus
 
     @property
     def verdicts(self) -> list[Verdict]:
@@ -160,6 +163,14 @@ def load_resume(run_id: str, root: Path | None = None) -> RunRecord:
         raise UsageError(f"run {rec.run_id} is already finished; see `ddprobe report "
                          f"{rec.run_id}` or `ddprobe bisect log {rec.run_id}`")
     return rec
+
+
+def resume_request(rec: RunRecord) -> BisectRequest:
+    """The options a resumed run was started with, from its journal's header."""
+    try:
+        return BisectRequest.from_dict(rec.meta.get("options") or {})
+    except UnknownValue as e:
+        raise ConfigError(str(e), path=str(rec.dir / "journal.jsonl"), key=e.key) from None
 
 
 def run_bisect(hosts: Sequence[Host], req: BisectRequest, *, root: Path | None = None,

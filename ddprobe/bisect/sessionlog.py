@@ -25,11 +25,21 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Final
 
 from ddprobe.bisect.cells import BAD, GOOD, REFUSED, PlannedCell, describe, status_of
+from ddprobe.bisect.ladder import Order
 from ddprobe.bisect.planner import DEFAULT_SMALL_MAX_BS, BisectSpec, Planner, PlanOptions
 from ddprobe.bisect.static import Suspect
 from ddprobe.bisect.verdicts import build_verdicts
 from ddprobe.errors import ConfigError, DdprobeError
-from ddprobe.results import CellResult, Config, Outcome, Signature, Verdict
+from ddprobe.results import (
+    CellResult,
+    Config,
+    Outcome,
+    Purpose,
+    Signature,
+    UnknownValue,
+    Verdict,
+    known,
+)
 from ddprobe.store import RunRecord
 
 _KEY = re.compile(r"^b(?P<budget>\d+)-(?P<graph>graph|eager)(?:-bs(?P<bs>\d+))?"
@@ -306,7 +316,7 @@ def _budget_target(spec: BisectSpec, budget: int, opt: dict[str, Any], path: str
 
 
 def _purpose(spec: BisectSpec, cfg: Config, bufs: tuple[str, ...], patch: str | None,
-             san: bool) -> str:
+             san: bool) -> Purpose:
     if san:
         return "sanitize"
     if patch:
@@ -378,13 +388,14 @@ def _start(args: list[str], path: str, line: int) -> Session:
     names = [x for x in str(opt.get("--suspects", "")).split(",") if x]
     names += list(opt.get("--suspect", []))
     sus = tuple(parse_suspect(a) for a in names)
-    opts = PlanOptions(order=str(opt.get("--order", "auto")), repeat=int(opt.get("--repeat", 1)),
-                       confirm_patch=opt.get("--confirm-patch"))
     base = Config(budget=budgets[0], max_bs=opt.get("--max-bs"), backend=opt.get("--backend"))
     try:
+        opts = PlanOptions(order=known(Order, str(opt.get("--order", "auto")), "order"),
+                           repeat=int(opt.get("--repeat", 1)),
+                           confirm_patch=opt.get("--confirm-patch"))
         spec = BisectSpec(budgets, base, int(opt.get("--small-max-bs", DEFAULT_SMALL_MAX_BS)),
                           sus, opts)
-    except DdprobeError as e:
+    except (DdprobeError, UnknownValue) as e:
         raise ConfigError(str(e), path=path, line=line) from None
     return Session(str(opt.get("--host", "?")), spec)
 

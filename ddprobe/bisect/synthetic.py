@@ -6,14 +6,17 @@ threshold position and kind) and by the planner's tests. Nothing here touches a 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final, Literal, get_args
 
 from ddprobe.bisect.cells import PlannedCell
 from ddprobe.bisect.planner import BisectSpec, Oracle, simulate
 from ddprobe.results import CellResult, Outcome, Signature
 
-KINDS = ("buffer", "workspace", "capture", "kernel")
+# the defect a synthetic threshold plants (see `threshold`)
+DefectKind = Literal["buffer", "workspace", "capture", "kernel"]
+KINDS: Final[tuple[DefectKind, ...]] = get_args(DefectKind)
 
-_SIG = {
+_SIG: Final[dict[DefectKind, tuple[Outcome, Signature]]] = {
     "buffer": (Outcome.CRASH, Signature("cuda_illegal_address",
                                         "an illegal memory access was encountered")),
     "workspace": (Outcome.CRASH, Signature("cublas", "CUBLAS_STATUS_EXECUTION_FAILED when "
@@ -29,7 +32,7 @@ def result(c: PlannedCell, outcome: Outcome, sig: Signature | None = None) -> Ce
                       timings={"restart": 0.0})
 
 
-def threshold(spec: BisectSpec, at: int | None, kind: str, culprit: str | None = None
+def threshold(spec: BisectSpec, at: int | None, kind: DefectKind, culprit: str | None = None
               ) -> Oracle:
     """Every budget >= `at` fails with a defect of `kind`; None: nothing fails.
 
@@ -58,14 +61,14 @@ def threshold(spec: BisectSpec, at: int | None, kind: str, culprit: str | None =
     return answer
 
 
-def restarts_for(spec: BisectSpec, at: int | None, kind: str, *, k: int = 1
+def restarts_for(spec: BisectSpec, at: int | None, kind: DefectKind, *, k: int = 1
                  ) -> tuple[int, int]:
     """(restarts, rounds) the planner needs against one synthetic threshold."""
     p, rounds = simulate(spec, threshold(spec, at, kind), k=k)
     return sum(len(r) for r in rounds), len(rounds)
 
 
-def bounds(spec: BisectSpec, *, k: int = 1, kinds: Sequence[str] = KINDS
+def bounds(spec: BisectSpec, *, k: int = 1, kinds: Sequence[DefectKind] = KINDS
            ) -> dict[str, tuple[int, int]]:
     """Worst (restarts, rounds) over threshold positions, per kind; plus 'none' (all pass)."""
     out: dict[str, tuple[int, int]] = {"none": restarts_for(spec, None, "buffer", k=k)}

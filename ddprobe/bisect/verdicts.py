@@ -10,19 +10,21 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from ddprobe.bisect import latent
-from ddprobe.bisect.cells import BAD, FLAKY, GOOD, REFUSED, SKIP, Obs, PlannedCell, describe
+from ddprobe.bisect.cells import BAD, FLAKY, GOOD, REFUSED, SKIP, Obs, PlannedCell, Status, describe
 from ddprobe.bisect.ladder import Decision, LadderState
 from ddprobe.bisect.planner import ModePlan, Planner
 from ddprobe.bisect.served import served_max_bs
 from ddprobe.bisect.static import Suspect, size_line
 from ddprobe.exitcodes import ExitCode
 from ddprobe.probes import differential
-from ddprobe.results import Evidence, Verdict
+from ddprobe.results import Confidence, Evidence, Verdict, VerdictKind
 
-FAILURE_KINDS: Final = ("buffer_sizing", "graph_capture", "kernel")
+FAILURE_KINDS: Final[tuple[VerdictKind, ...]] = ("buffer_sizing", "graph_capture", "kernel")
+# what a run found, as `git bisect run` sees a version (BisectReport.status)
+RunStatus = Literal["good", "bad", "skip"]
 
 
 def _ev(kind: str, summary: str, cells: Sequence[PlannedCell | str] = (),
@@ -297,8 +299,11 @@ def _control_evidence(p: Planner, mp: ModePlan, sig_mode: str) -> list[Evidence]
     return out
 
 
-def _lower(conf: str) -> str:
-    return {"high": "medium", "medium": "low"}.get(conf, "low")
+_LOWER: Final[dict[Confidence, Confidence]] = {"high": "medium", "medium": "low"}
+
+
+def _lower(conf: Confidence) -> Confidence:
+    return _LOWER.get(conf, "low")
 
 
 def _next_step(p: Planner, d: Decision, first: int) -> tuple[str, dict[str, Any] | None]:
@@ -433,7 +438,8 @@ def _status_verdicts(p: Planner, host: str | None) -> list[Verdict]:
     row = p.state().row
     b = row.budgets
     out: list[Verdict] = []
-    for status, kind in ((FLAKY, "flaky"), (REFUSED, "config_error")):
+    pairs: tuple[tuple[Status, VerdictKind], ...] = ((FLAKY, "flaky"), (REFUSED, "config_error"))
+    for status, kind in pairs:
         idx = [i for i in range(len(b)) if row.obs[i].status == status]
         groups: dict[str, list[int]] = {}
         for i in idx:
@@ -530,7 +536,7 @@ def build_verdicts(p: Planner, *, host: str | None = None) -> list[Verdict]:
                         p.obs, host=host)
 
 
-def run_status(verdicts: Sequence[Verdict]) -> str:
+def run_status(verdicts: Sequence[Verdict]) -> RunStatus:
     """good (no failure) | bad (a failure was seen) | skip (nothing could be decided).
 
     A failure before the model is loaded in every config is a skip (a broken install, not a

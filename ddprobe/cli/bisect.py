@@ -24,10 +24,11 @@ from rich.markup import escape
 
 from ddprobe.bisect.cells import describe
 from ddprobe.bisect.engine import Event
+from ddprobe.bisect.ladder import Order
 from ddprobe.bisect.latent import LatentOptions
 from ddprobe.bisect.planner import small_max_bs_for
 from ddprobe.bisect.plantext import plan_lines
-from ddprobe.bisect.run import BisectRequest, load_resume, run_bisect
+from ddprobe.bisect.run import BisectRequest, load_resume, resume_request, run_bisect
 from ddprobe.bisect.sessionlog import render_log, replay
 from ddprobe.bisect.sweep import SweepRequest, run_sweep
 from ddprobe.cli import common
@@ -360,7 +361,7 @@ def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backen
     rec = None
     if resume:
         rec = load_resume(resume)
-        req = BisectRequest.from_dict(rec.meta.get("options") or {})
+        req = resume_request(rec)
         hosts = common.hosts(",".join(rec.meta.get("hosts") or []))
     else:
         if not host:
@@ -368,7 +369,7 @@ def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backen
         if confirm_patch:
             from ddprobe.sources.patches import load_patch
             load_patch(confirm_patch)  # a missing/bad patch is reported before any restart
-        order = "graph-first" if graph_first else "eager-first" if eager_first else "auto"
+        order: Order = "graph-first" if graph_first else "eager-first" if eager_first else "auto"
         req = BisectRequest(budgets=_budgets(budgets), max_bs=max_bs, backend=backend,
                             order=order, repeat=repeat, sanitize=sanitize,
                             confirm_patch=confirm_patch, parallel=parallel,
