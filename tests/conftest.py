@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from probes_util import SglangShapedServer
 
 from ddprobe.inventory import Host, ServerSettings
 
@@ -336,3 +337,14 @@ def sshd_config_env(request: pytest.FixtureRequest) -> Iterator[None]:
 def write_inventory(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+@pytest.fixture
+def sgl() -> Iterator[SglangShapedServer]:
+    """A real HTTP server on loopback that answers like SGLang (tests/probes_util.py)."""
+    srv = SglangShapedServer().start()
+    try:
+        yield srv
+    finally:
+        srv.stop()
+

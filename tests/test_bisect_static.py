@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_sources_buffers import wheel_texts
+from sources_util import wheel_texts
 
 from ddprobe.bisect.static import Suspect, find_suspects, size_line
 from ddprobe.sources.buffers import SizingParams, analyse_buffers, wanted_files

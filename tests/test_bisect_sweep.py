@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
-from test_bisect_ssh import TASKS, Site, assert_clean, ddprobe, write_inventory
+from bisect_util import TASKS, Site, assert_clean, ddprobe, write_inventory
 
 from ddprobe.exitcodes import ExitCode
 from ddprobe.store import load_run

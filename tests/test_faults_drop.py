@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_bisect_ssh import REPO, TASKS, Site, assert_clean, bisect_json, write_inventory
+from bisect_util import REPO, TASKS, Site, assert_clean, bisect_json, write_inventory
 from server_util import procs_with
 
 from ddprobe import remote

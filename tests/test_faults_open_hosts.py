@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_bisect_ssh import TASKS, Site, ddprobe, lock_by_another_run, write_inventory
+from bisect_util import TASKS, Site, ddprobe, lock_by_another_run, write_inventory
 
 from ddprobe import remote
 from ddprobe.exitcodes import ExitCode

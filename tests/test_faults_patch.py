@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_bisect_ssh import TASKS, Site, ddprobe, lock_by_another_run, write_inventory
+from bisect_util import TASKS, Site, ddprobe, lock_by_another_run, write_inventory
 
 from ddprobe import remote
 from ddprobe.exitcodes import ExitCode
@@ -155,7 +155,7 @@ def test_advice_after_a_killed_apply_works_for_a_patch_file(sshd, tmp_path: Path
     # the ledger entry an apply killed before it recorded its end leaves ("applying")
     from ddprobe.sources.patches import PAUSE_ENV
     env = dict(os.environ, **{PAUSE_ENV: "30"})
-    from test_bisect_ssh import REPO
+    from bisect_util import REPO
     import sys
     proc = subprocess.Popen([sys.executable, "-m", "ddprobe", "-i", str(inv), "--ssh-config",
                              str(sshd.ssh_config), "patch", "apply", str(pf), "--host", "gpu"],

@@ -20,12 +20,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from patch_util import SHIPPED, TRITON, copy_install, tree_hash
 
 from ddprobe.cli import main
 from ddprobe.exitcodes import ExitCode
-
-sys.path.insert(0, str(Path(__file__).parent))
-from test_patch_host import SHIPPED, TRITON, _copy_install, tree_hash  # noqa: E402
 
 pytestmark = pytest.mark.ssh
 
@@ -36,7 +34,7 @@ def _sha(p: Path) -> str:
 
 @pytest.fixture
 def env(tmp_path: Path, sglang_venv, sshd):
-    site = _copy_install(sglang_venv("0.5.10"), tmp_path)
+    site = copy_install(sglang_venv("0.5.10"), tmp_path)
     inv = tmp_path / "hosts.yaml"
     inv.write_text(f"hosts:\n  gpu-a:\n    host: {sshd.alias}\n    python: {sys.executable}\n"
                    f"    env:\n      PYTHONPATH: {site}\n")

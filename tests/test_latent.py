@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from planner_util import BUDGETS, CUBLAS, GARBAGE, ILLEGAL, MASK
-from test_sanitize_cell import _report
+from sources_util import tb_buffer_report
 
 from ddprobe.bisect.cells import PlannedCell
 from ddprobe.bisect.latent import LATENT_MODE, LatentOptions
@@ -55,7 +55,7 @@ def h200_memcheck_b16() -> dict:
     """The sanitize cell's extra for the captured H200 b16 run: parsed report + named buffer."""
     text = gzip.decompress((DATA / "testbed-h200-memcheck-b16-limit1000.txt.gz").read_bytes())
     san = parse_memcheck(text.decode())
-    rep, params = _report()
+    rep, params = tb_buffer_report()
     buf, how = name_buffer(san, rep, params, 16)
     return {"sanitizer": san.to_dict(), "buffer": buf, "buffer_match": how}
 
@@ -242,7 +242,7 @@ def test_bisect_on_the_cpu_testbed_memchecks_the_passing_budget(tmp_path: Path) 
     count includes that cell (8 + 1)."""
     import stat
 
-    from test_sanitize_cell import STAND_IN, _host
+    from sanitize_util import STAND_IN, sanitize_host
     from testbed_util import install_prefix
 
     from ddprobe.bisect.run import BisectRequest, run_bisect
@@ -251,7 +251,7 @@ def test_bisect_on_the_cpu_testbed_memchecks_the_passing_budget(tmp_path: Path) 
     exe = bindir / "compute-sanitizer"
     exe.write_text(STAND_IN)
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
-    host = _host(install_prefix(tmp_path / "site"), tmp_path, bindir)
+    host = sanitize_host(install_prefix(tmp_path / "site"), tmp_path, bindir)
     rep = run_bisect([host], BisectRequest(budgets=BUDGETS, tasks=("2",)), root=tmp_path / "runs")
     keys = [pc.key for g in rep.groups for pc, _ in g.cells]
     assert [k for k in keys if k.endswith("+sanitize")] == ["b8-graph+sanitize"], keys
@@ -268,7 +268,7 @@ def test_bisect_on_the_cpu_testbed_memchecks_the_passing_budget(tmp_path: Path) 
 def _cell_from_log(budget: int, text: str, outcome: str) -> CellResult:
     """A latent-check cell as the sanitize cell builds it, from the captured raw log."""
     san = parse_memcheck(text)
-    rep, params = _report(budget)
+    rep, params = tb_buffer_report(budget)
     extra: dict = {"sanitizer": san.to_dict(), "buffer": None,
                    "buffer_match": "no out-of-bounds access reported"}
     if san.findings:

@@ -157,3 +157,50 @@ def test_host_programs_are_python_3_8_standard_library(name: str, text: str) -> 
                 continue
             bad.append(f"{name}: line {node.lineno} imports {m}")
     assert bad == []
+
+
+# ----- the tests themselves: helpers live in plain modules, never in another test module -----
+
+TESTS = Path(__file__).resolve().parent
+
+
+def _test_module_imports(paths: list[Path], root: Path = TESTS.parent
+                         ) -> list[str]:
+    """`path:line imports test_x` for every import of a test module (`test_*`, the names pytest
+    collects) by another module, lazy ones inside functions included. Importing a test module
+    runs its collection side effects and makes pytest see its fixtures twice: shared helpers
+    belong in tests/*_util.py or conftest.py."""
+    bad = []
+    for p in paths:
+        for ln, mod in _imports(p):
+            if mod.split(".")[-1].startswith("test_") or mod.split(".")[0].startswith("test_"):
+                bad.append(f"{p.relative_to(root)}:{ln} imports {mod}")
+        tree = ast.parse(p.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):  # importlib.import_module("test_x") / __import__("test_x")
+            if (isinstance(node, ast.Call) and node.args
+                    and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.args[0].value, str)
+                    and node.args[0].value.split(".")[-1].startswith("test_")
+                    and ast.unparse(node.func).split(".")[-1] in {"import_module",
+                                                                   "__import__"}):
+                bad.append(f"{p.relative_to(root)}:{node.lineno} imports "
+                           f"{node.args[0].value}")
+    return bad
+
+
+def test_no_test_module_imports_another_test_module() -> None:
+    paths = sorted(p for p in TESTS.rglob("*.py") if "data" not in p.relative_to(TESTS).parts)
+    assert len(paths) > 50 and TESTS / "conftest.py" in paths
+    assert _test_module_imports(paths) == []
+
+
+def test_the_test_import_check_can_fail(tmp_path: Path) -> None:
+    (tmp_path / "tests").mkdir()
+    bad = tmp_path / "tests" / "test_a.py"
+    bad.write_text("import os\nfrom bisect_util import TASKS\n\n\ndef test_x():\n"
+                   "    from test_bisect_ssh import Site\n    import importlib\n"
+                   "    importlib.import_module('test_sanitize_cell')\n")
+    ok = tmp_path / "tests" / "test_b.py"
+    ok.write_text("from server_util import procs_with\nimport testbed_util\n")
+    assert _test_module_imports([bad, ok], root=tmp_path) == [
+        "tests/test_a.py:6 imports test_bisect_ssh", "tests/test_a.py:8 imports test_sanitize_cell"]

@@ -15,53 +15,31 @@ import time
 from pathlib import Path
 
 import pytest
+from patch_util import RUNNER, SHIPPED, TRITON, copy_install, sha, tree_hash
 
 from ddprobe import remote
 from ddprobe.cli import main
 from ddprobe.errors import PatchError
-from ddprobe.sources.fetch import grep_buffers
-from ddprobe.sources.buffers import SizingParams
-from ddprobe.sources.oversize import make_oversize_patch
-from ddprobe.sources.patches import (PAUSE_ENV, apply_patch, load_patch, patch_diff,
-                                     patch_status, revert_patch)
 from ddprobe.hostside.patchtext import Patch, format_patch, make_file_patch
+from ddprobe.sources.buffers import SizingParams
+from ddprobe.sources.fetch import grep_buffers
+from ddprobe.sources.oversize import make_oversize_patch
+from ddprobe.sources.patches import (
+    PAUSE_ENV,
+    apply_patch,
+    load_patch,
+    patch_diff,
+    patch_status,
+    revert_patch,
+)
 
 pytestmark = pytest.mark.ssh
-TRITON = "srt/layers/attention/triton_backend.py"
-RUNNER = "srt/model_executor/cuda_graph_runner.py"
-SHIPPED = "sglang-0.5.10-triton-custom-mask"
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _copy_install(venv_python: Path, dest: Path) -> Path:
-    """site-packages holding a copy of the real wheel install (package + dist-info)."""
-    out = subprocess.run([str(venv_python), "-c", "import sysconfig; "
-                          "print(sysconfig.get_paths()['purelib'])"], capture_output=True,
-                         text=True, check=True).stdout.strip()
-    site = dest / "site"
-    site.mkdir(parents=True)
-    for p in Path(out).iterdir():
-        if p.name == "sglang" or (p.name.startswith("sglang-") and p.name.endswith(".dist-info")):
-            shutil.copytree(p, site / p.name, symlinks=True)
-    return site
-
-
-def tree_hash(root: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(root.rglob("*")):
-        h.update(str(p.relative_to(root)).encode())
-        if p.is_file():
-            h.update(p.read_bytes())
-    return h.hexdigest()
-
-
-def sha(p: Path) -> str:
-    return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
 @pytest.fixture
 def install(tmp_path: Path, sglang_venv) -> Path:
-    return _copy_install(sglang_venv("0.5.10"), tmp_path)
+    return copy_install(sglang_venv("0.5.10"), tmp_path)
 
 
 @pytest.fixture

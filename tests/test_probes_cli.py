@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from test_probes_client import SglangShapedServer, sgl  # noqa: F401 (fixture)
+from probes_util import SglangShapedServer
 
 from ddprobe.cli import main
 from ddprobe.exitcodes import ExitCode

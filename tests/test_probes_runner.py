@@ -2,8 +2,7 @@
 the real sandbox running every answer's tests."""
 from __future__ import annotations
 
-
-from test_probes_client import SglangShapedServer, sgl  # noqa: F401 (fixture)
+from probes_util import SglangShapedServer
 
 from ddprobe.probes import baseline_from_report, run_probes
 from ddprobe.probes.client import SRC_SPEC_ACCEPT_LENGTH, SRC_VERIFY_CT

@@ -14,21 +14,25 @@ import os
 import re
 import shutil
 import stat
-import sys
 from pathlib import Path
 
 import pytest
+from sanitize_util import STAND_IN, sanitize_host
+from sources_util import tb_buffer_report
+from testbed_util import install_prefix
 
-from ddprobe.inventory import Host
+from ddprobe.cell.memcheck import parse_memcheck
+from ddprobe.cell.sanitize import (
+    NO_CACHING,
+    SANITIZER_ARGS,
+    name_buffer,
+    run_sanitize_cell,
+    sanitized_launch,
+    solve_row,
+)
 from ddprobe.remote import connect
 from ddprobe.results import Config, Outcome
-from ddprobe.cell.sanitize import (NO_CACHING, SANITIZER_ARGS, name_buffer, run_sanitize_cell,
-                                   sanitized_launch, solve_row)
-from ddprobe.cell.memcheck import parse_memcheck
 from ddprobe.server.launch import Launch
-from ddprobe.sources import SizingParams, analyse_buffers
-from server_util import tb_env, tb_server
-from testbed_util import free_port, install_prefix
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(__file__).resolve().parent / "data"
@@ -40,16 +44,8 @@ MASK_LINE = next(i for i, ln in enumerate(
     if "self.cuda_graph_custom_mask = torch.zeros(" in ln)
 
 
-def _report(budget: int = 16, **extra: int) -> tuple[object, SizingParams]:
-    files = ("srt/layers/attention/triton_backend.py", "srt/model_executor/cuda_graph_runner.py")
-    texts = {f: (TESTBED / f).read_text() for f in files}
-    params = SizingParams(max_bs=64, budgets=(budget,), context_len=32768,
-                          extra=tuple(extra.items()))
-    return analyse_buffers(texts, package="ddtestbed", backend="triton", params=params), params
-
-
 def test_the_unknown_draft_token_count_is_solved_from_the_allocation_size() -> None:
-    rep, params = _report()
+    rep, params = tb_buffer_report()
     mask = next(r for r in rep.rows if r.attr == "cuda_graph_custom_mask")
     assert mask.sizes[0].bytes is None  # grep-buffers alone cannot size it
     assert solve_row(mask, params.env(16), SEED_B16_MASK) == (
@@ -71,14 +67,14 @@ def _finding_text(size: int, kernel: str = "write_tree_mask_kernel") -> str:
 
 
 def test_name_buffer_solved_and_exact() -> None:
-    rep, params = _report()
+    rep, params = tb_buffer_report()
     san = parse_memcheck(_finding_text(SEED_B16_MASK))
     buf, how = name_buffer(san, rep, params, 16)
     assert buf is not None and buf["attr"] == "cuda_graph_custom_mask"
     assert buf["solved"] == {"draft_model_config_num_draft_tokens": 9}
     assert buf["file"].endswith("triton_backend.py") and buf["line"] == MASK_LINE
     assert how == "size with draft_model_config_num_draft_tokens = 9"
-    rep9, params9 = _report(draft_model_config_num_draft_tokens=9)
+    rep9, params9 = tb_buffer_report(draft_model_config_num_draft_tokens=9)
     buf, how = name_buffer(san, rep9, params9, 16)
     assert buf is not None and buf["attr"] == "cuda_graph_custom_mask" and how == "exact size"
     assert buf["bytes"] == SEED_B16_MASK
@@ -96,7 +92,7 @@ def test_the_closest_finding_names_the_buffer() -> None:
     near = _finding_text(SEED_B16_MASK).replace("0x7effff000000", "0x7eaaaa000000")
     san = parse_memcheck(far + near)
     assert [f.allocation_size for f in san.findings] == [65536, SEED_B16_MASK]
-    rep, params = _report()
+    rep, params = tb_buffer_report()
     buf, how = name_buffer(san, rep, params, 16)
     assert buf is not None and buf["attr"] == "cuda_graph_custom_mask"
     assert buf["solved"] == {"draft_model_config_num_draft_tokens": 9}, how
@@ -125,7 +121,7 @@ def test_captured_h200_memcheck_of_the_cuda_testbed_names_the_custom_mask() -> N
                                                      "__global__", 1)
     assert f.location == "kernels.py:37" and f.count == 20 and f.block == "0,14,0"
     assert (f.allocation_size, f.distance, f.direction) == (65536, 1457057, "after")
-    rep, params = _report()
+    rep, params = tb_buffer_report()
     buf, how = name_buffer(san, rep, params, 16)
     assert buf is not None and buf["attr"] == "cuda_graph_custom_mask" and buf["line"] == MASK_LINE
     assert how.startswith("kernel write_tree_mask_kernel is the writer of the only flagged")
@@ -133,31 +129,9 @@ def test_captured_h200_memcheck_of_the_cuda_testbed_names_the_custom_mask() -> N
 
 
 # -- the cell, end to end ------------------------------------------------------------------
-STAND_IN = """#!/bin/sh
-# compute-sanitizer stand-in (no GPU here): runs the program like the real tool, same banner
-echo "========= COMPUTE-SANITIZER"
-echo "stand-in: $1 $2 $3 $4 caching-off=${PYTORCH_NO_CUDA_MEMORY_CACHING:-unset}"
-shift 4
-"$@"
-rc=$?
-echo "========= ERROR SUMMARY: 0 errors"
-exit $rc
-"""
-
-
 @pytest.fixture(scope="module")
 def prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return install_prefix(tmp_path_factory.mktemp("san-tb") / "site")
-
-
-def _host(prefix: Path, tmp: Path, bindir: Path | None) -> Host:
-    env = dict(tb_env(prefix))
-    env["DDTESTBED_DEVICE"] = "cpu"
-    if bindir is not None:
-        env["PATH"] = f"{bindir}:{os.environ.get('PATH', '/usr/bin:/bin')}"
-    return Host(name="san", host="localhost", python=sys.executable, package="ddtestbed",
-                env=tuple(env.items()), transport="local",
-                server=tb_server(free_port(), tmp / "work"))
 
 
 @pytest.fixture
@@ -172,7 +146,7 @@ def stand_in(tmp_path: Path) -> Path:
 
 def test_cell_runs_the_config_under_the_sanitizer_and_sends_one_request(
         prefix: Path, tmp_path: Path, stand_in: Path) -> None:
-    host = _host(prefix, tmp_path, stand_in)
+    host = sanitize_host(prefix, tmp_path, stand_in)
     with connect(host) as r:
         cell = run_sanitize_cell(r, host, Config(budget=8), log_dir=tmp_path / "logs")
     assert cell.kind == "sanitize" and cell.outcome is Outcome.OK, cell.to_dict()
@@ -190,7 +164,7 @@ def test_cell_runs_the_config_under_the_sanitizer_and_sends_one_request(
 
 def test_cell_reports_a_crash_with_the_servers_signature(prefix: Path, tmp_path: Path,
                                                          stand_in: Path) -> None:
-    host = _host(prefix, tmp_path, stand_in)
+    host = sanitize_host(prefix, tmp_path, stand_in)
     with connect(host) as r:
         cell = run_sanitize_cell(r, host, Config(budget=16))
     assert cell.outcome is Outcome.CRASH, cell.to_dict()
@@ -204,7 +178,7 @@ def test_cell_reports_a_crash_with_the_servers_signature(prefix: Path, tmp_path:
                     or os.path.exists("/usr/local/cuda/bin/compute-sanitizer"),
                     reason="compute-sanitizer is installed here")
 def test_cell_without_a_sanitizer_is_an_error_that_says_so(prefix: Path, tmp_path: Path) -> None:
-    host = _host(prefix, tmp_path, None)
+    host = sanitize_host(prefix, tmp_path, None)
     with connect(host) as r:
         cell = run_sanitize_cell(r, host, Config(budget=16))
     assert cell.outcome is Outcome.ERROR and cell.kind == "sanitize"
@@ -222,7 +196,7 @@ def test_captured_h200_memcheck_with_a_higher_print_limit_names_the_mask_by_size
     assert san.ran and san.error_count == 474
     sizes = {f.allocation_size for f in san.findings}
     assert 18_879_552 in sizes and all(f.kernel == "write_tree_mask_kernel" for f in san.findings)
-    rep, params = _report()
+    rep, params = tb_buffer_report()
     buf, how = name_buffer(san, rep, params, 16)
     assert buf is not None and buf["attr"] == "cuda_graph_custom_mask" and buf["line"] == MASK_LINE
     assert buf["bytes"] == 18_879_552 and buf["solved"] == {"draft_model_config_num_draft_tokens": 9}
@@ -258,7 +232,7 @@ def test_the_report_printed_while_the_server_is_stopped_is_read(prefix: Path,
     exe = bindir / "compute-sanitizer"
     exe.write_text(LATE_REPORT)
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
-    host = _host(prefix, tmp_path, bindir)
+    host = sanitize_host(prefix, tmp_path, bindir)
     with connect(host) as r:
         cell = run_sanitize_cell(r, host, Config(budget=8))
     san = cell.sanitizer

@@ -7,7 +7,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
-from test_bisect_ssh import ENV, TASKS
+from bisect_util import ENV, TASKS
 from server_util import inventory_text
 from junit_util import check_junit
 from testbed_util import free_port, install_prefix

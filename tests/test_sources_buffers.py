@@ -1,45 +1,27 @@
 """grep-buffers' AST analysis on the real source text of four SGLang releases (and the testbed)."""
 from __future__ import annotations
 
-import fnmatch
 import re
-import zipfile
 from pathlib import Path
 
 import pytest
-from conftest import SGLANG_VERSIONS, _wheel
+from conftest import SGLANG_VERSIONS
+from sources_util import wheel_texts
 
 from ddprobe.errors import PatchError, UsageError
-from ddprobe.sources.buffers import (FLAG_FIXED, FLAG_NONE, FLAG_SHORT, SizingParams,
-                                     analyse_buffers, wanted_files)
+from ddprobe.hostside.patchtext import apply_patch
+from ddprobe.sources.buffers import (
+    FLAG_FIXED,
+    FLAG_NONE,
+    FLAG_SHORT,
+    SizingParams,
+    analyse_buffers,
+)
 from ddprobe.sources.oversize import make_oversize_patch
 from ddprobe.sources.patches import load_patch
-from ddprobe.hostside.patchtext import apply_patch
 
 TRITON = "srt/layers/attention/triton_backend.py"
 PARAMS = SizingParams(max_bs=64, budgets=(8, 16, 32), context_len=4096)
-_cache: dict[tuple[str, str], dict[str, str]] = {}
-
-
-def wheel_texts(version: str, backend: str = "all") -> dict[str, str]:
-    """The files grep-buffers reads, straight from the real wheel (plus the one helper module
-    the host helper would follow in 0.5.2x)."""
-    key = (version, backend)
-    if key not in _cache:
-        pats = [*wanted_files(backend), "srt/layers/attention/verify_mask.py",
-                "srt/model_executor/runner_utils/buffers.py"]
-        out: dict[str, str] = {}
-        with zipfile.ZipFile(_wheel(version)) as z:
-            for name in z.namelist():
-                if not name.startswith("sglang/"):
-                    continue
-                rel = name[len("sglang/"):]
-                if any(fnmatch.fnmatch(rel, p) for p in pats):
-                    out[rel] = z.read(name).decode("utf-8")
-        _cache[key] = out
-    return _cache[key]
-
-
 def line_of(text: str, needle: str) -> int:
     for i, line in enumerate(text.splitlines(), 1):
         if needle in line:
