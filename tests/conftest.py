@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import session_guard
 from probes_util import SglangShapedServer
 
 from ddprobe.inventory import Host, ServerSettings
@@ -348,3 +349,41 @@ def sgl() -> Iterator[SglangShapedServer]:
     finally:
         srv.stop()
 
+
+# ----- the session guard (tests/session_guard.py): its own testbed port, no server left behind --
+
+_BASETEMP = pytest.StashKey[list[Path]]()
+_LEFT = pytest.StashKey[list[session_guard.ServerProc]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    session_guard.choose_testbed_port(os.environ)
+    session_guard.new_session_token(os.environ)
+    config.stash[_BASETEMP] = []
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_basetemp(request: pytest.FixtureRequest,
+                      tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Where this session's hosts and servers live: what makes a server this session's own."""
+    request.config.stash[_BASETEMP].append(tmp_path_factory.getbasetemp())
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    config = session.config
+    left = session_guard.own_servers(os.environ[session_guard.SESSION_VAR],
+                                     config.stash.get(_BASETEMP, []))
+    config.stash[_LEFT] = left
+    if left:
+        session_guard.stop(left)
+        if config.pluginmanager.get_plugin("terminalreporter") is None:
+            print(session_guard.warning_text(left), file=sys.__stderr__)
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
+                            config: pytest.Config) -> None:
+    left = config.stash.get(_LEFT, [])
+    if left:
+        terminalreporter.section("servers left running", yellow=True)
+        terminalreporter.line(session_guard.warning_text(left), yellow=True)
