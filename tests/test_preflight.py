@@ -152,8 +152,10 @@ def test_the_program_keeps_stdout_to_its_answer(tmp_path: Path) -> None:
     """What the imported code prints never reaches the answer line."""
     site = _fake_install(tmp_path, "noisy", (
         "import dataclasses\nprint('DDPROBE-PREFLIGHT {\"ok\": false}')\n"
+        "print('{\"ok\": false, \"error\": {\"kind\": \"io\"}}')\n"  # the answer line's form
         "@dataclasses.dataclass\nclass ServerArgs:\n    speculative_num_draft_tokens: int = 0\n"
         "def prepare_server_args(argv):\n    print('hello from sglang')\n"
+        "    print('{\"ok\": true, \"result\": {}}')\n"
         "    return ServerArgs(int(argv[1]))\n"))
     host = Host(name="h", python=sys.executable, package="noisy",
                 env=(("PYTHONPATH", str(site)),), server=ServerSettings(model_path="m"),

@@ -49,8 +49,9 @@ class Program:
 
 
 PROGRAMS = {
+    # a tail reads up to 4 MiB of log; JSON writes a control byte as 6 (\u0000)
     "ops": Program(("common.py", "ops.py"), "server", "<ddprobe server helper>",
-                   "host operation failed", 60.0, "io", 16 * _MIB),
+                   "host operation failed", 60.0, "io", 32 * _MIB),
     "lock": Program(("common.py", "lock.py"), "server", "<ddprobe server helper>",
                     "host operation failed", 60.0, "io", _MIB),
     "sources": Program(_SOURCES, "sources", "<ddprobe helper>", "helper failed", 120.0, "",
