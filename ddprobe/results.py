@@ -24,6 +24,12 @@ VerdictKind = Literal["buffer_sizing", "graph_capture", "kernel", "config_error"
                       "inconclusive", "flaky", "ok"]
 VERDICT_KINDS: Final[tuple[VerdictKind, ...]] = get_args(VerdictKind)
 Confidence = Literal["high", "medium", "low"]
+# what a piece of evidence rests on (Evidence.kind): an experiment's cells (frontier, eager,
+# control, oversize, max_bs, sanitize, memcheck, latent, patch, differential), the log
+# (signature), the sources (static), or the run itself (assumed, repeat, refused, skip, note)
+EvidenceKind = Literal["frontier", "eager", "control", "oversize", "max_bs", "sanitize",
+                       "memcheck", "latent", "patch", "differential", "signature", "static",
+                       "assumed", "repeat", "refused", "skip", "note"]
 
 class UnknownValue(ValueError):
     """A value read from outside (a journal, a flag) that its vocabulary does not hold. The
@@ -280,8 +286,7 @@ def _outcome(value: object) -> Outcome:
 class Evidence:
     """One piece of evidence behind a verdict."""
 
-    # eager | frontier | static | oversize | max_bs | sanitize | patch | signature | facts
-    kind: str
+    kind: EvidenceKind
     summary: str  # one line a reviewer reads
     cells: list[str] = field(default_factory=list)  # config keys of the cells it rests on
     details: dict[str, Any] = field(default_factory=dict)  # e.g. buffer file:line and sizes
@@ -291,7 +296,7 @@ class Evidence:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Evidence:
-        return cls(**d)
+        return cls(**{**d, "kind": known(EvidenceKind, d.get("kind"), "verdict.evidence.kind")})
 
 
 @dataclass

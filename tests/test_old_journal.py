@@ -106,8 +106,8 @@ def _edit(run: Path, line_type: str, change: Callable[[dict[str, Any]], None],
     return n + 1
 
 
-def _set(*path: str, value: str) -> Callable[[dict[str, Any]], None]:
-    def change(ev: dict[str, Any]) -> None:
+def _set(*path: str | int, value: str) -> Callable[[dict[str, Any]], None]:
+    def change(ev: Any) -> None:
         for k in path[:-1]:
             ev = ev[k]
         ev[path[-1]] = value
@@ -117,19 +117,20 @@ def _set(*path: str, value: str) -> Callable[[dict[str, Any]], None]:
 @pytest.mark.parametrize("line_type,path,value", [
     ("verdict", ("kind",), "buffer_sizng"),
     ("verdict", ("confidence",), "certain"),
+    ("verdict", ("evidence", 0, "kind"), "hunch"),
     ("cell", ("kind",), "memcheck"),
     ("cell", ("outcome",), "exploded"),
     ("cell", ("extra", "purpose"), "frontiers"),
 ])
 def test_an_unknown_kind_or_status_in_a_journal_is_one_line_naming_file_and_key(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
-        line_type: str, path: tuple[str, ...], value: str) -> None:
+        line_type: str, path: tuple[str | int, ...], value: str) -> None:
     run = _copy(tmp_path)
     n = _edit(run, line_type, _set(*path, value=value))
     monkeypatch.setenv("DDPROBE_RUNS", str(tmp_path))
     with pytest.raises(ConfigError) as e:
         load_run(run)
-    key = ".".join((line_type, *path))
+    key = ".".join((line_type, *(k for k in path if isinstance(k, str))))
     assert str(e.value).startswith(f"{run / 'journal.jsonl'}:{n}: unknown {key} '{value}' "
                                    "(known: ")
     assert e.value.key == key and e.value.line == n
@@ -140,15 +141,22 @@ def test_an_unknown_kind_or_status_in_a_journal_is_one_line_naming_file_and_key(
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_an_unknown_order_in_a_resumed_runs_options_is_a_config_error(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("command,key,value", [("bisect", "order", "sideways"),
+                                               ("sweep", "graph", "bth")])
+def test_an_unknown_value_in_a_resumed_runs_options_is_a_config_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        command: str, key: str, value: str) -> None:
     run = _copy(tmp_path)
-    _edit(run, "run", _set("options", "order", value="sideways"), drop_end=True)
+
+    def change(ev: dict[str, Any]) -> None:
+        ev["command"] = command
+        ev["options"][key] = value
+
+    _edit(run, "run", change, drop_end=True)
     monkeypatch.setenv("DDPROBE_RUNS", str(tmp_path))
-    assert main(["bisect", "--resume", RUN_ID]) == ExitCode.CONFIG
+    assert main([command, "--resume", RUN_ID]) == ExitCode.CONFIG
     err = capsys.readouterr().err
-    assert "journal.jsonl" in err and "unknown run.options.order 'sideways'" in err
+    assert f"{run / 'journal.jsonl'}: unknown run.options.{key} '{value}'" in err
     assert "Traceback" not in err
 
 

@@ -130,6 +130,8 @@ BAD = [
     ("steps:\n  - action: grep\n", 2, "action 'grep' needs argument 'pattern'"),
     ("steps:\n  - action: grep-buffers\n    with:\n      max_bs: lots\n", 4,
      "argument 'max_bs': expected a whole number, got 'lots'"),
+    ("steps:\n  - action: sweep\n    with:\n      budgets: [8]\n      graph: bth\n", 5,
+     "argument 'graph': unknown value 'bth' (known: both, on, off)"),
     ("steps:\n  - action: facts\n    when: facts.gpus.any(\n", 3, "expected"),
     ("steps:\n  - action: facts\n    when: bisect.verdicts.any(kind == 'x')\n", 3,
      "unknown name 'bisect'"),

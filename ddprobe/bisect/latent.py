@@ -33,7 +33,7 @@ from ddprobe.bisect.cells import BAD, GOOD, Obs, PlannedCell
 from ddprobe.bisect.frontier import Row
 from ddprobe.bisect.ladder import MEMORY_KINDS
 from ddprobe.bisect.static import Suspect
-from ddprobe.results import CellResult, Config, Evidence, Outcome, Verdict
+from ddprobe.results import CellResult, Config, Evidence, EvidenceKind, Outcome, Verdict
 from ddprobe.sources.buffers import FLAG_FIXED, FLAG_SHORT
 
 LATENT_MODE: Final = "latent"  # the `mode` of latent-check cells (their purpose is sanitize)
@@ -244,7 +244,8 @@ def judgements(row: Row, base: Config, suspects: Sequence[Suspect],
     return t, out, inferred
 
 
-def _ev(kind: str, summary: str, cells: Sequence[PlannedCell] = (), **details: Any) -> Evidence:
+def _ev(kind: EvidenceKind, summary: str, cells: Sequence[PlannedCell] = (),
+        **details: Any) -> Evidence:
     return Evidence(kind=kind, summary=summary, cells=[c.base_key for c in cells],
                     details={k: v for k, v in details.items() if v not in (None, [], {}, "")})
 

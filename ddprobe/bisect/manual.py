@@ -21,6 +21,7 @@ from ddprobe.bisect.cells import BAD, GOOD, PlannedCell, describe
 from ddprobe.bisect.planner import Planner
 from ddprobe.bisect.sessionlog import (
     MARK_OPTS,
+    Mark,
     Session,
     mark_cell,
     mark_result,
@@ -85,7 +86,7 @@ def start(words: Sequence[str], *, path: Path | None = None) -> State:
     return load(path)
 
 
-def mark(verb: str, target: str | None, words: Sequence[str], *,
+def mark(verb: Mark, target: str | None, words: Sequence[str], *,
          path: Path | None = None) -> tuple[PlannedCell, State]:
     """Record good/bad/skip for a cell (the one `next` names when no target is given)."""
     path = path or session_path()

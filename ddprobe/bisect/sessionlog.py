@@ -22,7 +22,7 @@ import re
 import shlex
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Final
+from typing import Any, Final, Literal, get_args
 
 from ddprobe.bisect.cells import BAD, GOOD, REFUSED, PlannedCell, describe, status_of
 from ddprobe.bisect.ladder import Order
@@ -242,7 +242,8 @@ START_OPTS = {"--host": str, "--budgets": str, "--max-bs": int, "--backend": str
               "--suspects": str, "--suspect": list}
 MARK_OPTS = {"--graph": bool, "--no-graph": bool, "--max-bs": int, "--backend": str,
              "--oversize": str, "--patch": str, "--mode": str, "--refused": str}
-VERBS = ("good", "bad", "skip")
+Mark = Literal["good", "bad", "skip"]  # what a manual mark says of a cell
+VERBS: Final[tuple[Mark, ...]] = get_args(Mark)
 
 
 def parse_opts(args: Sequence[str], known: dict[str, type], path: str, line: int | None
@@ -328,7 +329,7 @@ def _purpose(spec: BisectSpec, cfg: Config, bufs: tuple[str, ...], patch: str | 
     return "eager" if not cfg.graph else "max_bs"
 
 
-def mark_result(verb: str, cell: PlannedCell, opt: dict[str, Any]) -> CellResult:
+def mark_result(verb: Mark, cell: PlannedCell, opt: dict[str, Any]) -> CellResult:
     cfg = cell.config
     if verb == "good":
         return CellResult(host="replay", config=cfg, outcome=Outcome.OK,

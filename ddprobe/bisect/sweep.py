@@ -11,28 +11,38 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal, get_args
 
 from ddprobe.bisect.cellrun import probe_options
 from ddprobe.bisect.cells import PlannedCell, observe
 from ddprobe.bisect.engine import Event, EventSink, GroupRun, drive, is_restart
 from ddprobe.bisect.groups import HostGroup
 from ddprobe.bisect.runframe import begin_run
-from ddprobe.errors import UsageError
+from ddprobe.errors import ConfigError, UsageError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.inventory import Host
 from ddprobe.probes import differential
-from ddprobe.results import CellResult, Config
+from ddprobe.results import CellResult, Config, UnknownValue, known
 from ddprobe.store import RunRecord
 
 # eager first: a graph cell is then compared with its eager twin as soon as it finishes
-GRAPH_MODES = {"both": (False, True), "on": (True,), "off": (False,)}
+GraphMode = Literal["both", "on", "off"]  # --graph: graph and eager cells, graph only, eager only
+GRAPH_MODES: Final[dict[GraphMode, tuple[bool, ...]]] = {
+    "both": (False, True), "on": (True,), "off": (False,)}
+
+
+def graph_mode(value: str) -> GraphMode:
+    """`--graph` (the flag, a playbook argument) as its vocabulary's value."""
+    for mode in get_args(GraphMode):
+        if value == mode:
+            return mode
+    raise UsageError(f"--graph must be both, on or off, got {value!r}")
 
 
 @dataclass(frozen=True)
 class SweepRequest:
     budgets: tuple[int, ...]
-    graph: str = "both"
+    graph: GraphMode = "both"
     max_bs: tuple[int | None, ...] = (None,)
     backends: tuple[str | None, ...] = (None,)
     extra_args: tuple[str, ...] = ()
@@ -41,11 +51,26 @@ class SweepRequest:
     parallel: bool = True
     keep_server: bool = False
 
+    @classmethod
+    def from_run(cls, rec: RunRecord) -> SweepRequest:
+        """The request a sweep's journal header recorded (to resume it)."""
+        o = rec.meta.get("options") or {}
+        try:
+            graph: GraphMode = known(GraphMode, o.get("graph", "both"), "run.options.graph")
+        except UnknownValue as e:
+            raise ConfigError(str(e), path=str(rec.dir / "journal.jsonl"), key=e.key) from None
+        return cls(budgets=tuple(o["budgets"]), graph=graph,
+                   max_bs=tuple(o.get("max_bs") or (None,)),
+                   backends=tuple(o.get("backends") or (None,)),
+                   extra_args=tuple(o.get("extra_args") or ()),
+                   repeat=int(o.get("repeat") or 1), tasks=tuple(o.get("tasks") or ()),
+                   parallel=bool(o.get("parallel", True)),
+                   keep_server=bool(o.get("keep_server", False)))
+
     def validate(self) -> None:
         if not self.budgets or any(b <= 0 for b in self.budgets):
             raise UsageError("--budgets: give positive integers, e.g. 8,16,32")
-        if self.graph not in GRAPH_MODES:
-            raise UsageError(f"--graph must be both, on or off, got {self.graph!r}")
+        graph_mode(self.graph)  # a playbook's `${...}` argument is only known at run time
         if self.repeat < 1:
             raise UsageError("--repeat must be >= 1")
 

@@ -20,14 +20,14 @@ from ddprobe.bisect.served import served_max_bs
 from ddprobe.bisect.static import Suspect, size_line
 from ddprobe.exitcodes import ExitCode
 from ddprobe.probes import differential
-from ddprobe.results import Confidence, Evidence, Verdict, VerdictKind
+from ddprobe.results import Confidence, Evidence, EvidenceKind, Verdict, VerdictKind
 
 FAILURE_KINDS: Final[tuple[VerdictKind, ...]] = ("buffer_sizing", "graph_capture", "kernel")
 # what a run found, as `git bisect run` sees a version (BisectReport.status)
 RunStatus = Literal["good", "bad", "skip"]
 
 
-def _ev(kind: str, summary: str, cells: Sequence[PlannedCell | str] = (),
+def _ev(kind: EvidenceKind, summary: str, cells: Sequence[PlannedCell | str] = (),
         **details: Any) -> Evidence:
     keys = [c if isinstance(c, str) else c.base_key for c in cells]
     return Evidence(kind=kind, summary=summary, cells=keys,

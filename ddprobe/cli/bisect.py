@@ -30,7 +30,7 @@ from ddprobe.bisect.planner import small_max_bs_for
 from ddprobe.bisect.plantext import plan_lines
 from ddprobe.bisect.run import BisectRequest, load_resume, resume_request, run_bisect
 from ddprobe.bisect.sessionlog import render_log, replay
-from ddprobe.bisect.sweep import SweepRequest, run_sweep
+from ddprobe.bisect.sweep import SweepRequest, graph_mode, run_sweep
 from ddprobe.cli import common
 from ddprobe.errors import (
     ConfigError,
@@ -315,17 +315,10 @@ def register(app: typer.Typer) -> None:
             if rec.meta.get("command") != "sweep" or not rec.resumable:
                 raise UsageError(f"run {rec.run_id} is not a sweep with cells left to run "
                                  f"(unfinished, or with cells that errored)")
-            o = rec.meta.get("options") or {}
-            req = SweepRequest(budgets=tuple(o["budgets"]), graph=o.get("graph", "both"),
-                               max_bs=tuple(o.get("max_bs") or (None,)),
-                               backends=tuple(o.get("backends") or (None,)),
-                               extra_args=tuple(o.get("extra_args") or ()),
-                               repeat=int(o.get("repeat") or 1), tasks=tuple(o.get("tasks") or ()),
-                               parallel=bool(o.get("parallel", True)),
-                               keep_server=bool(o.get("keep_server", False)))
+            req = SweepRequest.from_run(rec)
             hosts = common.hosts(",".join(rec.meta.get("hosts") or []))
         else:
-            req = SweepRequest(budgets=_budgets(budgets), graph=graph,
+            req = SweepRequest(budgets=_budgets(budgets), graph=graph_mode(graph),
                                max_bs=parse_ints(max_bs, "--max-bs", allow_none=True),
                                backends=tuple(b.strip() or None for b in backend.split(","))
                                if backend else (None,),

@@ -11,6 +11,7 @@ from typing import Optional
 import typer
 
 from ddprobe.bisect import manual
+from ddprobe.bisect.sessionlog import Mark
 from ddprobe.bisect.verdicts import exit_code
 from ddprobe.cli import common
 from ddprobe.errors import ConfigError, UsageError
@@ -46,7 +47,7 @@ def _print_next(st: manual.State, *, as_json: bool) -> int:
     return 0
 
 
-def _mark(verb: str, target: Optional[str], words: list[str], log: Optional[Path],
+def _mark(verb: Mark, target: Optional[str], words: list[str], log: Optional[Path],
           as_json: bool) -> None:
     if log is not None:
         if verb != "bad":
@@ -129,7 +130,7 @@ def register(bis: typer.Typer) -> None:
             common.env().err.print(f"manual bisect started ({manual.session_path()})")
         raise typer.Exit(_print_next(st, as_json=as_json))
 
-    def _mark_cmd(verb: str, helptext: str, example: str) -> None:
+    def _mark_cmd(verb: Mark, helptext: str, example: str) -> None:
         def cmd(
             target: Optional[str] = typer.Argument(
                 None, metavar="BUDGET|CELL",

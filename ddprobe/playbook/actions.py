@@ -37,6 +37,7 @@ class Arg:
     required: bool = False
     default: Any = None
     help: str = ""
+    choices: tuple[str, ...] = ()  # a vocabulary's values (typing.get_args of its Literal)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ddprobe.bisect.run import BisectRequest, run_bisect
-from ddprobe.bisect.sweep import SweepRequest, run_sweep
+from ddprobe.bisect.sweep import GRAPH_MODES, SweepRequest, run_sweep
 from ddprobe.cell.experiment import ProbeOptions, run_cell
 from ddprobe.errors import ConfigError, DdprobeError
 from ddprobe.facts import gather_facts
@@ -328,7 +328,8 @@ def builtin_registry() -> ActionRegistry:
                     Arg("suite"), Arg("tasks", "strs"),
                     Arg("stop_after", "bool", default=False)), mutates=True),
         ActionSpec("sweep", "the full budget x graph matrix", (), _sweep,
-                   (Arg("budgets", "ints", required=True), Arg("graph", default="both"),
+                   (Arg("budgets", "ints", required=True),
+                    Arg("graph", default="both", choices=tuple(GRAPH_MODES)),
                     Arg("max_bs", "int"), Arg("backend"), Arg("repeat", "int")), mutates=True),
         ActionSpec("bisect", "adaptive plan to a verdict per failure mode", (), _bisect,
                    (Arg("budgets", "ints", required=True), Arg("max_bs", "int"),

@@ -353,9 +353,13 @@ def _arg_value(ld: _Loader, label: str, spec: ActionSpec, k: str, v: Any, line: 
     if isinstance(val, Template):
         return val
     try:
-        return coerce(a.kind, val)
+        val = coerce(a.kind, val)
     except ValueError as e:
         raise ld.err(f"{label}: argument '{k}': {e}", line) from None
+    if a.choices and val not in a.choices:
+        raise ld.err(f"{label}: argument '{k}': unknown value {val!r} (known: "
+                     f"{', '.join(a.choices)})", line)
+    return val
 
 
 def _register(ld: _Loader, label: str, st: LineDict, registered: set[str],
