@@ -54,7 +54,9 @@ def test_resource_bombs_are_bounded_with_file_and_line(case, text, want, line, t
     assert want in err and "pb.yaml" in err and "Traceback" not in err, err
     if line is not None:
         assert f"pb.yaml:{line}" in err, err
-    assert secs < 10
+    # bounded, not expanded: generous for a loaded machine (an expanding bomb runs out of time
+    # or memory long after this)
+    assert secs < 30
     grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss0) / 1024
     assert grown_mb < 200, grown_mb
 

@@ -89,7 +89,8 @@ def test_command_timeout(make_host):
         t0 = time.monotonic()
         with pytest.raises(RemoteTimeout):
             r.run(["sleep", "30"], timeout=1)
-        assert time.monotonic() - t0 < 5
+        # generous for a loaded machine; waiting for `sleep 30` itself would take 30 s
+        assert time.monotonic() - t0 < 20
         assert r.run(["echo", "still-alive"]).stdout == "still-alive\n"
 
 
@@ -103,7 +104,9 @@ def test_host_down_is_unreachable(tmp_path):
     t0 = time.monotonic()
     with pytest.raises(UnreachableError) as ei:
         remote.connect(h, remote.RemoteOptions(ssh_config=str(cfg), connect_timeout=3))
-    assert "down" in str(ei.value) and time.monotonic() - t0 < 10
+    # a refused port fails at once; 20 s (generous for a loaded machine) is still well under
+    # what a connect that ignored connect_timeout=3 or retried would take
+    assert "down" in str(ei.value) and time.monotonic() - t0 < 20
 
 
 def test_unknown_host_key_refused_then_accepted(sshd, tmp_path):

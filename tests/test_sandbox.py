@@ -86,7 +86,10 @@ def test_infinite_cpu_loop_is_stopped_by_the_cpu_limit() -> None:
     assert not res.ok
     assert res.signal in (signal.SIGXCPU, signal.SIGKILL), res
     assert "CPU limit" in res.reason or "killed" in res.reason
-    assert took < 6, took
+    # the CPU limit ended it, not the 10 s wall clock (no clock needed for that), and before
+    # the wall clock would have (1 s of CPU can take several seconds on a loaded machine)
+    assert not res.reason.startswith("timeout after"), res.reason
+    assert took < 10, took
 
 
 def test_sleeping_loop_hits_the_wall_clock_timeout() -> None:
@@ -94,7 +97,8 @@ def test_sleeping_loop_hits_the_wall_clock_timeout() -> None:
                             SandboxLimits(timeout_s=1.5))
     assert res.timed_out and not res.ok  # type: ignore[attr-defined]
     assert res.reason.startswith("timeout after")  # type: ignore[attr-defined]
-    assert 1.4 < res.duration_s < 4  # type: ignore[attr-defined]
+    # it never ends by itself: the limit stopped it (upper bound generous for a loaded machine)
+    assert 1.4 < res.duration_s < 10  # type: ignore[attr-defined]
     assert _no_survivors(token)
 
 
@@ -108,7 +112,8 @@ def test_fork_bomb_is_contained_and_leaves_nothing_behind() -> None:
     t0 = time.monotonic()
     token, res = _run_named(bomb, SandboxLimits(timeout_s=2.0, cpu_s=2, nproc=16))
     assert not res.ok  # type: ignore[attr-defined]
-    assert time.monotonic() - t0 < 8
+    # contained by its 2 s limit (generous for a loaded machine: an uncontained bomb never ends)
+    assert time.monotonic() - t0 < 30
     assert _no_survivors(token), _survivors(token)
 
 
@@ -297,7 +302,8 @@ def test_sandboxes_run_concurrently() -> None:
         return [time.monotonic() - t0]
 
     (wall,) = asyncio.run(many())
-    assert wall < 4.0, wall  # 8 x 1 s sequentially would be > 8 s
+    # 8 x 1 s sequentially would be > 8 s; 7.5 leaves room for sandbox start-up under load
+    assert wall < 7.5, wall
 
 
 @pytest.mark.skipif(not ROOT or not shutil.which("setpriv"),

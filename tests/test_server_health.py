@@ -95,7 +95,8 @@ def test_healthy_after_both_endpoints(proc: Proc) -> None:
     rec = Recorder()
     res = wait_healthy(proc.url, proc.peek, timeout=20, reporter=rec)
     assert res.status == "healthy" and res.healthy and res.stage == "/health_generate"
-    assert 0.3 <= res.elapsed < 5
+    # upper bound generous for a loaded machine, under the 20 s timeout it must beat
+    assert 0.3 <= res.elapsed < 15
     log = proc.log.read_text()
     assert "GET /health 200" in log and "GET /health_generate 200" in log
     assert log.index("GET /health 200") < log.index("GET /health_generate 200")
@@ -109,7 +110,8 @@ def test_healthy_after_both_endpoints(proc: Proc) -> None:
 def test_fatal_signature_ends_the_wait_at_once(proc: Proc) -> None:
     t0 = time.monotonic()
     res = wait_healthy(proc.url, proc.peek, timeout=30)
-    assert res.status == "fatal" and time.monotonic() - t0 < 5
+    # the log decided, well before the 30 s deadline (generous for a loaded machine)
+    assert res.status == "fatal" and time.monotonic() - t0 < 20
     assert res.match is not None and res.match.signature.kind == "cuda_illegal_address"
     assert res.match.phase == "capture"
     assert proc.p.poll() is None  # it was still running: the log alone decided
@@ -118,14 +120,17 @@ def test_fatal_signature_ends_the_wait_at_once(proc: Proc) -> None:
 @pytest.mark.parametrize("proc", ["die"], indirect=True)
 def test_process_death_ends_the_wait(proc: Proc) -> None:
     res = wait_healthy(proc.url, proc.peek, timeout=30)
-    assert res.status == "died" and res.elapsed < 5 and res.match is None
+    # the death decided, well before the 30 s deadline (generous for a loaded machine)
+    assert res.status == "died" and res.elapsed < 20 and res.match is None
     assert "Killed" in res.log and res.last_line == "Killed"
 
 
 @pytest.mark.parametrize("proc", ["hang"], indirect=True)
 def test_deadline_is_a_timeout(proc: Proc) -> None:
     res = wait_healthy(proc.url, proc.peek, timeout=1.5)
-    assert res.status == "timeout" and 1.5 <= res.elapsed < 3.5
+    # the last request is capped at the time left (at least 0.5 s): 8 s, generous for a loaded
+    # machine, would still mean the wait ignored its deadline
+    assert res.status == "timeout" and 1.5 <= res.elapsed < 8
     assert res.stage == "/health" and "GET /health 503" in proc.log.read_text()
 
 
@@ -155,4 +160,4 @@ def test_a_log_that_stops_growing_is_a_stalled_start(proc: Proc) -> None:
     # expected: the log stops after its first line; with a 1 s stall window the wait ends as
     # `stalled` long before the 30 s deadline
     res = wait_healthy(proc.url, proc.peek, timeout=30, stall=1.0)
-    assert res.status == "stalled" and 1.0 <= res.elapsed < 6
+    assert res.status == "stalled" and 1.0 <= res.elapsed < 20  # generous, under 30 s

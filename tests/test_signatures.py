@@ -411,7 +411,9 @@ def test_match_is_fast_on_a_large_log() -> None:
     sig = match_log(log)
     took = time.perf_counter() - t0
     assert sig is not None and sig.kind == "cublas"
-    assert took < 3.0, took
+    # ~0.5 s here; 10 s is generous for a loaded machine, and a matcher super-linear in the
+    # log's length would take minutes on 50,000 lines
+    assert took < 10.0, took
 
 
 def test_every_catalogue_entry_is_exercised() -> None:
