@@ -17,7 +17,7 @@ from ddprobe import remote
 from ddprobe.cell.kernel_log import recent_xid_lines
 from ddprobe.errors import ConfigError, RemoteCommandError, RemoteError, UsageError
 from ddprobe.facts import gather_facts
-from ddprobe.hostside.client import PROGRAMS, call, program_source
+from ddprobe.hostside.client import PROGRAMS, call, find_install, program_source
 from ddprobe.hostside.errors import HostOpError, NoAnswerError
 from ddprobe.inventory import Host, ServerSettings
 from ddprobe.results import Config
@@ -234,3 +234,39 @@ def test_facts_run_on_the_oldest_python_and_name_an_older_one() -> None:
             gather_facts(r, h)
         assert str(e.value) == f"h: cannot run the host's interpreter {py!r} (exit 1): {last}"
         assert e.value.exit_code == 4
+
+
+def test_a_malformed_install_record_is_one_clear_error(tmp_path: Path) -> None:
+    """`locate` answers an install record; one without its text fields is refused at the
+    client (exit 1), and its text is cleaned."""
+    bad = {"ok": True, "result": {"package": "sglang", "path": ["/x"], "site_packages": "/",
+                                  "python": "/p"}}
+    h = _local(_stand_in(tmp_path, json.dumps(bad) + "\n"))
+    with remote.connect(h) as r, pytest.raises(NoAnswerError, match="no text 'path'") as e:
+        find_install(r, h)
+    assert e.value.exit_code == 1
+    good = dict(bad["result"], path="/site/sgl\x1b]0;x\x07ang", version=None)  # type: ignore[arg-type]
+    (tmp_path / "answer.out").write_text(json.dumps({"ok": True, "result": good}) + "\n")
+    with remote.connect(h) as r:
+        inst = find_install(r, h)
+    assert inst.version is None and "\x1b" not in inst.path and inst.path.startswith("/site/")
+
+
+@pytest.mark.ssh
+def test_kernel_log_over_ssh_reads_the_hosts_dmesg(make_host: Callable[..., Host],
+                                                    tmp_path: Path) -> None:
+    """The real program over sshd, with a stand-in `dmesg` first on the host's PATH: the Xid
+    line of the window is kept, the old one and the other lines are not."""
+    import os
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "dmesg").write_text(
+        "#!/bin/sh\n"
+        "echo '2020-01-01T00:00:00,000000+00:00 NVRM: Xid (PCI:0000:3b:00): 13, old'\n"
+        "echo \"$(date +%Y-%m-%dT%H:%M:%S,%6N%:z) usb 1-1: new device\"\n"
+        "echo \"$(date +%Y-%m-%dT%H:%M:%S,%6N%:z) NVRM: Xid (PCI:0000:3b:00): 79, pid=1\"\n")
+    (bindir / "dmesg").chmod(0o755)
+    h = make_host(env={"PATH": f"{bindir}:{os.environ.get('PATH', '')}"})
+    with remote.connect(h) as r:
+        source, lines = recent_xid_lines(r, 120.0)
+    assert source == "dmesg" and len(lines) == 1 and "Xid (PCI:0000:3b:00): 79" in lines[0]

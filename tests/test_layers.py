@@ -133,6 +133,32 @@ def test_every_host_module_is_sent_by_a_program() -> None:
 HOST_TEXTS = _host_texts()
 
 
+def _top_level_names(text: str) -> list[str]:
+    out: list[str] = []
+    for node in ast.parse(text).body:
+        if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            out.append(node.name)
+        elif isinstance(node, ast.Assign):
+            out += [t.id for t in node.targets if isinstance(t, ast.Name)]
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            out.append(node.target.id)
+    return out
+
+
+@pytest.mark.parametrize("program", sorted(PROGRAMS))
+def test_no_two_modules_of_a_program_define_one_name(program: str) -> None:
+    """A program's modules are concatenated into one text: a name defined twice would be
+    the later module's silently (one `main`, one `emit`, one `OpError` for all)."""
+    where: dict[str, list[str]] = {}
+    for part in PROGRAMS[program].parts:
+        for name in _top_level_names((ROOT / "hostside" / part).read_text("utf-8")):
+            where.setdefault(name, []).append(part)
+    assert {n: p for n, p in where.items() if len(p) > 1} == {}
+    # the check can fail: a module read twice defines `main` twice
+    text = (ROOT / "hostside" / "common.py").read_text("utf-8")
+    assert "main" in _top_level_names(text) and _top_level_names(text + text).count("main") == 2
+
+
 @pytest.mark.parametrize("name,text", HOST_TEXTS, ids=[n for n, _ in HOST_TEXTS])
 def test_host_programs_are_python_3_8_standard_library(name: str, text: str) -> None:
     """What is sent to a host must run on its interpreter (3.8+) with nothing installed: the

@@ -150,10 +150,18 @@ class Install:
     python_version: str = ""
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Install:
-        return cls(package=d["package"], version=d.get("version"), path=d["path"],
-                   site_packages=d["site_packages"], python=d["python"],
-                   python_version=d.get("python_version", ""))
+    def from_dict(cls, d: Any) -> Install:
+        """The sources program's install record (host text: every field checked, cleaned)."""
+        if not isinstance(d, dict):
+            raise host_error("sources", "malformed", "the host's install record is not an object")
+        got: dict[str, Any] = {}
+        for k in ("package", "version", "path", "site_packages", "python", "python_version"):
+            v = d.get(k, "" if k == "python_version" else None)
+            if not isinstance(v, str) and not (k == "version" and v is None):
+                raise host_error("sources", "malformed",
+                                 f"the host's install record has no text {k!r}")
+            got[k] = v if v is None else clean(v)[:4096]
+        return cls(**got)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
