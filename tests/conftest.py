@@ -350,6 +350,14 @@ def sgl() -> Iterator[SglangShapedServer]:
         srv.stop()
 
 
+
+@pytest.fixture
+def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's run directory ($DDPROBE_RUNS, for in-process runs and the processes the test
+    starts)."""
+    monkeypatch.setenv("DDPROBE_RUNS", str(tmp_path / "runs"))
+    return tmp_path / "runs"
+
 # ----- the session guard (tests/session_guard.py): its own testbed port, no server left behind --
 
 _BASETEMP = pytest.StashKey[list[Path]]()

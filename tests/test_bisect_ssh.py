@@ -31,13 +31,6 @@ from ddprobe.remote import connect
 from ddprobe.sources.patches import applied_ids, patch_status, revert_patch
 
 pytestmark = pytest.mark.ssh
-@pytest.fixture
-def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    d = tmp_path / "runs"
-    monkeypatch.setenv("DDPROBE_RUNS", str(d))
-    return d
-
-
 def test_seed_verdicts_over_ssh(sshd: object, tmp_path: Path, runs: Path,
                                 capsys: pytest.CaptureFixture[str]) -> None:
     site = Site(sshd, tmp_path)

@@ -123,12 +123,6 @@ def clean(inv: Path, site: Site, cfg: Path) -> None:
         remote.set_default_options(old)
 
 
-@pytest.fixture
-def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("DDPROBE_RUNS", str(tmp_path / "runs"))  # in-process runs too
-    return tmp_path / "runs"
-
-
 def test_a_drop_mid_bisect_is_retried_not_recorded(sshd_factory, tmp_path: Path,
                                                   runs: Path) -> None:
     srv = sshd_factory("drop")

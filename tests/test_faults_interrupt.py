@@ -25,12 +25,6 @@ from server_util import procs_with
 pytestmark = pytest.mark.ssh
 
 
-@pytest.fixture
-def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("DDPROBE_RUNS", str(tmp_path / "runs"))
-    return tmp_path / "runs"
-
-
 def start(inv: Path, cfg: Path, runs: Path, *args: str, **env: str) -> subprocess.Popen[str]:
     e = dict(os.environ, DDPROBE_RUNS=str(runs), PYTHONPATH=str(REPO), NO_COLOR="1", **env)
     return subprocess.Popen([sys.executable, "-m", "ddprobe", "-i", str(inv), "--ssh-config",

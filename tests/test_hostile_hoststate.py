@@ -13,23 +13,18 @@ Expected answers, written before the runs:
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
-from patch_util import SHIPPED, TRITON, copy_install, tree_hash
+from patch_util import SHIPPED, TRITON, copy_install, sha, tree_hash
 
 from ddprobe.cli import main
 from ddprobe.exitcodes import ExitCode
 
 pytestmark = pytest.mark.ssh
-
-
-def _sha(p: Path) -> str:
-    return hashlib.sha256(p.read_bytes()).hexdigest()
 
 
 @pytest.fixture
@@ -54,9 +49,9 @@ def _ledger(site: Path) -> Path:
 def test_ledger_path_escaping_the_install_is_refused_and_recoverable(env, capsys):
     site, outside, dd = env
     target = site / "sglang" / TRITON
-    original = _sha(target)
+    original = sha(target)
     assert dd("patch", "apply", SHIPPED, "-H", "gpu-a") == 0
-    patched = _sha(target)
+    patched = sha(target)
     assert patched != original
     led = json.loads(_ledger(site).read_text())
     led["entries"][0]["files"][0]["path"] = "../../outside/canary.py"
@@ -68,7 +63,7 @@ def test_ledger_path_escaping_the_install_is_refused_and_recoverable(env, capsys
     out, err = capsys.readouterr()
     assert code != 0 and "restored" not in out + err
     assert "outside" in err and "ledger" in err
-    assert tree_hash(outside) == before and _sha(target) == patched
+    assert tree_hash(outside) == before and sha(target) == patched
     assert sorted((site / ".ddprobe" / "backups").rglob("*")) == backups  # backups kept
     # the way out: status shows the error and what the backups allow; recover restores
     assert dd("patch", "status", "-H", "gpu-a", "--json") == ExitCode.PATCH
@@ -76,9 +71,9 @@ def test_ledger_path_escaping_the_install_is_refused_and_recoverable(env, capsys
     assert doc["ledger_error"] and any(b["path"] == TRITON and b["state"] == "differs"
                                        for b in doc["backups"])
     assert dd("patch", "recover", "-H", "gpu-a") == 0  # dry run
-    assert _sha(target) == patched
+    assert sha(target) == patched
     assert dd("patch", "recover", "-H", "gpu-a", "--apply") == 0
-    assert _sha(target) == original and tree_hash(outside) == before
+    assert sha(target) == original and tree_hash(outside) == before
     assert dd("patch", "status", "-H", "gpu-a") == 0
     assert list(_ledger(site).parent.glob("ledger.json.damaged-*"))
 
@@ -98,7 +93,7 @@ def test_backup_path_outside_is_refused(env, capsys):
 def test_unreadable_ledger_has_a_way_out(env, capsys):
     site, outside, dd = env
     target = site / "sglang" / TRITON
-    original = _sha(target)
+    original = sha(target)
     assert dd("patch", "apply", SHIPPED, "-H", "gpu-a") == 0
     _ledger(site).write_text('{"entries": [ {"id": "torn"')
     capsys.readouterr()
@@ -106,7 +101,7 @@ def test_unreadable_ledger_has_a_way_out(env, capsys):
     out = capsys.readouterr().out
     assert "ledger" in out and "patch recover" in out and "triton_backend" in out
     assert dd("patch", "recover", "-H", "gpu-a", "--apply") == 0
-    assert _sha(target) == original
+    assert sha(target) == original
 
 
 def test_symlinked_directory_leaving_the_install_is_refused(env, capsys):
@@ -129,8 +124,8 @@ def test_symlinked_file_inside_the_install_is_kept(env, capsys):
     real = target.with_name("triton_backend_real.py")
     target.rename(real)
     target.symlink_to(real.name)
-    original = _sha(real)
+    original = sha(real)
     assert dd("patch", "apply", SHIPPED, "-H", "gpu-a") == 0
-    assert target.is_symlink() and _sha(real) != original
+    assert target.is_symlink() and sha(real) != original
     assert dd("patch", "revert", SHIPPED, "-H", "gpu-a") == 0
-    assert target.is_symlink() and _sha(real) == original
+    assert target.is_symlink() and sha(real) == original

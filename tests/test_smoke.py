@@ -65,12 +65,6 @@ def cases(root: ET.Element) -> dict[str, str]:
     return out
 
 
-@pytest.fixture
-def runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("DDPROBE_RUNS", str(tmp_path / "runs"))
-    return tmp_path / "runs"
-
-
 def test_ok_at_the_production_budget(sshd: object, prefix: Path, tmp_path: Path, runs: Path,
                                      capsys: pytest.CaptureFixture[str]) -> None:
     code, root = smoke(tmp_path, sshd, prefix)
