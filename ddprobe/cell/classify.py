@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ddprobe.probes.runner import ProbeReport
+from ddprobe.probes.runner import ProbeReport, TaskResult
 from ddprobe.results import Outcome, Signature
 from ddprobe.signatures import (
     LogMatch,
@@ -283,52 +283,82 @@ def classify_served(report: ProbeReport, *, alive: bool, log: str, package: str,
     when not asked). A failure in the log after the ready line is a crash (or hang) whether
     or not the process is still there; the process's death alone is one too."""
     m = serving_failure(log)
-    results = report.results
-    errored = [r for r in results if r.errors and not r.text]
-    all_failed = bool(results) and len(errored) == len(results)
-    answered_well = bool(results) and not errored and health in (None, "ok") and alive
-    if m is not None:
-        if m.severity != "fatal" and answered_well and report.summary.passed == \
-                report.summary.total:
-            # a logged traceback the server survived (a request it rejected): evidence only
-            pass
-        else:
-            v = _from_match(m, log, "serving")
-            if not is_refusal(m):
-                return v
+    logged = _logged_failure(m, report, alive=alive, health=health, log=log)
+    if logged is not None:
+        return logged
     if not alive:
         return classify_dead(log, package=package, during="serving")
-    if all_failed:
-        reason = errored[0].errors[0] if errored[0].errors else errored[0].reason
-        if health == "error":
-            sig = Signature("health", "health turned bad while serving", reason[:500])
-            return Classification(Outcome.CRASH, sig, None, None, evidence_notes(log))
-        if health == "timeout" or all("timed out" in " ".join(r.errors).lower()
-                                      for r in errored):
-            sig = Signature("hang", "no probe answered before its timeout", reason[:500])
-            return Classification(Outcome.HANG, sig, reason)
-        return Classification(Outcome.ERROR,
-                              error=f"no probe got an answer (server alive): {reason}")
+    errored = [r for r in report.results if r.errors and not r.text]
+    if report.results and len(errored) == len(report.results):
+        return _no_probe_answered(errored, health, log)
+    return _judge_answers(report, m, log, baseline, ratio)
+
+
+def _logged_failure(m: LogMatch | None, report: ProbeReport, *, alive: bool, health: str | None,
+                    log: str) -> Classification | None:
+    """The failure the log shows after the ready line, unless the server survived it (a
+    non-fatal traceback while every probe was answered and passed) or it is a refusal."""
+    if m is None:
+        return None
+    results = report.results
+    answered_well = bool(results) and not any(r.errors and not r.text for r in results) \
+        and health in (None, "ok") and alive
+    if m.severity != "fatal" and answered_well and report.summary.passed == \
+            report.summary.total:
+        return None  # a logged traceback the server survived (a request it rejected): evidence
+    return None if is_refusal(m) else _from_match(m, log, "serving")
+
+
+def _no_probe_answered(errored: list[TaskResult], health: str | None,
+                       log: str) -> Classification:
+    """The server is alive and no probe got an answer: crash, hang or an error of the run."""
+    reason = errored[0].errors[0] if errored[0].errors else errored[0].reason
+    if health == "error":
+        sig = Signature("health", "health turned bad while serving", reason[:500])
+        return Classification(Outcome.CRASH, sig, None, None, evidence_notes(log))
+    if health == "timeout" or all("timed out" in " ".join(r.errors).lower() for r in errored):
+        sig = Signature("hang", "no probe answered before its timeout", reason[:500])
+        return Classification(Outcome.HANG, sig, reason)
+    return Classification(Outcome.ERROR,
+                          error=f"no probe got an answer (server alive): {reason}")
+
+
+def _judge_answers(report: ProbeReport, m: LogMatch | None, log: str, baseline: Baseline | None,
+                   ratio: float) -> Classification:
+    """The probes were answered: garbage (by the log or the answers), degraded, or ok."""
     s = report.summary
     notes = tuple(s.notes)
     if m is not None:
         notes += (f"a traceback was logged while serving, but the server kept answering: "
                   f"{m.signature.line[:200]}",)
-    want = s.total
-    if baseline is not None and baseline.passed is not None and baseline.total == s.total:
-        want = min(s.total, baseline.passed)
     g, gsig = _sig_from_log(log)
     if g is not None and g.outcome == "garbage":
         return Classification(Outcome.GARBAGE, gsig, None, g, notes)
-    if s.passed < want or s.garbage_flags or s.divergence:
+    if s.passed < _passes_wanted(report, baseline) or s.garbage_flags or s.divergence:
         return Classification(Outcome.GARBAGE, garbage_signature(report, log), None, None, notes)
-    if baseline is not None and baseline.tok_s and s.tok_s is not None \
-            and s.tok_s < ratio * baseline.tok_s:
-        line = (f"tok/s {s.tok_s:.1f} < {ratio:g} x baseline {baseline.tok_s:.1f}"
-                + (f" ({baseline.key})" if baseline.key else ""))
-        sig = Signature("degraded", f"tok/s below {ratio:g} x baseline", line)
-        return Classification(Outcome.DEGRADED, sig, None, None, notes)
+    slow = _below_baseline(report, baseline, ratio)
+    if slow is not None:
+        return Classification(Outcome.DEGRADED, slow, None, None, notes)
     return Classification(Outcome.OK, None, None, None, notes)
+
+
+def _passes_wanted(report: ProbeReport, baseline: Baseline | None) -> int:
+    """Every probe, or as many as the baseline passed on the same probes (it sets the bar)."""
+    s = report.summary
+    if baseline is not None and baseline.passed is not None and baseline.total == s.total:
+        return min(s.total, baseline.passed)
+    return s.total
+
+
+def _below_baseline(report: ProbeReport, baseline: Baseline | None,
+                    ratio: float) -> Signature | None:
+    s = report.summary
+    if baseline is None or not baseline.tok_s or s.tok_s is None \
+            or s.tok_s >= ratio * baseline.tok_s:
+        return None
+    line = (f"tok/s {s.tok_s:.1f} < {ratio:g} x baseline {baseline.tok_s:.1f}"
+            + (f" ({baseline.key})" if baseline.key else ""))
+    return Signature("degraded", f"tok/s below {ratio:g} x baseline", line)
 
 
 def excerpt(log: str, sig: Signature | None, *, lines: int = 25) -> list[str]:
