@@ -270,3 +270,27 @@ def test_kernel_log_over_ssh_reads_the_hosts_dmesg(make_host: Callable[..., Host
     with remote.connect(h) as r:
         source, lines = recent_xid_lines(r, 120.0)
     assert source == "dmesg" and len(lines) == 1 and "Xid (PCI:0000:3b:00): 79" in lines[0]
+
+
+def test_which_exceptions_the_one_loop_answers() -> None:
+    """A request's missing or mistyped field is `bad_request`; a full disk is `disk`; a file
+    that does not decode is no answer at all (not the request's fault: the client reports a
+    program without answer, as before the one loop)."""
+    import errno
+
+    from ddprobe.hostside.common import OpError, answer_for
+    from ddprobe.hostside.patchtext import PatchTextError
+    from ddprobe.hostside.sourceops import oserror_kind
+    assert answer_for("stop", KeyError("state"))["kind"] == "bad_request"  # type: ignore[index]
+    assert answer_for("read", UnicodeDecodeError("utf-8", b"\xff", 0, 1, "bad")) is None
+    assert answer_for("x", RuntimeError("bug")) is None
+    full = OSError(errno.ENOSPC, "No space left on device", "/srv/log")
+    assert answer_for("start", full) == {"kind": "disk", "errno": errno.ENOSPC,
+                                         "message": "start failed: No space left on device: "
+                                                    "/srv/log"}
+    assert answer_for("apply", full, oserror_kind)["kind"] == "patch"  # type: ignore[index]
+    assert answer_for("read", full, oserror_kind)["kind"] == "oserror"  # type: ignore[index]
+    assert answer_for("lock", OpError("locked", "held", by="run-1")) == {
+        "kind": "locked", "message": "held", "by": "run-1"}
+    err = answer_for("apply", PatchTextError("no hunk", path="srt/a.py", hunk=2))
+    assert err == {"kind": "patch", "message": "no hunk", "path": "srt/a.py", "hunk": 2}

@@ -116,7 +116,9 @@ def answer_for(op, e, oserror_kind=None):
         return to_error()
     if isinstance(e, OSError):
         return _oserror(op, e, oserror_kind)
-    if isinstance(e, (KeyError, ValueError, TypeError)):
+    if isinstance(e, (KeyError, ValueError, TypeError)) and not isinstance(e, UnicodeError):
+        # a missing or mistyped request field (a file the op read that does not decode is
+        # not the request's fault: it stays a program without answer)
         return {"kind": "bad_request", "message": "%s: bad request: %r" % (op, e)}
     return None
 
