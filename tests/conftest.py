@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import session_guard
 from probes_util import SglangShapedServer
+from server_util import tb_host, tb_prefix  # noqa: F401 - fixtures for every test
 
 from ddprobe.inventory import Host, ServerSettings
 

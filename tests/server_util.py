@@ -10,13 +10,16 @@ import signal
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-from conftest import SshServer
 from testbed_util import free_port, install_prefix
 
 from ddprobe.cli import main
 from ddprobe.inventory import Host, ServerSettings
+
+if TYPE_CHECKING:
+    from conftest import SshServer
 
 # Five quick tasks of the bundled suite: enough to tell ok from garbage, fast to probe.
 TASKS = ("reverse_words", "is_palindrome", "fizzbuzz", "fibonacci", "flatten")
@@ -133,6 +136,8 @@ def reap(workdir: Path) -> list[int]:
     return pids
 
 
+# tb_prefix and tb_host are fixtures for every test through conftest's import of them (a test
+# module that imported them would get its own copies: one testbed install per module)
 @pytest.fixture(scope="session")
 def tb_prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return install_prefix(tmp_path_factory.mktemp("server-tb") / "site")

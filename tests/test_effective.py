@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from server_util import TASKS, reap, tb_env, tb_prefix, tb_server  # noqa: F401
+from server_util import TASKS, reap, tb_env, tb_server
 from testbed_util import free_port
 
 from ddprobe import remote
@@ -121,7 +121,7 @@ def test_round_trip_and_old_journals() -> None:
 
 @pytest.mark.ssh
 def test_cells_record_what_the_testbed_server_runs(make_host: Callable[..., Host],
-                                                   tb_prefix: Path,  # noqa: F811
+                                                   tb_prefix: Path,
                                                    tmp_path: Path) -> None:
     host = make_host("gpu-a", python=sys.executable, package="ddtestbed", env=tb_env(tb_prefix),
                      server=tb_server(free_port(), tmp_path / "work"))

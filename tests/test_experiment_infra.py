@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SshServer
-from server_util import (TASKS, CliHost, procs_with, reap, tb_env,  # noqa: F401
-                              tb_prefix, tb_server)
+from server_util import TASKS, CliHost, procs_with, reap, tb_env, tb_server
 from testbed_util import free_port
 
 from ddprobe import remote
@@ -55,7 +54,7 @@ class DropConnection(CellReporter):
 
 
 def test_ssh_drop_mid_cell_is_an_error(sshd2: SshServer, make_host: Callable[..., Host],
-                                       tb_prefix: Path, tmp_path: Path) -> None:  # noqa: F811
+                                       tb_prefix: Path, tmp_path: Path) -> None:
     host: Host = make_host("gpu-b", python=sys.executable, package="ddtestbed",
                            env=tb_env(tb_prefix), server=tb_server(free_port(), tmp_path / "w"),
                            server_=sshd2)
@@ -89,7 +88,7 @@ def test_unreachable_host_exits_4(sshd: SshServer, tmp_path: Path,
     assert "dead" in capsys.readouterr().err
 
 
-def test_interrupt_mid_cell_leaves_nothing_behind(sshd: SshServer, tb_prefix: Path,  # noqa: F811
+def test_interrupt_mid_cell_leaves_nothing_behind(sshd: SshServer, tb_prefix: Path,
                                                   tmp_path: Path) -> None:
     """Ctrl-C during the health wait: the half-started server is stopped, the lock released."""
     h = CliHost(sshd, tb_prefix, tmp_path, scenario="hang")
@@ -112,7 +111,7 @@ def test_interrupt_mid_cell_leaves_nothing_behind(sshd: SshServer, tb_prefix: Pa
     assert not (h.workdir / "lock").exists()
 
 
-def test_disk_full_is_an_error(make_host: Callable[..., Host], tb_prefix: Path,  # noqa: F811
+def test_disk_full_is_an_error(make_host: Callable[..., Host], tb_prefix: Path,
                                tmp_path: Path) -> None:
     small = tmp_path / "small"
     small.mkdir()
@@ -134,7 +133,7 @@ def test_disk_full_is_an_error(make_host: Callable[..., Host], tb_prefix: Path, 
 
 
 def test_launch_prefix_wraps_the_command(make_host: Callable[..., Host],
-                                         tb_prefix: Path, tmp_path: Path) -> None:  # noqa: F811
+                                         tb_prefix: Path, tmp_path: Path) -> None:
     """A wrapper (e.g. compute-sanitizer for a sanitize cell) goes before the launch command;
     the cell still classifies the server's own failure."""
     host: Host = make_host("gpu-a", python=sys.executable, package="ddtestbed",
@@ -147,7 +146,7 @@ def test_launch_prefix_wraps_the_command(make_host: Callable[..., Host],
 
 
 def test_unknown_task_id_is_refused_before_the_host_is_touched(
-        make_host: Callable[..., Host], tb_prefix: Path, tmp_path: Path) -> None:  # noqa: F811
+        make_host: Callable[..., Host], tb_prefix: Path, tmp_path: Path) -> None:
     """Found on the H200 against real SGLang 0.5.11: `--tasks 2` (a count, where task ids are
     expected) was refused only after the server had been restarted. Bad probe options are the
     user's input: a ConfigError naming the suite, and no server, lock or log on the host."""

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SshServer
-from server_util import TASKS, CliHost, procs_with, tb_prefix  # noqa: F401
+from server_util import TASKS, CliHost, procs_with
 
 from ddprobe.exitcodes import ExitCode
 
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.ssh
 
 
 @pytest.fixture
-def host(sshd: SshServer, tb_prefix: Path, tmp_path: Path) -> Iterator[CliHost]:  # noqa: F811
+def host(sshd: SshServer, tb_prefix: Path, tmp_path: Path) -> Iterator[CliHost]:
     h = CliHost(sshd, tb_prefix, tmp_path)
     yield h
     h.stop()
@@ -73,7 +73,7 @@ def test_lower_max_bs_cures_the_cublas_start_up_failure(host: CliHost,
 
 
 def test_lower_max_bs_makes_b64_ok_where_only_the_buffer_is_too_small(
-        sshd: SshServer, tb_prefix: Path, tmp_path: Path,  # noqa: F811
+        sshd: SshServer, tb_prefix: Path, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     late = CliHost(sshd, tb_prefix, tmp_path, scenario="late")
     try:
@@ -85,7 +85,7 @@ def test_lower_max_bs_makes_b64_ok_where_only_the_buffer_is_too_small(
         late.stop()
 
 
-def test_hang_scenario(sshd: SshServer, tb_prefix: Path, tmp_path: Path,  # noqa: F811
+def test_hang_scenario(sshd: SshServer, tb_prefix: Path, tmp_path: Path,
                        capsys: pytest.CaptureFixture[str]) -> None:
     h = CliHost(sshd, tb_prefix, tmp_path, scenario="hang")
     code, doc = h.run(capsys, "--budget", "8", "--health-timeout", "3")
@@ -97,7 +97,7 @@ def test_hang_scenario(sshd: SshServer, tb_prefix: Path, tmp_path: Path,  # noqa
 
 
 def test_eager_b16_is_slower_than_graph_b8_degraded_against_it(
-        sshd: SshServer, tb_prefix: Path, tmp_path: Path,  # noqa: F811
+        sshd: SshServer, tb_prefix: Path, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     """Eager b16 is correct, accepts more, but is much slower than graph b8 (seed: 111 vs 285
     tok/s): against b8 as the baseline it is `degraded`. The testbed's speed ratio itself is
@@ -156,7 +156,7 @@ def test_port_in_use_is_an_error_not_a_crash(host: CliHost,
     assert f"port {host.port}" in doc["error"] and doc["signature"] is None
 
 
-def test_broken_launch_command_is_an_error(sshd: SshServer, tb_prefix: Path,  # noqa: F811
+def test_broken_launch_command_is_an_error(sshd: SshServer, tb_prefix: Path,
                                            tmp_path: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     # PYTHONPATH without the package, and a Python that sees no site-packages (ddtestbed is
@@ -192,7 +192,7 @@ def _scenario_with(tmp_path: Path, *, defects: str = "", server: str = "") -> Pa
 
 
 def test_scheduler_death_with_the_front_up_is_the_same_crash(
-        sshd: SshServer, tb_prefix: Path, tmp_path: Path,  # noqa: F811
+        sshd: SshServer, tb_prefix: Path, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     """Expected: b16 with graphs crashes on the first request (cudaErrorIllegalAddress). With the
     HTTP front lingering 6 s after the scheduler dies (longer than the 2 s probe timeout), the
@@ -216,7 +216,7 @@ def test_scheduler_death_with_the_front_up_is_the_same_crash(
 
 
 def test_decode_lines_follow_the_reported_version(
-        sshd: SshServer, tb_prefix: Path, tmp_path: Path,  # noqa: F811
+        sshd: SshServer, tb_prefix: Path, tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
     """The testbed prints `Decode batch.` as its own 0.1.0 and `Decode batch,` when it reports
     0.5.23; the cell reads acceptance and throughput from either (beside HTTP's)."""

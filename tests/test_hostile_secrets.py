@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SshServer
-from server_util import CliHost, procs_with, tb_prefix  # noqa: F401
+from server_util import CliHost, procs_with
 
 from ddprobe.cli import main
 from ddprobe.exitcodes import ExitCode
@@ -39,7 +39,7 @@ def _files_with(root: Path, needle: str) -> list[str]:
 
 
 @pytest.mark.ssh
-def test_env_values_are_never_written(sshd: SshServer, tb_prefix: Path,  # noqa: F811
+def test_env_values_are_never_written(sshd: SshServer, tb_prefix: Path,
                                       tmp_path: Path, capsys) -> None:
     runs = Path(os.environ.get("DDPROBE_RUNS", "runs"))
     before = set(runs.glob("*")) if runs.is_dir() else set()

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SshServer
-from server_util import TASKS, reap, tb_env, tb_prefix, tb_server  # noqa: F401
+from server_util import TASKS, reap, tb_env, tb_server
 from testbed_util import free_port
 
 from ddprobe import remote
@@ -67,7 +67,7 @@ def _check(host: Host, cfg: Config) -> object:
         return preflight_launch(r, host, build_launch(host, cfg))
 
 
-def test_ddtree_runs_as_planned(tb_prefix: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_ddtree_runs_as_planned(tb_prefix: Path, tmp_path: Path) -> None:
     host = _local(tb_prefix, tmp_path)
     with remote.connect(host) as r:
         pf = plan_preflight(r, host, budgets=(8, 16), base=Config(budget=8))
@@ -81,7 +81,7 @@ def test_ddtree_runs_as_planned(tb_prefix: Path, tmp_path: Path) -> None:  # noq
     assert any("b16-graph: DDTREE draft 17" in ln for ln in pf.lines())
 
 
-def test_eagle_topk1_is_refused_not_run_under_a_wrong_label(tb_prefix: Path,  # noqa: F811
+def test_eagle_topk1_is_refused_not_run_under_a_wrong_label(tb_prefix: Path,
                                                              tmp_path: Path) -> None:
     host = _eagle(_local(tb_prefix, tmp_path))
     with pytest.raises(RefusedError) as e:
@@ -95,7 +95,7 @@ def test_eagle_topk1_is_refused_not_run_under_a_wrong_label(tb_prefix: Path,  # 
     assert ok.effective.num_steps == 16 and ok.effective.draft_tokens == 17  # type: ignore
 
 
-def test_steps_unset_is_the_assertion_sglang_dies_on(tb_prefix: Path,  # noqa: F811
+def test_steps_unset_is_the_assertion_sglang_dies_on(tb_prefix: Path,
                                                      tmp_path: Path) -> None:
     host = _eagle(_local(tb_prefix, tmp_path), steps=None, topk=None)
     with pytest.raises(RefusedError) as e:
@@ -105,7 +105,7 @@ def test_steps_unset_is_the_assertion_sglang_dies_on(tb_prefix: Path,  # noqa: F
     assert "set server.steps" in msg and "server_args.py:" in msg
 
 
-def test_backend_that_disables_graphs_is_refused(tb_prefix: Path,  # noqa: F811
+def test_backend_that_disables_graphs_is_refused(tb_prefix: Path,
                                                  tmp_path: Path) -> None:
     host = _local(tb_prefix, tmp_path)
     with pytest.raises(RefusedError, match=r"CUDA graphs off \(asked on\)"):
@@ -168,7 +168,7 @@ def test_the_program_keeps_stdout_to_its_answer(tmp_path: Path) -> None:
     assert res.effective.draft_tokens == 9
 
 
-def test_refused_cell_never_restarts(tb_prefix: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_refused_cell_never_restarts(tb_prefix: Path, tmp_path: Path) -> None:
     host = _eagle(_local(tb_prefix, tmp_path))
     with remote.connect(host) as r:
         cell = run_cell(r, host, Config(budget=16), probe=PROBE)
@@ -177,7 +177,7 @@ def test_refused_cell_never_restarts(tb_prefix: Path, tmp_path: Path) -> None:  
 
 
 @pytest.mark.ssh
-def test_preflight_over_ssh(make_host: Callable[..., Host], tb_prefix: Path,  # noqa: F811
+def test_preflight_over_ssh(make_host: Callable[..., Host], tb_prefix: Path,
                             tmp_path: Path) -> None:
     host = make_host("gpu-a", python=sys.executable, package="ddtestbed",
                      env=tb_env(tb_prefix), server=tb_server(free_port(), tmp_path / "work"))
@@ -204,7 +204,7 @@ def _inventory(tmp: Path, sshd: SshServer, prefix: Path, server: str) -> Path:
 
 @pytest.mark.ssh
 def test_bisect_all_refused_is_config_error_before_any_restart(
-        sshd: SshServer, tb_prefix: Path, tmp_path: Path,  # noqa: F811
+        sshd: SshServer, tb_prefix: Path, tmp_path: Path,
         capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DDPROBE_RUNS", str(tmp_path / "runs"))
     inv = _inventory(tmp_path, sshd, tb_prefix,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SshServer
-from server_util import CliHost, procs_with, tb_prefix  # noqa: F401
+from server_util import CliHost, procs_with
 
 from ddprobe.exitcodes import ExitCode
 
@@ -15,7 +15,7 @@ pytestmark = pytest.mark.ssh
 
 
 @pytest.fixture
-def host(sshd: SshServer, tb_prefix: Path, tmp_path: Path) -> Iterator[CliHost]:  # noqa: F811
+def host(sshd: SshServer, tb_prefix: Path, tmp_path: Path) -> Iterator[CliHost]:
     h = CliHost(sshd, tb_prefix, tmp_path)
     yield h
     h.stop()

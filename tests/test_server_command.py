@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from conftest import SshServer
-from server_util import inventory_text, procs_with, tb_host, tb_prefix  # noqa: F401
+from server_util import inventory_text, procs_with
 
 from ddprobe import remote
 from ddprobe.errors import LockedError

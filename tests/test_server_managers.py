@@ -11,7 +11,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from server_util import tb_env, tb_prefix, tb_server  # noqa: F401
+from server_util import tb_env, tb_server
 from testbed_util import free_port
 
 from ddprobe import remote
@@ -115,7 +115,7 @@ def _docker_live() -> str | None:
     return None
 
 
-def test_systemd_live(tb_prefix: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_systemd_live(tb_prefix: Path, tmp_path: Path) -> None:
     why = _systemd_live()
     if why:
         pytest.skip(why)
