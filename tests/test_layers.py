@@ -230,3 +230,39 @@ def test_the_test_import_check_can_fail(tmp_path: Path) -> None:
     ok.write_text("from server_util import procs_with\nimport testbed_util\n")
     assert _test_module_imports([bad, ok], root=tmp_path) == [
         "tests/test_a.py:6 imports test_bisect_ssh", "tests/test_a.py:8 imports test_sanitize_cell"]
+
+
+def _fixtures_of(path: Path) -> set[str]:
+    """Names of the functions a module decorates with pytest.fixture."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return {node.name for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and any("fixture" in ast.unparse(d) for d in node.decorator_list)}
+
+
+def _imported_fixtures(tests: Path) -> list[str]:
+    """`path:line imports fixture f from m` for a test module that imports a fixture from a
+    helper module: pytest then registers a copy per importing module (a session-scoped one runs
+    once per module). Shared fixtures reach the tests through conftest.py."""
+    helpers = {p.stem: _fixtures_of(p) for p in tests.glob("*.py")
+               if not p.name.startswith("test_") and p.name != "conftest.py"}
+    bad = []
+    for p in sorted(tests.rglob("test_*.py")):
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module in helpers and node.level == 0:
+                bad += [f"{p.relative_to(tests.parent)}:{node.lineno} imports fixture {a.name} "
+                        f"from {node.module}" for a in node.names if a.name in helpers[node.module]]
+    return bad
+
+
+def test_no_test_module_imports_a_fixture_from_a_helper(tmp_path: Path) -> None:
+    assert "tb_prefix" in _fixtures_of(TESTS / "server_util.py")
+    assert _imported_fixtures(TESTS) == []
+    # the check can fail
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "h_util.py").write_text(
+        "import pytest\n\n\n@pytest.fixture(scope='session')\ndef pre():\n    return 1\n\n\n"
+        "def plain():\n    return 2\n")
+    (tmp_path / "tests" / "test_c.py").write_text("from h_util import plain, pre\n")
+    assert _imported_fixtures(tmp_path / "tests") == [
+        "tests/test_c.py:1 imports fixture pre from h_util"]
