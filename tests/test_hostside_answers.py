@@ -140,6 +140,13 @@ def test_an_interpreter_too_old_for_the_facts_program_keeps_its_message(tmp_path
     assert msg.endswith("SyntaxError: future feature annotations is not defined")
 
 
+def test_facts_that_ran_and_printed_no_answer_say_so(tmp_path: Path) -> None:
+    h = _local(_stand_in(tmp_path, "Welcome to the host!\n"))
+    with remote.connect(h) as r, pytest.raises(RemoteError) as e:
+        gather_facts(r, h)
+    assert str(e.value) == "h: facts program printed no usable JSON: 'Welcome to the host!\\n'"
+
+
 def test_kernel_log_unusable_answers_read_as_no_kernel_log(tmp_path: Path) -> None:
     for i, text in enumerate(('{"ok": true, "result": {"source": "dmesg", "lines": ["%s"]}}'
                               % ("x" * (300 << 10)), "no answer at all",

@@ -88,6 +88,9 @@ def _facts_unusable(msg: str, kind: str, extra: dict[str, Any]) -> DdprobeError:
     """The facts program's unusable answer, worded as before it was behind the client."""
     if kind not in ("no-answer", "no-python"):
         return RemoteError(msg)
+    if extra.get("exit_code") == 0:  # it ran, and printed something else
+        tail = clean(str(extra.get("stdout", ""))[-200:])
+        return RemoteError(f"{extra.get('host')}: facts program printed no usable JSON: {tail!r}")
     last = (str(extra.get("stderr", "")).strip().splitlines() or ["no output"])[-1]
     return RemoteError(f"{extra.get('host')}: cannot run the host's interpreter "
                        f"{extra.get('python')!r} (exit {extra.get('exit_code')}): {clean(last)}")
