@@ -34,7 +34,8 @@ from ddprobe.report import (
     resolve_run,
     write_reports,
 )
-from ddprobe.results import CellResult, Outcome, Verdict
+from ddprobe.report.style import OUTCOME_STYLE, VERDICT_STYLE
+from ddprobe.results import VERDICT_KINDS, CellResult, Outcome, Verdict
 from ddprobe.store import load_run
 
 
@@ -206,3 +207,9 @@ def test_two_hosts_get_two_grids_and_their_disagreements(tmp_path: Path) -> None
     assert 'data-host="rtxpro" data-budget="32" data-graph="on" data-outcome="ok"' in html
     assert "hosts disagree: b32 graph: b300 garbage, rtxpro ok" in html
     assert "- b32 graph: b300 garbage, rtxpro ok" in render_markdown(rec)
+
+
+def test_every_verdict_kind_and_outcome_has_its_own_colour() -> None:
+    """The style table covers each vocabulary's values (no kind falls back to another's)."""
+    assert set(VERDICT_STYLE) == set(VERDICT_KINDS)
+    assert {o.value for o in Outcome} <= set(OUTCOME_STYLE)

@@ -27,7 +27,7 @@ from ddprobe.bisect.plantext import plan_lines
 from ddprobe.bisect.preflight import PlanPreflight, plan_preflight
 from ddprobe.bisect.runframe import RunFrame, begin_run, now
 from ddprobe.bisect.session import HostSession, Opened, StaticEvidence, static_evidence
-from ddprobe.bisect.verdicts import RunStatus, build_verdicts, exit_code, run_status
+from ddprobe.bisect.verdicts import ExitProtocol, RunStatus, build_verdicts, exit_code, run_status
 from ddprobe.errors import ConfigError, UsageError
 from ddprobe.inventory import Host
 from ddprobe.results import Config, UnknownValue, Verdict, known
@@ -132,7 +132,7 @@ class BisectReport:
     def rounds(self) -> int:
         return max((g.rounds for g in self.groups), default=0)
 
-    def exit_code(self, protocol: str | None = None) -> int:
+    def exit_code(self, protocol: ExitProtocol | None = None) -> int:
         return exit_code(self.verdicts, protocol=protocol)
 
     def to_dict(self) -> dict[str, Any]:

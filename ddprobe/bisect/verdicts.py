@@ -25,6 +25,7 @@ from ddprobe.results import Confidence, Evidence, EvidenceKind, Verdict, Verdict
 FAILURE_KINDS: Final[tuple[VerdictKind, ...]] = ("buffer_sizing", "graph_capture", "kernel")
 # what a run found, as `git bisect run` sees a version (BisectReport.status)
 RunStatus = Literal["good", "bad", "skip"]
+ExitProtocol = Literal["bisect"]  # --exit-protocol: the exit codes `git bisect run` reads
 
 
 def _ev(kind: EvidenceKind, summary: str, cells: Sequence[PlannedCell | str] = (),
@@ -551,7 +552,7 @@ def run_status(verdicts: Sequence[Verdict]) -> RunStatus:
     return "skip"
 
 
-def exit_code(verdicts: Sequence[Verdict], *, protocol: str | None = None) -> int:
+def exit_code(verdicts: Sequence[Verdict], *, protocol: ExitProtocol | None = None) -> int:
     """The run's exit code; protocol 'bisect' speaks `git bisect run` (0 good/1 bad/125 skip).
 
     Otherwise: 1 a failure was diagnosed; 6 a failure was seen but its cause is inconclusive

@@ -31,6 +31,7 @@ from ddprobe.bisect.plantext import plan_lines
 from ddprobe.bisect.run import BisectRequest, load_resume, resume_request, run_bisect
 from ddprobe.bisect.sessionlog import render_log, replay
 from ddprobe.bisect.sweep import SweepRequest, graph_mode, run_sweep
+from ddprobe.bisect.verdicts import ExitProtocol
 from ddprobe.cli import common
 from ddprobe.errors import (
     ConfigError,
@@ -153,7 +154,7 @@ def _tasks(text: str | None, default: tuple[str, ...] = ()) -> tuple[str, ...]:
     return tuple(t.strip() for t in text.split(",") if t.strip())
 
 
-def _protocol_exit(e: DdprobeError, protocol: str | None) -> int:
+def _protocol_exit(e: DdprobeError) -> int:
     """An error under --exit-protocol bisect: infrastructure -> 125 (skip), else abort."""
     common.env().err.print(f"[red]error:[/red] {escape(str(e))}", markup=True)
     if isinstance(e, (RemoteError, LockedError, ServerError)):
@@ -228,7 +229,10 @@ def register(app: typer.Typer) -> None:
         """Bisect budgets with CUDA graphs, then diagnose each failure mode."""
         if ctx.invoked_subcommand is not None:
             return
-        if exit_protocol not in (None, "bisect"):
+        protocol: ExitProtocol | None = None
+        if exit_protocol == "bisect":
+            protocol = "bisect"
+        elif exit_protocol is not None:
             raise UsageError(f"--exit-protocol: only 'bisect' is known, got {exit_protocol!r}")
         try:
             code = _bisect(host=host, budgets=budgets, max_bs=max_bs, backend=backend,
@@ -237,12 +241,12 @@ def register(app: typer.Typer) -> None:
                            latent_check=not no_latent_check, plan=plan,
                            context_len=context_len,
                            thorough=thorough, oversize_factor=oversize_factor,
-                           resume=resume, exit_protocol=exit_protocol, tasks=tasks,
+                           resume=resume, exit_protocol=protocol, tasks=tasks,
                            parallel=not no_parallel, keep_server=keep_server,
                            break_lock=break_lock, as_json=as_json, argv=ctx.args)
         except DdprobeError as e:
-            if exit_protocol == "bisect":
-                raise typer.Exit(_protocol_exit(e, exit_protocol)) from None
+            if protocol == "bisect":
+                raise typer.Exit(_protocol_exit(e)) from None
             raise
         raise typer.Exit(code)
 
@@ -345,7 +349,7 @@ def register(app: typer.Typer) -> None:
 def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backend: str | None,
             repeat: int, graph_first: bool, eager_first: bool, confirm_patch: str | None,
             sanitize: bool, latent_check: bool, plan: bool, resume: str | None,
-            exit_protocol: str | None, context_len: int | None,
+            exit_protocol: ExitProtocol | None, context_len: int | None,
             tasks: str | None, parallel: bool, keep_server: bool, break_lock: bool,
             as_json: bool, argv: list[str], thorough: bool = False,
             oversize_factor: int = 4) -> int:

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ddprobe.results import CellResult, Outcome, Verdict
+from ddprobe.results import CellKind, CellResult, Outcome, Verdict
 from ddprobe.store import RunRecord
 
 MODES: tuple[str, ...] = ("graph", "eager")
@@ -40,7 +40,7 @@ class CellView:
     total_s: float | None
     error: str | None
     patches: tuple[str, ...]
-    kind: str
+    kind: CellKind
     variant: str  # "" for the run's base config, else what differs ("max bs 32", "patch X")
     plan_key: str = ""  # the planner's key (`b16-graph+oversize[x]`), which evidence cites
     launch: tuple[str, ...] = ()  # the argv the server was started with

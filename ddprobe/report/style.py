@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from ddprobe.results import VerdictKind
+
 # Outcome -> (hex colour for HTML/SVG, rich style for the terminal, short legend text)
 OUTCOME_STYLE: Final[dict[str, tuple[str, str, str]]] = {
     "ok": ("#2e7d32", "bold green", "correct output"),
@@ -19,7 +21,7 @@ OUTCOME_STYLE: Final[dict[str, tuple[str, str, str]]] = {
     "not-run": ("#eceff1", "dim", "not run"),
 }
 
-VERDICT_STYLE: Final[dict[str, tuple[str, str]]] = {
+VERDICT_STYLE: Final[dict[VerdictKind, tuple[str, str]]] = {
     "buffer_sizing": ("#c62828", "bold red"),
     "graph_capture": ("#ef6c00", "bold dark_orange"),
     "kernel": ("#6a1b9a", "bold magenta"),
@@ -56,11 +58,11 @@ def status_rich(status: str) -> str:
     return OUTCOME_STYLE[status][1] if status in OUTCOME_STYLE else ""
 
 
-def verdict_colour(kind: str) -> str:
+def verdict_colour(kind: VerdictKind) -> str:
     return VERDICT_STYLE.get(kind, VERDICT_STYLE["inconclusive"])[0]
 
 
-def verdict_rich(kind: str) -> str:
+def verdict_rich(kind: VerdictKind) -> str:
     return VERDICT_STYLE.get(kind, VERDICT_STYLE["inconclusive"])[1]
 
 
