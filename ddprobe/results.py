@@ -24,6 +24,9 @@ VerdictKind = Literal["buffer_sizing", "graph_capture", "kernel", "config_error"
                       "inconclusive", "flaky", "ok"]
 VERDICT_KINDS: Final[tuple[VerdictKind, ...]] = get_args(VerdictKind)
 Confidence = Literal["high", "medium", "low"]
+# why a verdict is inconclusive or not restarted (Verdict.reason; "" for a decided one)
+VerdictReason = Literal["", "preload", "preload-graph", "eager-differs", "graph-undecided",
+                        "no-evidence", "unfinished", "assumed", "infrastructure"]
 # what a piece of evidence rests on (Evidence.kind): an experiment's cells (frontier, eager,
 # control, oversize, max_bs, sanitize, memcheck, latent, patch, differential), the log
 # (signature), the sources (static), or the run itself (assumed, repeat, refused, skip, note)
@@ -316,7 +319,7 @@ class Verdict:
     patch_confirmed: bool | None = None  # --confirm-patch: did the patch fix it
     would_decide: str = ""  # inconclusive / low confidence: the experiment that would decide
     next_command: str = ""  # the exact command to run next
-    reason: str = ""  # inconclusive: why (preload, eager-differs, graph-undecided, ...)
+    reason: VerdictReason = ""
     tested: bool = True  # False: the budgets were not restarted (assumed from neighbours)
     latent: bool = False  # found by the latent check: the cells pass, memcheck does not
 
@@ -336,5 +339,6 @@ class Verdict:
         d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
         d["kind"] = known(VerdictKind, d.get("kind"), "verdict.kind")
         d["confidence"] = known(Confidence, d.get("confidence"), "verdict.confidence")
+        d["reason"] = known(VerdictReason, d.get("reason", ""), "verdict.reason")
         d["evidence"] = [Evidence.from_dict(e) for e in d.get("evidence") or []]
         return cls(**d)

@@ -117,6 +117,7 @@ def _set(*path: str | int, value: str) -> Callable[[dict[str, Any]], None]:
 @pytest.mark.parametrize("line_type,path,value", [
     ("verdict", ("kind",), "buffer_sizng"),
     ("verdict", ("confidence",), "certain"),
+    ("verdict", ("reason",), "preloaded"),
     ("verdict", ("evidence", 0, "kind"), "hunch"),
     ("cell", ("kind",), "memcheck"),
     ("cell", ("outcome",), "exploded"),

@@ -36,7 +36,7 @@ from typing import Final, Literal, get_args
 from ddprobe.bisect.cells import BAD, GOOD, NONE, SAME, UNTESTED, Obs, PlannedCell, same_failure
 from ddprobe.bisect.served import before_model_load, served_max_bs
 from ddprobe.bisect.static import Suspect
-from ddprobe.results import CellResult, Confidence, Config
+from ddprobe.results import CellResult, Confidence, Config, VerdictReason
 
 # what one mode's ladder decides (a Verdict's kind, of the four a ladder can reach)
 DecisionKind = Literal["buffer_sizing", "graph_capture", "kernel", "inconclusive"]
@@ -98,7 +98,7 @@ class Decision:
     notes: tuple[str, ...] = ()
     factor: int | None = None  # the oversize factor that cured it (None: the run's default)
     would_decide: str = ""  # inconclusive: the experiment that would decide it
-    reason: str = ""  # inconclusive: why (preload | eager-differs | no-suspect | ...)
+    reason: VerdictReason = ""  # inconclusive: why
 
 
 @dataclass(frozen=True)
