@@ -3,7 +3,9 @@
 Built once by the CLI (`ddprobe.cli.main`), filled in by the global options and active for the
 invocation (`activate`, undone when the command's click context closes): the global options, the
 two consoles (stdout carries data, stderr messages), the inventory (loaded on first use), the
-remote options. Commands reach it with `current()`. Nothing here outlives
+remote options every connection is opened with (`connect`), and the run's caches (`caches`:
+the install's flags, the prepare steps done, the host locks held; built on first use). Commands
+reach it with `current()` and pass what the library needs down explicitly. Nothing here outlives
 an invocation: a second `main([...])` in the same process starts from a fresh Context, so no
 state leaks between invocations (tests call `main` many times in one process).
 """
@@ -12,12 +14,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from ddprobe.inventory import Host, Inventory, load_inventory
-from ddprobe.remote import RemoteOptions
+from ddprobe.remote import Remote, RemoteOptions, connect
 from ddprobe.safeconsole import make_console
+
+if TYPE_CHECKING:
+    from ddprobe.server.caches import RunCaches
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,7 @@ class Context:
     out: Console = field(default_factory=lambda: make_console(stderr=False))
     err: Console = field(default_factory=lambda: make_console(stderr=True))
     _inventory: Inventory | None = field(default=None, repr=False)
+    _caches: RunCaches | None = field(default=None, repr=False)
 
     @property
     def inventory(self) -> Inventory:
@@ -58,6 +65,18 @@ class Context:
     @property
     def remote_options(self) -> RemoteOptions:
         return self.options.remote
+
+    @property
+    def caches(self) -> RunCaches:
+        """This invocation's RunCaches (built on first use; the server package loads then)."""
+        if self._caches is None:
+            from ddprobe.server.caches import RunCaches
+            self._caches = RunCaches()
+        return self._caches
+
+    def connect(self, host: Host) -> Remote:
+        """One connection to `host` with this invocation's remote options."""
+        return connect(host, self.remote_options)
 
     def hosts(self, spec: str) -> list[Host]:
         """The hosts `spec` (a host, group or comma list) selects, within --limit."""

@@ -31,9 +31,10 @@ from ddprobe.errors import ConfigError, DdprobeError, RefusedError, RemoteError,
 from ddprobe.exitcodes import ExitCode, for_outcome
 from ddprobe.facts import Facts, gather_facts
 from ddprobe.inventory import Host
-from ddprobe.remote import connect
+from ddprobe.remote import RemoteOptions, connect
 from ddprobe.report import write_reports
 from ddprobe.results import CellResult, Config, Outcome
+from ddprobe.server.caches import RunCaches
 from ddprobe.server.launch import build_launch, check_launch, host_flags
 from ddprobe.store import RunStore, load_run, runs_root
 from ddprobe.timestamps import utc_stamp
@@ -144,7 +145,8 @@ def _tail(c: CellResult) -> str:
     return excerpt(text, max_lines=LOG_TAIL_LINES, max_chars=LOG_TAIL_BYTES // 4)
 
 
-def smoke_host(host: Host, configs: Sequence[Config], *, log_dir: Path | None,
+def smoke_host(host: Host, configs: Sequence[Config], *, opts: RemoteOptions,
+               caches: RunCaches, log_dir: Path | None,
                probe: Any = None, baseline: Any = None,
                on_cell: Callable[[CellResult], None] | None = None) -> HostSmoke:
     """Run the smoke checks on one host (never raises for the host's own problems)."""
@@ -160,7 +162,7 @@ def smoke_host(host: Host, configs: Sequence[Config], *, log_dir: Path | None,
                 hs.cases.append(Case(f"{n} b{c.budget}", f"{cls}.{c.key}", "skipped", why))
 
     try:
-        with connect(host) as r:
+        with connect(host, opts) as r:
             t = time.monotonic()
             try:
                 facts = gather_facts(r, host)
@@ -176,11 +178,11 @@ def smoke_host(host: Host, configs: Sequence[Config], *, log_dir: Path | None,
                 facts_case.status, facts_case.type = "failure", "install"
                 facts_case.message = f"package {host.package!r} is not importable by " \
                                      f"{host.python}"
-            flags, why = host_flags(r, host)
+            flags, why = host_flags(r, host, cache=caches.flags)
             codes: list[int] = []
             for cfg in configs:
                 codes.append(_one(r, host, cfg, hs, flags, why, log_dir, probe, baseline,
-                                  on_cell))
+                                  on_cell, caches))
             hs.exit_code = worst(codes)
     except RemoteError as e:
         if facts_case.status == "pass" and not hs.properties:
@@ -195,7 +197,7 @@ def smoke_host(host: Host, configs: Sequence[Config], *, log_dir: Path | None,
 
 def _one(r: Any, host: Host, cfg: Config, hs: HostSmoke, flags: Any, why: str,
          log_dir: Path | None, probe: Any, baseline: Any,
-         on_cell: Callable[[CellResult], None] | None) -> int:
+         on_cell: Callable[[CellResult], None] | None, caches: RunCaches) -> int:
     """One production config: the flags check, the cell, its probes (three cases)."""
     cls = f"ddprobe.{host.name}.{cfg.key}"
     b = cfg.budget
@@ -206,7 +208,7 @@ def _one(r: Any, host: Host, cfg: Config, hs: HostSmoke, flags: Any, why: str,
         code, reason = stopped
         hs.cases += [Case(f"{n} b{b}", cls, "skipped", reason) for n in ("cell", "probes")]
         return code
-    cell = _cell(r, host, cfg, log_dir, probe, baseline)
+    cell = _cell(r, host, cfg, log_dir, probe, baseline, caches)
     hs.cells.append(cell)
     if on_cell is not None:
         on_cell(cell)
@@ -245,9 +247,9 @@ def _check_flags(case: Case, host: Host, cfg: Config, flags: Any, why: str
     return None
 
 
-def _cell(r: Any, host: Host, cfg: Config, log_dir: Path | None, probe: Any, baseline: Any
-          ) -> CellResult:
-    kw: dict[str, Any] = {"log_dir": log_dir}
+def _cell(r: Any, host: Host, cfg: Config, log_dir: Path | None, probe: Any, baseline: Any,
+          caches: RunCaches) -> CellResult:
+    kw: dict[str, Any] = {"log_dir": log_dir, "caches": caches}
     if probe is not None:
         kw["probe"] = probe
     if baseline is not None:
@@ -314,10 +316,13 @@ _MARKS: Final[dict[Outcome, Callable[[_Cases, CellResult, str], None]]] = {
     Outcome.DEGRADED: _mark_bad_answers}
 
 
-def run_smoke(hosts: Sequence[Host], *, budgets: Sequence[int] = (), probe: Any = None,
-              baseline: Any = None, root: Path | None = None, argv: Sequence[str] = (),
-              on_cell: Callable[[CellResult], None] | None = None) -> SmokeReport:
-    """The smoke check on every host (in parallel); the run lands in runs/<run-id>/."""
+def run_smoke(hosts: Sequence[Host], *, opts: RemoteOptions, budgets: Sequence[int] = (),
+              probe: Any = None, baseline: Any = None, root: Path | None = None,
+              argv: Sequence[str] = (), on_cell: Callable[[CellResult], None] | None = None,
+              caches: RunCaches | None = None) -> SmokeReport:
+    """The smoke check on every host (in parallel); the run lands in runs/<run-id>/.
+    `opts`: how to reach the hosts; `caches`: the run's (a fresh one when none is given)."""
+    caches = caches if caches is not None else RunCaches()
     plans = [(h, production_configs(h, budgets)) for h in hosts]
     t0 = time.monotonic()
     store = RunStore.create("smoke", root or runs_root())
@@ -326,7 +331,8 @@ def run_smoke(hosts: Sequence[Host], *, budgets: Sequence[int] = (), probe: Any 
                                                                         plans for c in cs}),
                   "started_at": utc_stamp(), "options": {}})
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(hosts)))) as pool:
-        futs = [pool.submit(smoke_host, h, cs, log_dir=store.dir / "logs", probe=probe,
+        futs = [pool.submit(smoke_host, h, cs, opts=opts, caches=caches,
+                            log_dir=store.dir / "logs", probe=probe,
                             baseline=baseline, on_cell=on_cell) for h, cs in plans]
         results = [f.result() for f in futs]
     for hs in results:

@@ -15,7 +15,7 @@ from testbed_util import free_port, install_prefix
 
 from ddprobe.cli import main
 from ddprobe.inventory import load_inventory
-from ddprobe.remote import connect
+from ddprobe.remote import RemoteOptions, connect
 from ddprobe.sources.patches import applied_ids, patch_status
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,10 +70,13 @@ def verdicts(doc: dict) -> dict[tuple[int, ...], dict]:
     return {tuple(v["budgets"]): v for v in doc["verdicts"]}
 
 
-def assert_clean(inv: Path, site: Site) -> None:
-    """No temporary patch left in the install, no testbed server left running."""
+def assert_clean(inv: Path, site: Site, ssh_config: Path | None = None) -> None:
+    """No temporary patch left in the install, no testbed server left running (the host reached
+    through `ssh_config`, by default its own sshd's)."""
     h = site.host(inv)
-    with connect(h) as r:  # type: ignore[arg-type]
+    cfg = ssh_config or site.sshd.ssh_config  # type: ignore[attr-defined]
+    opts = RemoteOptions(ssh_config=str(cfg))
+    with connect(h, opts) as r:  # type: ignore[arg-type]
         assert applied_ids(patch_status(r, host=h)) == []  # type: ignore[arg-type]
     assert procs_with(f"--port\x00{site.port}\x00") == []
 

@@ -22,6 +22,7 @@ from probes_util import SglangShapedServer
 from server_util import tb_host, tb_prefix  # noqa: F401 - fixtures for every test
 
 from ddprobe.inventory import Host, ServerSettings
+from ddprobe.remote import RemoteOptions
 
 # The CPU testbed's defects are asserted exactly (b16 crashes, ...). On a GPU machine the
 # testbed's `auto` device would pick CUDA, where an overrun may stay silent: the GPU tests ask
@@ -309,31 +310,40 @@ def make_host(sshd: SshServer) -> Callable[..., Host]:
     return make
 
 
-@pytest.fixture(autouse=True)
-def _ssh_config_default(sshd_config_env: None) -> None:
-    return None
-
-
-@pytest.fixture
-def sshd_config_env(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Tests that use an sshd get its ssh_config as the default --ssh-config."""
-    from ddprobe import remote
+def _sshd_config(request: pytest.FixtureRequest) -> Path | None:
+    """The ssh_config reaching the test's sshd fixture(s) (sshd, and sshd2 merged in when the
+    test uses both), or None for a test without one."""
     if "sshd" not in request.fixturenames and "make_host" not in request.fixturenames:
-        yield None
-        return
+        return None
     server: SshServer = request.getfixturevalue("sshd")
-    old = remote.default_options()
     cfg = server.ssh_config
     if "sshd2" in request.fixturenames:
         s2: SshServer = request.getfixturevalue("sshd2")
         merged = server.dir / "ssh_config_ab"
         merged.write_text(cfg.read_text().split("Host *")[0] + s2.ssh_config.read_text())
         cfg = merged
-    remote.set_default_options(remote.RemoteOptions(ssh_config=str(cfg)))
-    try:
-        yield None
-    finally:
-        remote.set_default_options(old)
+    return cfg
+
+
+@pytest.fixture
+def ssh_opts(request: pytest.FixtureRequest) -> RemoteOptions:
+    """The RemoteOptions a test passes to `remote.connect` (there is no process default): the
+    sshd fixture(s)' ssh_config (sshd+sshd2 merged when the test uses both); plain
+    RemoteOptions() for a test on local hosts only."""
+    cfg = _sshd_config(request)
+    return RemoteOptions(ssh_config=str(cfg)) if cfg is not None else RemoteOptions()
+
+
+@pytest.fixture(autouse=True)
+def _ssh_config_env(request: pytest.FixtureRequest,
+                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """CLI invocations (`main([...])`) of a test that uses an sshd get its ssh_config as
+    --ssh-config through the environment (DDPROBE_SSH_CONFIG), never a module global."""
+    cfg = _sshd_config(request)
+    if cfg is not None:
+        monkeypatch.setenv("DDPROBE_SSH_CONFIG", str(cfg))
+    else:
+        monkeypatch.delenv("DDPROBE_SSH_CONFIG", raising=False)
 
 
 def write_inventory(path: Path, text: str) -> Path:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ddprobe.cell.experiment import ProbeOptions, run_cell
 from ddprobe.inventory import Host, ServerSettings
-from ddprobe.remote import connect
+from ddprobe.remote import RemoteOptions, connect
 from ddprobe.results import CellResult, Config, Outcome
 from ddprobe.signatures.corpus import CorpusLog
 
@@ -70,7 +70,7 @@ def replay_host(c: CorpusLog, workdir: Path, *, linger: float) -> Host:
 
 def run_replay(c: CorpusLog, workdir: Path, *, linger: float) -> CellResult:
     host = replay_host(c, workdir, linger=linger)
-    with connect(host) as r:
+    with connect(host, RemoteOptions()) as r:  # a local host
         return run_cell(r, host, Config(budget=8),
                         probe=ProbeOptions(tasks=(TASK,), concurrency=1, max_tokens=64,
                                            timeout=PROBE_TIMEOUT))

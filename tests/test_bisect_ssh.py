@@ -59,7 +59,7 @@ def test_seed_verdicts_over_ssh(sshd: object, tmp_path: Path, runs: Path,
     assert "# verdict [gpu]: b32 graph_capture" in log
 
 
-def test_healthy_is_one_restart_and_exit_0(sshd: object, tmp_path: Path, runs: Path,
+def test_healthy_is_one_restart_and_exit_0(ssh_opts, sshd: object, tmp_path: Path, runs: Path,
                                            capsys: pytest.CaptureFixture[str]) -> None:
     site = Site(sshd, tmp_path, scenario="healthy")
     inv = write_inventory(tmp_path, site)
@@ -69,7 +69,7 @@ def test_healthy_is_one_restart_and_exit_0(sshd: object, tmp_path: Path, runs: P
     from ddprobe.sources.oversize import make_oversize_patch
     from ddprobe.sources.patches import apply_patch
     h = site.host(inv)
-    with connect(h) as r:  # type: ignore[arg-type]
+    with connect(h, ssh_opts) as r:  # type: ignore[arg-type]
         rep = grep_buffers(r, h, params=SizingParams(max_bs=64, budgets=(8,)))  # type: ignore[arg-type]
         apply_patch(r, make_oversize_patch(rep, ["cuda_graph_custom_mask"]), host=h)  # type: ignore[arg-type]
         assert applied_ids(patch_status(r, host=h))  # type: ignore[arg-type]
@@ -100,7 +100,7 @@ def test_kernel_scenario_is_a_kernel_verdict(sshd: object, tmp_path: Path, runs:
 
 
 def test_late_threshold_names_the_buffer_and_a_confirmed_patch_is_kept(
-        sshd: object, tmp_path: Path, runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        ssh_opts, sshd: object, tmp_path: Path, runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
     site = Site(sshd, tmp_path, scenario="late")
     inv = write_inventory(tmp_path, site)
     code, doc = bisect_json(capsys, inv, sshd.ssh_config, "--host", "gpu",  # type: ignore[attr-defined]
@@ -114,7 +114,7 @@ def test_late_threshold_names_the_buffer_and_a_confirmed_patch_is_kept(
     assert len(diagnosis) <= 4 and len(g["cells"]) == len(diagnosis) + 1
     assert g["patch_kept"] is True
     h = site.host(inv)
-    with connect(h) as r:  # type: ignore[arg-type]
+    with connect(h, ssh_opts) as r:  # type: ignore[arg-type]
         assert applied_ids(patch_status(r, host=h)) == ["ddtestbed-custom-mask"]  # type: ignore[arg-type]
         revert_patch(r, "ddtestbed-custom-mask", host=h)  # type: ignore[arg-type]
     assert_clean(inv, site)

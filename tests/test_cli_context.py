@@ -25,15 +25,64 @@ def test_a_second_main_sees_its_own_inventory_not_the_first_ones(tmp_path: Path,
     assert second["inventory"] is None and [h["name"] for h in second["hosts"]] == ["testbed"]
 
 
-def test_the_remote_options_of_an_invocation_are_put_back_after_it(tmp_path: Path,
-                                                                   capsys) -> None:
-    before = remote.default_options()
+def test_the_remote_options_of_an_invocation_are_put_back_after_it(tmp_path: Path, capsys,
+                                                                   monkeypatch) -> None:
+    # the options live in the invocation's Context and are passed to every connect: the remote
+    # package keeps no process default an invocation could set and leave behind
+    assert not hasattr(remote, "default_options") and not hasattr(remote, "set_default_options")
+    assert not hasattr(remote.base, "_defaults")
     cfg = tmp_path / "ssh_config"
     cfg.write_text("")
-    assert main(["--ssh-config", str(cfg), "--connect-timeout", "3", "hosts", "--json"]) == 0
+    import ddprobe.context as context_mod
+    seen: list[object] = []
+    real = context_mod.connect
+
+    def spy(host, opts):  # type: ignore[no-untyped-def]  # runs in fan_out's worker thread
+        seen.append(opts)
+        return real(host, opts)
+
+    monkeypatch.setattr(context_mod, "connect", spy)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("DDPROBE_INVENTORY", raising=False)
+    assert main(["--ssh-config", str(cfg), "--connect-timeout", "3", "hosts", "--check",
+                 "--json"]) == 0
     capsys.readouterr()
-    assert remote.default_options() == before
+    assert seen == [remote.RemoteOptions(ssh_config=str(cfg), connect_timeout=3)]
+    assert main(["hosts", "--check", "--json"]) == 0  # the next invocation: its own options
+    capsys.readouterr()
+    assert seen[1:] == [remote.RemoteOptions()]
     assert current().options.ssh_config is None  # outside an invocation: a fresh Context
+
+
+def test_a_second_main_reads_the_flags_and_prepares_again(tmp_path: Path, capsys,
+                                                          monkeypatch) -> None:
+    """The run's caches (flags, prepare steps, held locks) are the invocation's: within one
+    `main` the flags are read once per host and the prepare step runs once; the next `main`
+    starts from fresh caches (a process global would make the second call read nothing)."""
+    from ddprobe.server.prepare import PREPARERS
+    from ddprobe.sources import fetch
+    reads: list[str] = []
+    prepares: list[str] = []
+    real_read, real_prepare = fetch.read_flags, PREPARERS["testbed"]
+
+    def read_flags(r, host=None):  # type: ignore[no-untyped-def]
+        reads.append((host or r.host).name)
+        return real_read(r, host)
+
+    def prepare(r, host):  # type: ignore[no-untyped-def]
+        prepares.append(host.name)
+        return real_prepare(r, host)
+
+    monkeypatch.setattr(fetch, "read_flags", read_flags)
+    monkeypatch.setitem(PREPARERS, "testbed", prepare)
+    monkeypatch.chdir(tmp_path)
+    args = ["bisect", "--plan", "--host", "testbed", "--budgets", "8", "--json"]
+    assert main(args) == 0
+    assert reads == ["testbed"] and prepares == ["testbed"]
+    assert main(args) == 0
+    capsys.readouterr()
+    assert reads == ["testbed", "testbed"] and prepares == ["testbed", "testbed"]
 
 
 def test_fan_out_workers_see_the_invocations_context() -> None:

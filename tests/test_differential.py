@@ -138,12 +138,12 @@ TASKS = ("fizzbuzz", "caesar_cipher", "is_palindrome", "binary_search")
 
 
 @pytest.mark.parametrize("budget", [8, 16])
-def test_stale_scenario_on_the_cpu_testbed(prefix: Path, tmp_path: Path, budget: int) -> None:
+def test_stale_scenario_on_the_cpu_testbed(ssh_opts, prefix: Path, tmp_path: Path, budget: int) -> None:
     from ddprobe.cell.differential import run_differential
     from ddprobe.cell.experiment import ProbeOptions
     from ddprobe.remote import connect
     host = _stale_host(prefix, tmp_path)
-    with connect(host) as r:
+    with connect(host, ssh_opts) as r:
         pair = run_differential(r, host, Config(budget), probe=ProbeOptions(tasks=TASKS),
                                 stop_after=True)
     g, e, d = pair.graph, pair.eager, pair.diff

@@ -120,14 +120,14 @@ def test_round_trip_and_old_journals() -> None:
 
 
 @pytest.mark.ssh
-def test_cells_record_what_the_testbed_server_runs(make_host: Callable[..., Host],
+def test_cells_record_what_the_testbed_server_runs(ssh_opts, make_host: Callable[..., Host],
                                                    tb_prefix: Path,
                                                    tmp_path: Path) -> None:
     host = make_host("gpu-a", python=sys.executable, package="ddtestbed", env=tb_env(tb_prefix),
                      server=tb_server(free_port(), tmp_path / "work"))
     probe = ProbeOptions(tasks=TASKS[:1], max_tokens=64, concurrency=1)
     try:
-        with remote.connect(host) as r:
+        with remote.connect(host, ssh_opts) as r:
             ok = run_cell(r, host, Config(budget=8), probe=probe)
             eager = run_cell(r, host, Config(budget=16, graph=False), probe=probe)
             dead = run_cell(r, host, Config(budget=64), probe=probe)

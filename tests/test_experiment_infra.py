@@ -53,13 +53,13 @@ class DropConnection(CellReporter):
             self.dropped = True
 
 
-def test_ssh_drop_mid_cell_is_an_error(sshd2: SshServer, make_host: Callable[..., Host],
+def test_ssh_drop_mid_cell_is_an_error(ssh_opts, sshd2: SshServer, make_host: Callable[..., Host],
                                        tb_prefix: Path, tmp_path: Path) -> None:
     host: Host = make_host("gpu-b", python=sys.executable, package="ddtestbed",
                            env=tb_env(tb_prefix), server=tb_server(free_port(), tmp_path / "w"),
                            server_=sshd2)
     rep = DropConnection(sshd2.pid)
-    r = remote.connect(host)
+    r = remote.connect(host, ssh_opts)
     try:
         cell = run_cell(r, host, Config(budget=8), probe=ProbeOptions(tasks=TASKS[:2]),
                         reporter=rep)
@@ -69,7 +69,7 @@ def test_ssh_drop_mid_cell_is_an_error(sshd2: SshServer, make_host: Callable[...
         assert any("lock could not be released" in n for n in cell.notes)
         # the detached server outlived the session; a new connection finds and stops it
         state = json.loads(Path(host.server.workdir, "server.json").read_text())
-        with remote.connect(host) as r2:
+        with remote.connect(host, ssh_opts) as r2:
             info = get_manager(r2, host).stop()
         assert info.was_running and info.clean and procs_with(state["marker"]) == []
     finally:
@@ -111,7 +111,7 @@ def test_interrupt_mid_cell_leaves_nothing_behind(sshd: SshServer, tb_prefix: Pa
     assert not (h.workdir / "lock").exists()
 
 
-def test_disk_full_is_an_error(make_host: Callable[..., Host], tb_prefix: Path,
+def test_disk_full_is_an_error(ssh_opts, make_host: Callable[..., Host], tb_prefix: Path,
                                tmp_path: Path) -> None:
     small = tmp_path / "small"
     small.mkdir()
@@ -124,7 +124,7 @@ def test_disk_full_is_an_error(make_host: Callable[..., Host], tb_prefix: Path,
     try:
         host: Host = make_host("gpu-a", python=sys.executable, package="ddtestbed",
                                env=tb_env(tb_prefix), server=tb_server(free_port(), small))
-        with remote.connect(host) as r:
+        with remote.connect(host, ssh_opts) as r:
             cell = run_cell(r, host, Config(budget=8), probe=ProbeOptions(tasks=TASKS[:1]))
     finally:
         subprocess.run(["umount", str(small)], check=False)
@@ -132,13 +132,13 @@ def test_disk_full_is_an_error(make_host: Callable[..., Host], tb_prefix: Path,
     assert cell.error_kind == "disk" and "free" in (cell.error or "")
 
 
-def test_launch_prefix_wraps_the_command(make_host: Callable[..., Host],
+def test_launch_prefix_wraps_the_command(ssh_opts, make_host: Callable[..., Host],
                                          tb_prefix: Path, tmp_path: Path) -> None:
     """A wrapper (e.g. compute-sanitizer for a sanitize cell) goes before the launch command;
     the cell still classifies the server's own failure."""
     host: Host = make_host("gpu-a", python=sys.executable, package="ddtestbed",
                            env=tb_env(tb_prefix), server=tb_server(free_port(), tmp_path / "w"))
-    with remote.connect(host) as r:
+    with remote.connect(host, ssh_opts) as r:
         cell = run_cell(r, host, Config(budget=64), launch_prefix=("env", "WRAPPED_BY=ddprobe"))
     assert cell.launch[:3] == ["env", "WRAPPED_BY=ddprobe", sys.executable]
     assert cell.outcome is Outcome.CRASH and cell.signature is not None
@@ -146,7 +146,7 @@ def test_launch_prefix_wraps_the_command(make_host: Callable[..., Host],
 
 
 def test_unknown_task_id_is_refused_before_the_host_is_touched(
-        make_host: Callable[..., Host], tb_prefix: Path, tmp_path: Path) -> None:
+        ssh_opts, make_host: Callable[..., Host], tb_prefix: Path, tmp_path: Path) -> None:
     """Found on the H200 against real SGLang 0.5.11: `--tasks 2` (a count, where task ids are
     expected) was refused only after the server had been restarted. Bad probe options are the
     user's input: a ConfigError naming the suite, and no server, lock or log on the host."""
@@ -154,7 +154,7 @@ def test_unknown_task_id_is_refused_before_the_host_is_touched(
     work = tmp_path / "w"
     host: Host = make_host("gpu-a", python=sys.executable, package="ddtestbed",
                            env=tb_env(tb_prefix), server=tb_server(free_port(), work))
-    with remote.connect(host) as r, pytest.raises(ConfigError) as err:
+    with remote.connect(host, ssh_opts) as r, pytest.raises(ConfigError) as err:
         run_cell(r, host, Config(budget=8), probe=ProbeOptions(tasks=("2",)))
     assert "unknown task id(s) 2" in str(err.value)
     assert not (work / "server.json").exists()

@@ -13,10 +13,10 @@ from ddprobe.facts import gather_facts
 pytestmark = pytest.mark.ssh
 
 
-def test_facts_find_sglang_without_importing_it(make_host, sglang_venv):
+def test_facts_find_sglang_without_importing_it(ssh_opts, make_host, sglang_venv):
     py = sglang_venv("0.5.10")
     h = make_host(python=py)
-    with remote.connect(h) as r:
+    with remote.connect(h, ssh_opts) as r:
         f = gather_facts(r, h)
     assert f.install and f.install["version"] == "0.5.10"
     assert f.install["path"].endswith("site-packages/sglang")
@@ -32,7 +32,7 @@ def test_facts_find_sglang_without_importing_it(make_host, sglang_venv):
 
 
 
-def test_facts_name_the_kernel_package_by_both_distribution_names(make_host, sglang_venv, tmp_path):
+def test_facts_name_the_kernel_package_by_both_distribution_names(ssh_opts, make_host, sglang_venv, tmp_path):
     """SGLang 0.5.11 depends on `sglang-kernel` (0.4.x; earlier releases on `sgl-kernel`): on the
     H200 facts listed torch, triton, sglang, transformers and no kernel package at all."""
     py = sglang_venv("0.5.10")
@@ -43,7 +43,7 @@ def test_facts_name_the_kernel_package_by_both_distribution_names(make_host, sgl
         (d / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\n"
                                     f"Version: {ver}\n")
     h = make_host(python=py, env={"PYTHONPATH": str(site)})
-    with remote.connect(h) as r:
+    with remote.connect(h, ssh_opts) as r:
         f = gather_facts(r, h)
     assert f.packages["sglang-kernel"] == "0.4.2"
     assert f.packages["sgl-kernel"] == "0.3.21"

@@ -115,12 +115,7 @@ def wait_next_cell_server(runs: Path, proc: subprocess.Popen[str], site: Site) -
 
 
 def clean(inv: Path, site: Site, cfg: Path) -> None:
-    old = remote.default_options()
-    remote.set_default_options(remote.RemoteOptions(ssh_config=str(cfg)))
-    try:
-        assert_clean(inv, site)
-    finally:
-        remote.set_default_options(old)
+    assert_clean(inv, site)  # it connects with the site's own sshd config (cfg reaches it too)
 
 
 def test_a_drop_mid_bisect_is_retried_not_recorded(sshd_factory, tmp_path: Path,

@@ -58,11 +58,11 @@ def host_kind(request: pytest.FixtureRequest, sglang_venv: Callable[[str], Path]
     return make
 
 
-def test_rg_and_grep_agree_on_every_host_kind(sshd, host_kind: Callable[..., Host],
+def test_rg_and_grep_agree_on_every_host_kind(ssh_opts, sshd, host_kind: Callable[..., Host],
                                              no_rg_path: str) -> None:
     ensure_program("rg", "ripgrep")
     with_rg, without = host_kind(), host_kind({"PATH": no_rg_path})
-    with remote.connect(with_rg) as r1, remote.connect(without) as r2:
+    with remote.connect(with_rg, ssh_opts) as r1, remote.connect(without, ssh_opts) as r2:
         for case in CASES:
             a = grep(r1, host=with_rg, tool="rg", **case)  # type: ignore[arg-type]
             b = grep(r2, host=without, **case)  # type: ignore[arg-type]  # auto: no rg there

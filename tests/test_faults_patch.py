@@ -56,22 +56,17 @@ def test_patch_apply_and_revert_take_the_host_lock(sshd, tmp_path: Path, capsys)
     assert f.read_bytes() == before
 
 
-def test_run_reverts_a_leftover_temporary_patch_and_records_the_rest(sshd, tmp_path: Path,
+def test_run_reverts_a_leftover_temporary_patch_and_records_the_rest(ssh_opts, sshd, tmp_path: Path,
                                                                      capsys) -> None:
     site = Site(sshd, tmp_path)
     inv = write_inventory(tmp_path, site)
     h = site.host(inv)
-    old = remote.default_options()
-    remote.set_default_options(remote.RemoteOptions(ssh_config=str(sshd.ssh_config)))
-    try:
-        with remote.connect(h) as r:  # type: ignore[arg-type]
-            rep = grep_buffers(r, h, params=SizingParams(max_bs=64, budgets=(16,)))  # type: ignore[arg-type]
-            # what a killed bisect leaves: its oversize patch (which makes b16 pass)
-            apply_patch(r, make_oversize_patch(rep, ["cuda_graph_custom_mask"]), host=h)  # type: ignore[arg-type]
-            ids = applied_ids(patch_status(r, host=h))  # type: ignore[arg-type]
-            assert any(i.startswith("ddprobe-oversize-") for i in ids)
-    finally:
-        remote.set_default_options(old)
+    with remote.connect(h, ssh_opts) as r:  # type: ignore[arg-type]
+        rep = grep_buffers(r, h, params=SizingParams(max_bs=64, budgets=(16,)))  # type: ignore[arg-type]
+        # what a killed bisect leaves: its oversize patch (which makes b16 pass)
+        apply_patch(r, make_oversize_patch(rep, ["cuda_graph_custom_mask"]), host=h)  # type: ignore[arg-type]
+        ids = applied_ids(patch_status(r, host=h))  # type: ignore[arg-type]
+        assert any(i.startswith("ddprobe-oversize-") for i in ids)
 
     def run16() -> tuple[int, dict]:
         capsys.readouterr()

@@ -81,7 +81,7 @@ def test_no_parallel_keeps_every_host_apart() -> None:
     assert names(gs) == [["a"], ["b"]]
 
 
-def test_the_builtin_testbed_reports_its_scenarios_gpu(tmp_path: Path,
+def test_the_builtin_testbed_reports_its_scenarios_gpu(ssh_opts, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Facts on the built-in host, through the testbed's nvidia-smi stand-in, name the GPU
     of the scenario (and a source hash of the install), so testbed hosts with different
@@ -94,7 +94,7 @@ def test_the_builtin_testbed_reports_its_scenarios_gpu(tmp_path: Path,
         h = builtin_testbed()
         h = replace(h, env=tuple((k, str(prefix) if k == "PYTHONPATH" else v)
                                  for k, v in h.env))
-        with connect(h) as r:
+        with connect(h, ssh_opts) as r:
             f = gather_facts(r, h)
         got[scenario] = identity(h, f)
     assert got["seed"].gpu == "NVIDIA B300 SXM6 (10.3) x8"

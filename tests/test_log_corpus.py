@@ -126,7 +126,7 @@ def test_replayed_through_a_run_cell(case: CorpusLog, linger: float, tmp_path: P
             (cell.outcome, cell.signature and cell.signature.id)
 
 
-def test_driver_xid_lines_during_a_crashed_cell_are_evidence(tmp_path: Path) -> None:
+def test_driver_xid_lines_during_a_crashed_cell_are_evidence(ssh_opts, tmp_path: Path) -> None:
     """Expected: a crashed cell reads the host's kernel log once and keeps the Xid line logged
     during the cell (not the one from 2020), as a note; the outcome stays the log's crash. The
     kernel cannot be made to log an Xid here, so `dmesg` is a stand-in on the host's PATH."""
@@ -149,7 +149,7 @@ def test_driver_xid_lines_during_a_crashed_cell_are_evidence(tmp_path: Path) -> 
     case = next(c for c in CORPUS if c.name == "sglang-5285-capture-oom-deepep")
     host = replay_host(case, tmp_path / "work", linger=0.0)
     host = replace(host, env=(("PATH", f"{bindir}:{os.environ.get('PATH', '')}"),))
-    with connect(host) as r:
+    with connect(host, ssh_opts) as r:
         cell = run_cell(r, host, Config(budget=8), probe=ProbeOptions(tasks=("reverse_words",)))
     assert cell.outcome is Outcome.CRASH and cell.signature is not None
     assert cell.signature.kind == "oom"

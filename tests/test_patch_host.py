@@ -70,7 +70,7 @@ def _two_file_patch(site: Path, tmp_path: Path) -> Path:
     return p
 
 
-def test_apply_idempotent_status_diff_revert_byte_for_byte(host, install: Path) -> None:
+def test_apply_idempotent_status_diff_revert_byte_for_byte(ssh_opts, host, install: Path) -> None:
     f = install / "sglang" / TRITON
     before = f.read_bytes()
     mode = f.stat().st_mode
@@ -78,7 +78,7 @@ def test_apply_idempotent_status_diff_revert_byte_for_byte(host, install: Path) 
     pyc.parent.mkdir(exist_ok=True)
     pyc.write_bytes(b"stale")
     patch = load_patch(SHIPPED)
-    with remote.connect(host) as r:
+    with remote.connect(host, ssh_opts) as r:
         res = apply_patch(r, patch, host=host)
         assert res.status == "applied" and res.changed == (TRITON,)
         assert res.install and res.install.version == "0.5.10"
@@ -126,7 +126,7 @@ def test_dry_run_changes_nothing(sshd, install: Path, capsys) -> None:
 
 
 @pytest.mark.parametrize("case", ["malformed", "missing-file", "mismatch", "edited", "version"])
-def test_bad_input_is_refused_and_nothing_changes(case: str, host, install: Path,
+def test_bad_input_is_refused_and_nothing_changes(ssh_opts, case: str, host, install: Path,
                                                   tmp_path: Path) -> None:
     shipped = (REPO / "playbooks" / "patches" / f"{SHIPPED}.patch").read_text()
     f = install / "sglang" / TRITON
@@ -152,22 +152,22 @@ def test_bad_input_is_refused_and_nothing_changes(case: str, host, install: Path
     p = tmp_path / "case.patch"
     p.write_text(text)
     h0 = tree_hash(install)
-    with remote.connect(host) as r, pytest.raises(PatchError, match=want) as ei:
+    with remote.connect(host, ssh_opts) as r, pytest.raises(PatchError, match=want) as ei:
         apply_patch(r, load_patch(str(p)), host=host)
     assert ei.value.exit_code == 13
     assert tree_hash(install) == h0
     assert not (install / ".ddprobe").exists()
     if case == "edited":  # --force applies over a foreign edit elsewhere in the file
-        with remote.connect(host) as r:
+        with remote.connect(host, ssh_opts) as r:
             assert apply_patch(r, load_patch(str(p)), host=host, force=True).status == "applied"
         assert "# a local edit elsewhere" in f.read_text() and "mask_numel" in f.read_text()
 
 
-def test_drift_after_apply_is_reported_and_revert_needs_force(host, sshd, install: Path,
+def test_drift_after_apply_is_reported_and_revert_needs_force(ssh_opts, host, sshd, install: Path,
                                                               capsys) -> None:
     f = install / "sglang" / TRITON
     before = f.read_bytes()
-    with remote.connect(host) as r:
+    with remote.connect(host, ssh_opts) as r:
         apply_patch(r, load_patch(SHIPPED), host=host)
     f.write_text(f.read_text() + "# hand edit after the patch\n")
     inv = _inventory(install.parent, install)
@@ -175,7 +175,7 @@ def test_drift_after_apply_is_reported_and_revert_needs_force(host, sshd, instal
     doc = json.loads(capsys.readouterr().out)
     assert rc == 13 and doc["patches"][0]["verdict"] == "drifted"
     assert "revert" in doc["patches"][0]["advice"]
-    with remote.connect(host) as r:
+    with remote.connect(host, ssh_opts) as r:
         with pytest.raises(PatchError, match="changed since patch .* was applied"):
             revert_patch(r, SHIPPED, host=host)
         with pytest.raises(PatchError, match="revert .* --force"):
@@ -186,10 +186,10 @@ def test_drift_after_apply_is_reported_and_revert_needs_force(host, sshd, instal
     assert len(kept) == 1 and b"# hand edit after the patch" in kept[0].read_bytes()
 
 
-def test_revert_all_and_hand_applied_patch(host, install: Path, tmp_path: Path) -> None:
+def test_revert_all_and_hand_applied_patch(ssh_opts, host, install: Path, tmp_path: Path) -> None:
     two = _two_file_patch(install, tmp_path)
     originals = {rel: sha(install / "sglang" / rel) for rel in (TRITON, RUNNER)}
-    with remote.connect(host) as r:
+    with remote.connect(host, ssh_opts) as r:
         apply_patch(r, load_patch(SHIPPED), host=host)
         apply_patch(r, load_patch(str(two)), host=host)
         assert [e.id for e in patch_status(r, host=host).entries] == [SHIPPED, "test-two-files"]
@@ -206,10 +206,10 @@ def test_revert_all_and_hand_applied_patch(host, install: Path, tmp_path: Path) 
         assert sha(f) == originals[TRITON]
 
 
-def test_oversize_patch_on_the_real_install(host, install: Path) -> None:
+def test_oversize_patch_on_the_real_install(ssh_opts, host, install: Path) -> None:
     f = install / "sglang" / TRITON
     before = sha(f)
-    with remote.connect(host) as r:
+    with remote.connect(host, ssh_opts) as r:
         rep = grep_buffers(r, host, backend="triton",
                            params=SizingParams(max_bs=64, budgets=(16,), context_len=4096))
         p = make_oversize_patch(rep, ["cuda_graph_custom_mask"], factor=4)
@@ -310,7 +310,7 @@ def test_kill_between_files_leaves_each_file_whole(then: str, sshd, install: Pat
         assert json.loads(ledger.read_text())["entries"] == []
 
 
-def test_testbed_install_is_analysed_and_patched_like_sglang(make_host, tmp_path: Path) -> None:
+def test_testbed_install_is_analysed_and_patched_like_sglang(ssh_opts, make_host, tmp_path: Path) -> None:
     # the testbed's package as it is installed on a host (`ddtestbed` on PYTHONPATH); the
     # host entry's `package` is all that differs
     site = tmp_path / "site"
@@ -319,7 +319,7 @@ def test_testbed_install_is_analysed_and_patched_like_sglang(make_host, tmp_path
     h = make_host(python=sys.executable, package="ddtestbed", env={"PYTHONPATH": str(site)})
     f = site / "ddtestbed" / TRITON
     before = sha(f)
-    with remote.connect(h) as r:
+    with remote.connect(h, ssh_opts) as r:
         rep = grep_buffers(r, h, backend="triton",
                            params=SizingParams(max_bs=64, budgets=(16,), context_len=4096))
         assert rep.package == "ddtestbed" and rep.find("cuda_graph_custom_mask")

@@ -112,18 +112,19 @@ steps:
 
 
 @pytest.mark.ssh
-def test_failing_step_reverts_the_applied_patch_over_ssh(make_host, tmp_path: Path) -> None:
+def test_failing_step_reverts_the_applied_patch_over_ssh(ssh_opts, make_host, tmp_path: Path) -> None:
     host, pkg = _ssh_testbed(make_host, tmp_path)
     before = _sha(pkg / TRITON)
     events: list[StepEvent] = []
     pb = load_playbook(_pb(tmp_path, FAILING), host)
-    res = run_playbook(pb, host, on_event=events.append, runs_dir=tmp_path / "runs")
+    res = run_playbook(pb, host, on_event=events.append, runs_dir=tmp_path / "runs",
+                       opts=remote.RemoteOptions())
     assert res.status == "failed" and res.failed_step == 5 and res.exit_code == 1
     assert "assert failed: result.applied.count() == 0" in (res.error or "")
     assert [s.status for s in res.steps] == ["ok", "ok", "ok", "ignored", "failed", "not-run"]
     assert res.reverted == (PATCH,) and res.kept == ()
     assert _sha(pkg / TRITON) == before  # byte for byte
-    with remote.connect(host) as r:
+    with remote.connect(host, ssh_opts) as r:
         assert patch_status(r, host=host).entries == ()
     assert [e.kind for e in events if e.kind in ("revert", "fail")] == ["fail", "revert"]
     notes = load_run(res.run_dir).notes
@@ -131,7 +132,7 @@ def test_failing_step_reverts_the_applied_patch_over_ssh(make_host, tmp_path: Pa
 
 
 @pytest.mark.ssh
-def test_keep_patches_leaves_the_patch_applied(make_host, sshd, tmp_path: Path,
+def test_keep_patches_leaves_the_patch_applied(ssh_opts, make_host, sshd, tmp_path: Path,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     host, pkg = _ssh_testbed(make_host, tmp_path)
     before = _sha(pkg / TRITON)
@@ -146,7 +147,7 @@ def test_keep_patches_leaves_the_patch_applied(make_host, sshd, tmp_path: Path,
     assert "FAILED step 5 a check that does not hold" in err
     assert f"patches left applied: {PATCH}" in err
     assert _sha(pkg / TRITON) != before
-    with remote.connect(host) as r:
+    with remote.connect(host, ssh_opts) as r:
         assert [e.id for e in patch_status(r, host=host).entries] == [PATCH]
         revert_patch(r, PATCH, host=host)
     assert _sha(pkg / TRITON) == before
@@ -164,7 +165,8 @@ def test_interrupt_reverts_then_goes_on_up(local_testbed: Path, tmp_path: Path) 
                                      f"{PATCH}}}\n  - action: wait\n"), builtin_testbed(),
                        registry=reg)
     with pytest.raises(KeyboardInterrupt):
-        run_playbook(pb, builtin_testbed(), runs_dir=tmp_path / "runs")
+        run_playbook(pb, builtin_testbed(), runs_dir=tmp_path / "runs",
+                       opts=remote.RemoteOptions())
     assert _sha(local_testbed / TRITON) == before
     (run_dir,) = (tmp_path / "runs").iterdir()
     rec = load_run(run_dir)
@@ -212,7 +214,8 @@ def test_bisect_results_drive_conditions_and_join_the_report(local_testbed: Path
                             base.args, mutates=True))
     before = _sha(local_testbed / TRITON)
     pb = load_playbook(_pb(tmp_path, SEED), builtin_testbed(), registry=reg)
-    res = run_playbook(pb, builtin_testbed(), runs_dir=tmp_path / "runs")
+    res = run_playbook(pb, builtin_testbed(), runs_dir=tmp_path / "runs",
+                       opts=remote.RemoteOptions())
     assert res.ok, res.error
     assert [s.status for s in res.steps] == ["ok", "ok", "skipped", "ok", "ok"]
     assert res.kept == (PATCH,) and _sha(local_testbed / TRITON) != before  # success: kept
@@ -259,7 +262,7 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_run_and_probe_steps_drive_real_cells(local_testbed: Path, tmp_path: Path,
+def test_run_and_probe_steps_drive_real_cells(ssh_opts, local_testbed: Path, tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     from dataclasses import replace
 
@@ -268,10 +271,11 @@ def test_run_and_probe_steps_drive_real_cells(local_testbed: Path, tmp_path: Pat
     host = replace(base, server=replace(base.server, port=_free_port(), health_timeout=60.0))
     pb = load_playbook(_pb(tmp_path, CELLS), host)
     try:
-        res = run_playbook(pb, host, runs_dir=tmp_path / "runs")
+        res = run_playbook(pb, host, runs_dir=tmp_path / "runs",
+                       opts=remote.RemoteOptions())
     finally:
         from ddprobe.server.manager import get_manager
-        with remote.connect(host) as r:
+        with remote.connect(host, ssh_opts) as r:
             get_manager(r, host).stop()
     assert res.ok, (res.error, [s.summary for s in res.steps])
     assert res.results["b8"]["key"] == "b8-graph" and res.results["probe"]["ok"] is True

@@ -63,13 +63,13 @@ def _eagle(host: Host, **kw: object) -> Host:
 
 
 def _check(host: Host, cfg: Config) -> object:
-    with remote.connect(host) as r:
+    with remote.connect(host, remote.RemoteOptions()) as r:  # a local host
         return preflight_launch(r, host, build_launch(host, cfg))
 
 
-def test_ddtree_runs_as_planned(tb_prefix: Path, tmp_path: Path) -> None:
+def test_ddtree_runs_as_planned(ssh_opts, tb_prefix: Path, tmp_path: Path) -> None:
     host = _local(tb_prefix, tmp_path)
-    with remote.connect(host) as r:
+    with remote.connect(host, ssh_opts) as r:
         pf = plan_preflight(r, host, budgets=(8, 16), base=Config(budget=8))
     assert pf.ran and not pf.refused and pf.entry.endswith(":prepare_server_args")
     e16 = pf.effective[16]
@@ -125,14 +125,14 @@ def _fake_install(tmp: Path, name: str, body: str) -> Path:
 
 @pytest.mark.parametrize("missing,status", [("ddprobe_no_such_dep", "rejected"),
                                             ("torch", "not_run")])
-def test_an_install_that_cannot_be_imported(tmp_path: Path, missing: str, status: str) -> None:
+def test_an_install_that_cannot_be_imported(ssh_opts, tmp_path: Path, missing: str, status: str) -> None:
     site = _fake_install(tmp_path, "fakesgl", f"import {missing}\n")
     host = Host(name="h", python=sys.executable, package="fakesgl",
                 env=(("PYTHONPATH", str(site)),),
                 server=ServerSettings(model_path="m", algorithm="EAGLE", steps=3, topk=4),
                 transport="local")
     ln = build_launch(host, Config(budget=8))
-    with remote.connect(host) as r:
+    with remote.connect(host, ssh_opts) as r:
         res = run_preflight(r, host, [ln])[0]
         assert res.status == status, res
         assert missing in res.message
@@ -148,7 +148,7 @@ def test_an_install_that_cannot_be_imported(tmp_path: Path, missing: str, status
             assert "no speculative rewrite found" in note and "assumption:" in note
 
 
-def test_the_program_keeps_stdout_to_its_answer(tmp_path: Path) -> None:
+def test_the_program_keeps_stdout_to_its_answer(ssh_opts, tmp_path: Path) -> None:
     """What the imported code prints never reaches the answer line."""
     site = _fake_install(tmp_path, "noisy", (
         "import dataclasses\nprint('DDPROBE-PREFLIGHT {\"ok\": false}')\n"
@@ -162,26 +162,26 @@ def test_the_program_keeps_stdout_to_its_answer(tmp_path: Path) -> None:
                 transport="local")
     ln = build_launch(host, Config(budget=8))
     ln = replace(ln, server_args=("--speculative-num-draft-tokens", "9"))
-    with remote.connect(host) as r:
+    with remote.connect(host, ssh_opts) as r:
         res = run_preflight(r, host, [ln])[0]
     assert res.status == "ok" and res.effective is not None
     assert res.effective.draft_tokens == 9
 
 
-def test_refused_cell_never_restarts(tb_prefix: Path, tmp_path: Path) -> None:
+def test_refused_cell_never_restarts(ssh_opts, tb_prefix: Path, tmp_path: Path) -> None:
     host = _eagle(_local(tb_prefix, tmp_path))
-    with remote.connect(host) as r:
+    with remote.connect(host, ssh_opts) as r:
         cell = run_cell(r, host, Config(budget=16), probe=PROBE)
     assert cell.outcome is Outcome.REFUSED and "wrong label" in (cell.error or "")
     assert "restart" not in cell.timings and not (tmp_path / "work" / "server.json").exists()
 
 
 @pytest.mark.ssh
-def test_preflight_over_ssh(make_host: Callable[..., Host], tb_prefix: Path,
+def test_preflight_over_ssh(ssh_opts, make_host: Callable[..., Host], tb_prefix: Path,
                             tmp_path: Path) -> None:
     host = make_host("gpu-a", python=sys.executable, package="ddtestbed",
                      env=tb_env(tb_prefix), server=tb_server(free_port(), tmp_path / "work"))
-    with remote.connect(host) as r:
+    with remote.connect(host, ssh_opts) as r:
         pf = plan_preflight(r, host, budgets=(8, 32), base=Config(budget=8, max_bs=16))
         assert pf.ran and pf.effective[32].cuda_graph_max_bs == 16
         assert pf.effective[32].tree_budget == 32
@@ -229,19 +229,19 @@ def test_bisect_all_refused_is_config_error_before_any_restart(
         reap(tmp_path / "work")
 
 
-def test_a_hanging_argument_handler_is_not_an_infrastructure_error(tmp_path: Path) -> None:
+def test_a_hanging_argument_handler_is_not_an_infrastructure_error(ssh_opts, tmp_path: Path) -> None:
     site = _fake_install(tmp_path, "slowsgl", "import time\n"
                          "def prepare_server_args(argv):\n    time.sleep(60)\n")
     host = Host(name="h", python=sys.executable, package="slowsgl",
                 env=(("PYTHONPATH", str(site)),), server=ServerSettings(model_path="m"),
                 transport="local")
-    with remote.connect(host) as r:
+    with remote.connect(host, ssh_opts) as r:
         res = run_preflight(r, host, [build_launch(host, Config(budget=8))], timeout=2)[0]
     assert res.status == "not_run" and "did not answer within 2 s" in res.message
 
 
 def test_context_length_from_the_model_config_when_the_server_leaves_it_unset(
-        tmp_path: Path) -> None:
+        ssh_opts, tmp_path: Path) -> None:
     """Real ServerArgs keep context_length None unless given; SGLang reads the model's
     config.json (max_position_embeddings x a rope factor): so does the preflight."""
     site = _fake_install(tmp_path, "ctxsgl", (
@@ -256,7 +256,7 @@ def test_context_length_from_the_model_config_when_the_server_leaves_it_unset(
                 env=(("PYTHONPATH", str(site)),), server=ServerSettings(model_path=str(model)),
                 transport="local")
     ln = build_launch(host, Config(budget=8))
-    with remote.connect(host) as r:
+    with remote.connect(host, ssh_opts) as r:
         res = run_preflight(r, host, [ln])[0]
     assert res.status == "ok" and res.effective is not None
     assert res.effective.context_length == 32768

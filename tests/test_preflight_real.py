@@ -85,14 +85,14 @@ def test_rules_located_in_the_release_source(version: str, sglang_venv) -> None:
 
 
 @pytest.mark.parametrize("version", RELEASES)
-def test_program_on_an_install_without_its_dependencies(version: str, sglang_venv) -> None:
+def test_program_on_an_install_without_its_dependencies(ssh_opts, version: str, sglang_venv) -> None:
     """The host program names the module the import stopped at; a missing GPU-only module
     means the preflight did not run (an assumption), any other means the install is broken
     for the server too (refused: config_error), never a guess at the effective config."""
     py = sglang_venv(version)
     host = _host(py)
     ln = build_launch(host, Config(budget=8))
-    with remote.connect(host) as r:
+    with remote.connect(host, ssh_opts) as r:
         res = run_preflight(r, host, [ln])[0]
         assert res.effective is None and res.version == version
         assert res.status in ("rejected", "not_run"), res

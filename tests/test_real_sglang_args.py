@@ -148,7 +148,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def test_ddprobe_preflight_against_the_real_server_args(model_dir: Path) -> None:
+def test_ddprobe_preflight_against_the_real_server_args(ssh_opts, model_dir: Path) -> None:
     from ddprobe import remote
     from ddprobe.errors import RefusedError
     from ddprobe.results import Config
@@ -163,7 +163,7 @@ def test_ddprobe_preflight_against_the_real_server_args(model_dir: Path) -> None
     trees = _pf_host(py, model_dir, cuda, topk=4)
     ddtree = _pf_host(py, model_dir, cuda, algorithm="DDTREE", draft_model_path="",
                       steps=None, topk=None)
-    with remote.connect(bare) as r:
+    with remote.connect(bare, ssh_opts) as r:
         res = run_preflight(r, bare, [build_launch(bare, Config(budget=8))])[0]
         assert res.status == "not_run", res
         assert res.version == "0.5.11" and "assumption" in res.message

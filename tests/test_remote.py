@@ -29,30 +29,30 @@ def conn(sshd):  # one reused connection for the quoting property test
     r.close()
 
 
-def test_exit_code_streams_and_duration(make_host):
-    with remote.connect(make_host()) as r:
+def test_exit_code_streams_and_duration(ssh_opts, make_host):
+    with remote.connect(make_host(), ssh_opts) as r:
         res = r.run(["sh", "-c", "echo out; echo err >&2; exit 3"])
     assert (res.exit_code, res.stdout, res.stderr) == (3, "out\n", "err\n")
     assert res.duration > 0 and not res.ok
 
 
-def test_check_raises_with_host_and_tail(make_host):
-    with remote.connect(make_host()) as r, pytest.raises(RemoteCommandError) as ei:
+def test_check_raises_with_host_and_tail(ssh_opts, make_host):
+    with remote.connect(make_host(), ssh_opts) as r, pytest.raises(RemoteCommandError) as ei:
         r.run(["sh", "-c", "echo boom >&2; exit 7"], check=True)
     assert "gpu-a" in str(ei.value) and "exit 7" in str(ei.value) and "boom" in str(ei.value)
 
 
-def test_one_connection_is_reused(make_host, sshd):
+def test_one_connection_is_reused(ssh_opts, make_host, sshd):
     before = sshd.log.read_text().count("Accepted publickey")
-    with remote.connect(make_host()) as r:
+    with remote.connect(make_host(), ssh_opts) as r:
         for _ in range(10):
             assert r.run(["true"]).ok
     after = sshd.log.read_text().count("Accepted publickey")
     assert after - before == 1
 
 
-def test_stdin_env_cwd(make_host, tmp_path):
-    with remote.connect(make_host()) as r:
+def test_stdin_env_cwd(ssh_opts, make_host, tmp_path):
+    with remote.connect(make_host(), ssh_opts) as r:
         assert r.run(["cat"], input="hello\nworld").stdout == "hello\nworld"
         big = "x" * 3_000_000
         assert r.run(["wc", "-c"], input=big).stdout.strip() == str(len(big))
@@ -62,9 +62,9 @@ def test_stdin_env_cwd(make_host, tmp_path):
         assert missing.exit_code == 125
 
 
-def test_python_uses_host_interpreter_and_env(make_host):
+def test_python_uses_host_interpreter_and_env(ssh_opts, make_host):
     h = make_host(env={"DDPROBE_X": "42"})
-    with remote.connect(h) as r:
+    with remote.connect(h, ssh_opts) as r:
         res = r.python(["-c", "import os, sys; print(sys.executable, os.environ['DDPROBE_X'])"])
     assert res.ok and res.stdout.split() == [h.python, "42"]
 
@@ -84,8 +84,8 @@ def test_quoting_any_string_round_trips(conn, tmp_path_factory, s):
     assert not (Path.home() / "CANARY").exists()
 
 
-def test_command_timeout(make_host):
-    with remote.connect(make_host()) as r:
+def test_command_timeout(ssh_opts, make_host):
+    with remote.connect(make_host(), ssh_opts) as r:
         t0 = time.monotonic()
         with pytest.raises(RemoteTimeout):
             r.run(["sleep", "30"], timeout=1)
@@ -171,10 +171,10 @@ def test_proxyjump_through_first_host(sshd, sshd2, tmp_path):
         "Connection from 127.0.0.1" in sshd2.log.read_text()
 
 
-def test_files_roundtrip_atomic(make_host, tmp_path):
+def test_files_roundtrip_atomic(ssh_opts, make_host, tmp_path):
     p = tmp_path / "f.bin"
     data = bytes(range(256)) * 100
-    with remote.connect(make_host()) as r:
+    with remote.connect(make_host(), ssh_opts) as r:
         r.write_bytes(str(p), data, mode=0o640)
         assert r.read_bytes(str(p)) == data
         assert r.exists(str(p)) and not r.exists(str(tmp_path / "nope"))
@@ -182,7 +182,7 @@ def test_files_roundtrip_atomic(make_host, tmp_path):
     assert not list(tmp_path.glob(".*ddprobe-tmp"))
 
 
-def test_tunnel_reaches_a_port_on_the_host(make_host):
+def test_tunnel_reaches_a_port_on_the_host(ssh_opts, make_host):
     class H(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
             self.send_response(200)
@@ -195,7 +195,7 @@ def test_tunnel_reaches_a_port_on_the_host(make_host):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     try:
-        with remote.connect(make_host()) as r, r.tunnel(srv.server_address[1]) as lp:
+        with remote.connect(make_host(), ssh_opts) as r, r.tunnel(srv.server_address[1]) as lp:
             assert lp != srv.server_address[1]
             for _ in range(3):
                 body = urllib.request.urlopen(f"http://127.0.0.1:{lp}/", timeout=5).read()
@@ -204,12 +204,12 @@ def test_tunnel_reaches_a_port_on_the_host(make_host):
         srv.shutdown()
 
 
-def test_fan_out_reports_each_host(make_host, sshd2, tmp_path):
+def test_fan_out_reports_each_host(ssh_opts, make_host, sshd2, tmp_path):
     down = Host(name="down", host="127.0.0.1", port=1, user="x")
     hosts = [make_host("gpu-a"), make_host("gpu-b", server_=sshd2), down]
 
     def fn(h):
-        with remote.connect(h, remote.RemoteOptions(ssh_config=remote.default_options().ssh_config,
+        with remote.connect(h, remote.RemoteOptions(ssh_config=ssh_opts.ssh_config,
                                                     connect_timeout=3)) as r:
             return r.run(["hostname"], check=True).stdout.strip()
 
@@ -222,9 +222,9 @@ def test_fan_out_reports_each_host(make_host, sshd2, tmp_path):
 
 
 @pytest.mark.parametrize("agent", [True, False], ids=["agent", "exec-channel"])
-def test_timeout_kills_the_remote_process_group(make_host, tmp_path, agent):
+def test_timeout_kills_the_remote_process_group(ssh_opts, make_host, tmp_path, agent):
     pidfile = tmp_path / f"pid-{agent}"
-    opts = remote.RemoteOptions(ssh_config=remote.default_options().ssh_config, agent=agent)
+    opts = remote.RemoteOptions(ssh_config=ssh_opts.ssh_config, agent=agent)
     with remote.connect(make_host(), opts) as r:
         with pytest.raises(RemoteTimeout):
             r.run(["sh", "-c", 'sleep 300 & echo $! > "$1"; wait', "sh", str(pidfile)],
@@ -243,19 +243,19 @@ def test_timeout_kills_the_remote_process_group(make_host, tmp_path, agent):
         os.kill(pid, signal.SIGKILL)
 
 
-def test_agent_runs_argv_without_any_shell(make_host, tmp_path):
-    with remote.connect(make_host()) as r:
+def test_agent_runs_argv_without_any_shell(ssh_opts, make_host, tmp_path):
+    with remote.connect(make_host(), ssh_opts) as r:
         assert r._get_agent() is not None  # noqa: SLF001 - the fast path is in use
         res = r.run(["printf", "%s|", "$(id)", "*", "a b"], cwd=str(tmp_path))
         assert res.stdout == "$(id)|*|a b|"
         assert r.run(["/no/such/binary"]).exit_code == 127
 
 
-def test_debug_log_never_shows_environment_values(make_host, caplog):
+def test_debug_log_never_shows_environment_values(ssh_opts, make_host, caplog):
     import logging
     caplog.set_level(logging.DEBUG, logger="ddprobe.remote")
     for agent in (True, False):
-        opts = remote.RemoteOptions(ssh_config=remote.default_options().ssh_config, agent=agent)
+        opts = remote.RemoteOptions(ssh_config=ssh_opts.ssh_config, agent=agent)
         with remote.connect(make_host(), opts) as r:
             assert r.run(["true"], env={"HF_TOKEN": "hf_secret_value"}).ok
     assert "HF_TOKEN" in caplog.text and "hf_secret_value" not in caplog.text
@@ -274,7 +274,7 @@ def test_local_commands_start_in_home_not_in_the_callers_checkout(tmp_path, monk
         (pkg / "__init__.py").write_text("")
         (pkg / "__main__.py").write_text(f"import os\nprint('{where}', os.getcwd())\n")
     monkeypatch.chdir(tmp_path / "checkout")
-    r = LocalRemote(builtin_testbed())
+    r = LocalRemote(builtin_testbed(), remote.RemoteOptions())
     res = r.run([sys.executable, "-m", "shadowpkg"], env={"PYTHONPATH": str(tmp_path / "site")})
     assert res.exit_code == 0, res.stderr
     where, cwd = res.stdout.split()

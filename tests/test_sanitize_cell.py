@@ -145,9 +145,9 @@ def stand_in(tmp_path: Path) -> Path:
 
 
 def test_cell_runs_the_config_under_the_sanitizer_and_sends_one_request(
-        prefix: Path, tmp_path: Path, stand_in: Path) -> None:
+        ssh_opts, prefix: Path, tmp_path: Path, stand_in: Path) -> None:
     host = sanitize_host(prefix, tmp_path, stand_in)
-    with connect(host) as r:
+    with connect(host, ssh_opts) as r:
         cell = run_sanitize_cell(r, host, Config(budget=8), log_dir=tmp_path / "logs")
     assert cell.kind == "sanitize" and cell.outcome is Outcome.OK, cell.to_dict()
     assert cell.launch[0].endswith("/compute-sanitizer") and cell.launch[1:5] == list(
@@ -162,10 +162,10 @@ def test_cell_runs_the_config_under_the_sanitizer_and_sends_one_request(
     assert cell.stop["clean"] and not (tmp_path / "work" / "server.json").exists()
 
 
-def test_cell_reports_a_crash_with_the_servers_signature(prefix: Path, tmp_path: Path,
+def test_cell_reports_a_crash_with_the_servers_signature(ssh_opts, prefix: Path, tmp_path: Path,
                                                          stand_in: Path) -> None:
     host = sanitize_host(prefix, tmp_path, stand_in)
-    with connect(host) as r:
+    with connect(host, ssh_opts) as r:
         cell = run_sanitize_cell(r, host, Config(budget=16))
     assert cell.outcome is Outcome.CRASH, cell.to_dict()
     assert cell.signature is not None and cell.signature.kind == "cuda_illegal_address"
@@ -177,9 +177,9 @@ def test_cell_reports_a_crash_with_the_servers_signature(prefix: Path, tmp_path:
 @pytest.mark.skipif(bool(shutil.which("compute-sanitizer"))
                     or os.path.exists("/usr/local/cuda/bin/compute-sanitizer"),
                     reason="compute-sanitizer is installed here")
-def test_cell_without_a_sanitizer_is_an_error_that_says_so(prefix: Path, tmp_path: Path) -> None:
+def test_cell_without_a_sanitizer_is_an_error_that_says_so(ssh_opts, prefix: Path, tmp_path: Path) -> None:
     host = sanitize_host(prefix, tmp_path, None)
-    with connect(host) as r:
+    with connect(host, ssh_opts) as r:
         cell = run_sanitize_cell(r, host, Config(budget=16))
     assert cell.outcome is Outcome.ERROR and cell.kind == "sanitize"
     assert cell.error == "compute-sanitizer not found on san"
@@ -223,7 +223,7 @@ wait $!
 """
 
 
-def test_the_report_printed_while_the_server_is_stopped_is_read(prefix: Path,
+def test_the_report_printed_while_the_server_is_stopped_is_read(ssh_opts, prefix: Path,
                                                                  tmp_path: Path) -> None:
     """The findings and ERROR SUMMARY come after the stop: the cell reads the rest of the log
     through the manager (peek) instead of losing it (issue 12, item 3)."""
@@ -233,7 +233,7 @@ def test_the_report_printed_while_the_server_is_stopped_is_read(prefix: Path,
     exe.write_text(LATE_REPORT)
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     host = sanitize_host(prefix, tmp_path, bindir)
-    with connect(host) as r:
+    with connect(host, ssh_opts) as r:
         cell = run_sanitize_cell(r, host, Config(budget=8))
     san = cell.sanitizer
     assert cell.answered is True, cell.to_dict()

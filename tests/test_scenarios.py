@@ -16,6 +16,7 @@ from testbed_util import free_port, install_prefix
 
 from ddprobe.bisect.run import BisectRequest, run_bisect
 from ddprobe.inventory import builtin_testbed
+from ddprobe.remote import RemoteOptions
 from ddtestbed.expect import Expectation, expectations, grade
 
 pytestmark = pytest.mark.slow
@@ -50,7 +51,7 @@ def request(exp: Expectation) -> BisectRequest:
 def test_scenario_verdicts_match_the_header(exp: Expectation, tmp_path: Path) -> None:
     prefix = install_prefix(tmp_path / "site")
     rep = run_bisect([_host(exp.scenario, prefix, tmp_path)], request(exp),
-                     root=tmp_path / "runs")
+                     root=tmp_path / "runs", opts=RemoteOptions())  # a local host
     graded = grade(exp, rep.verdicts)
     bad = [f"b{g.budget}: got {g.kind} ({g.confidence}, {'tested' if g.tested else 'assumed'})"
            f", want {'|'.join(g.expected.kinds)}{'?' if g.expected.assumed else ''}"

@@ -62,9 +62,9 @@ def test_systemd_quoting_rules() -> None:
         env_line("BAD-NAME", "x")
 
 
-def test_docker_run_argv() -> None:
+def test_docker_run_argv(ssh_opts) -> None:
     h = _host(manager="docker", container="sglang-ddprobe", image="lmsysorg/sglang:v0.5.10")
-    mgr = DockerManager(remote.connect(h), h)
+    mgr = DockerManager(remote.connect(h, ssh_opts), h)
     launch = build_launch(h, Config(8, max_bs=16), template=mgr.template())
     argv = run_argv(launch, container="sglang-ddprobe", image="lmsysorg/sglang:v0.5.10")
     assert argv[:5] == ["docker", "run", "-d", "--name", "sglang-ddprobe"]
@@ -78,8 +78,8 @@ def test_docker_run_argv() -> None:
     assert argv[-2:] == ["--cuda-graph-max-bs", "16"]
 
 
-def test_manager_config_errors() -> None:
-    r = remote.connect(_host())
+def test_manager_config_errors(ssh_opts) -> None:
+    r = remote.connect(_host(), ssh_opts)
     with pytest.raises(ConfigError, match="server.unit"):
         get_manager(r, _host(manager="systemd"))
     with pytest.raises(ConfigError, match="server.image"):
@@ -115,7 +115,7 @@ def _docker_live() -> str | None:
     return None
 
 
-def test_systemd_live(tb_prefix: Path, tmp_path: Path) -> None:
+def test_systemd_live(ssh_opts, tb_prefix: Path, tmp_path: Path) -> None:
     why = _systemd_live()
     if why:
         pytest.skip(why)
@@ -128,7 +128,7 @@ def test_systemd_live(tb_prefix: Path, tmp_path: Path) -> None:
     # the unit does not inherit our environment: pass the testbed's through the drop-in
     h = replace(h, server=replace(h.server, env=h.env))
     try:
-        with remote.connect(h) as r:
+        with remote.connect(h, ssh_opts) as r:
             mgr = get_manager(r, h)
             mgr.start(build_launch(h, Config(8)))
             res = wait_healthy(f"http://127.0.0.1:{h.server.port}", mgr.peek, timeout=30)
@@ -154,7 +154,7 @@ http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
 """
 
 
-def test_docker_live(tmp_path: Path) -> None:
+def test_docker_live(ssh_opts, tmp_path: Path) -> None:
     why = _docker_live()
     if why:
         pytest.skip(why)
@@ -163,7 +163,7 @@ def test_docker_live(tmp_path: Path) -> None:
     h = Host(name="dk", transport="local",
              server=ServerSettings(port=port, model_path="m", manager="docker", container=name,
                                    image="python:3.11-slim", workdir=str(tmp_path)))
-    with remote.connect(h) as r:
+    with remote.connect(h, ssh_opts) as r:
         mgr = get_manager(r, h)
         launch = build_launch(h, Config(8), template=mgr.template())
         launch = replace(launch, argv=("python3", "-u", "-c", HEALTHY_SERVER, str(port)))

@@ -25,7 +25,7 @@ PARAMS = SizingParams(max_bs=8, budgets=(8,), context_len=4096)
 
 def _grep(sglang_venv, version: str, backend: str):
     h = Host(name="src", python=str(sglang_venv(version)), transport="local")
-    with remote.connect(h) as r:
+    with remote.connect(h, remote.RemoteOptions()) as r:  # a local host
         return grep_buffers(r, h, backend=backend, params=PARAMS)
 
 

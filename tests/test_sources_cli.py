@@ -122,10 +122,10 @@ def test_grep_hits_context_and_hostile_pattern(capsys, inventory: Path, ssh_conf
     assert rc == 1 and not canary.exists()  # no match, and nothing ran
 
 
-def test_grep_fallback_without_ripgrep_gives_same_hits(make_host, sglang_venv) -> None:
+def test_grep_fallback_without_ripgrep_gives_same_hits(ssh_opts, make_host, sglang_venv) -> None:
     ensure_program("rg", "ripgrep")  # installed by .ci/run; test_faults_grep covers a no-rg PATH
     h = make_host(python=sglang_venv("0.5.2"))
-    with remote.connect(h) as r:
+    with remote.connect(h, ssh_opts) as r:
         a = grep(r, "cuda_graph_custom_mask", host=h, subdir="srt/layers", context=2)
         b = grep(r, "cuda_graph_custom_mask", host=h, subdir="srt/layers", context=2,
                  use_rg=False)
@@ -164,7 +164,7 @@ def test_bad_host_inputs_are_one_clear_error(capsys, inventory: Path, ssh_config
     assert rc == 2 and "--budgets" in err
 
 
-def test_helper_runs_on_the_oldest_python_sglang_supports(make_host, sglang_venv) -> None:
+def test_helper_runs_on_the_oldest_python_sglang_supports(ssh_opts, make_host, sglang_venv) -> None:
     import glob
     import shutil
     import subprocess
@@ -179,7 +179,7 @@ def test_helper_runs_on_the_oldest_python_sglang_supports(make_host, sglang_venv
                           text=True, check=True).stdout.strip()
     h = make_host(python=py38, env={"PYTHONPATH": site})
     from ddprobe.sources.fetch import grep_buffers, read_flags
-    with remote.connect(h) as r:
+    with remote.connect(h, ssh_opts) as r:
         inst = find_install(r, h)
         assert inst.version == "0.5.10" and inst.python_version.startswith("3.8")
         assert grep_buffers(r, h, backend="triton").find("cuda_graph_custom_mask")

@@ -131,7 +131,7 @@ def test_boolean_optional_action_adds_the_no_spelling() -> None:
         assert flags_of("0.5.11").has("--no-experts-shared-outer-loras")
 
 
-def test_flags_are_read_once_per_cache_passed_down(sglang_venv) -> None:
+def test_flags_are_read_once_per_cache_passed_down(ssh_opts, sglang_venv) -> None:
     """`flags_for` remembers the flags in the cache it is given (the run's); without one it
     reads them again, and refresh=True reads them again into the cache."""
     from ddprobe import remote
@@ -139,7 +139,7 @@ def test_flags_are_read_once_per_cache_passed_down(sglang_venv) -> None:
     from ddprobe.sources.fetch import FlagsCache, flags_for
     h = Host(name="src", python=str(sglang_venv("0.5.2")), transport="local")
     cache = FlagsCache()
-    with remote.connect(h) as r:
+    with remote.connect(h, ssh_opts) as r:
         first = flags_for(r, h, cache=cache)
         assert first.pick("--speculative-num-draft-tokens")
         assert flags_for(r, h, cache=cache) is first

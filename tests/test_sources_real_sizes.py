@@ -26,7 +26,7 @@ TRITON = "srt/layers/attention/triton_backend.py"
 
 def _report(sglang_venv, version: str, ctx: int | None):
     h = Host(name="src", python=str(sglang_venv(version)), transport="local")
-    with remote.connect(h) as r:
+    with remote.connect(h, remote.RemoteOptions()) as r:  # a local host
         return grep_buffers(r, h, backend="triton", params=SizingParams(
             max_bs=64, budgets=(8, 16, 32), context_len=ctx, topk=4, num_steps=3))
 

@@ -151,11 +151,13 @@ class CellRunner:
         log_dir = self.run_dir / "logs" if self.run_dir else None
         try:
             if cell.purpose == "sanitize":
-                return run_sanitize_cell(s.r, s.host, cell.config, log_dir=log_dir, lock=s.lock)
+                return run_sanitize_cell(s.r, s.host, cell.config, log_dir=log_dir, lock=s.lock,
+                                         caches=s.caches)
             reporter = (_reporter(s.host.name, cell.key, self.progress)
                         if self.progress is not None else None)
             return run_cell(s.r, s.host, cell.config, probe=self.probe, log_dir=log_dir,
-                            reporter=reporter, lock=s.lock, keep_patches=tuple(keep),
+                            reporter=reporter, lock=s.lock, caches=s.caches,
+                            keep_patches=tuple(keep),
                             # for the graph-vs-eager differential
                             keep_answers=cell.purpose in ("frontier", "eager", "sweep"))
         except LockedError:

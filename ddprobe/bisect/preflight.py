@@ -18,8 +18,9 @@ from typing import Any
 from ddprobe.effective import EffectiveConfig, describe
 from ddprobe.errors import RefusedError
 from ddprobe.inventory import Host
-from ddprobe.remote import Remote
+from ddprobe.remote import Remote, RemoteOptions
 from ddprobe.results import Config
+from ddprobe.server.caches import RunCaches
 from ddprobe.server.launch import build_launch, check_launch, host_flags
 from ddprobe.server.manager import get_manager
 from ddprobe.server.preflight import (
@@ -78,10 +79,11 @@ def plan_configs(budgets: Sequence[int], base: Config) -> list[Config]:
     return out
 
 
-def plan_preflight(r: Remote, host: Host, *, budgets: Sequence[int],
-                   base: Config) -> PlanPreflight:
-    prepare_host(r, host)
-    flags, _why = host_flags(r, host)
+def plan_preflight(r: Remote, host: Host, *, budgets: Sequence[int], base: Config,
+                   caches: RunCaches | None = None) -> PlanPreflight:
+    caches = caches if caches is not None else RunCaches()
+    prepare_host(r, host, caches=caches)
+    flags, _why = host_flags(r, host, cache=caches.flags)
     mgr = get_manager(r, host)
     pf = PlanPreflight(host.name)
     launches = []
@@ -153,19 +155,21 @@ class HostPreview:
                 "suspects": self.suspects, "notes": self.notes}
 
 
-def preview(hosts: Sequence[Host], *, budgets: Sequence[int], base: Config,
-            backend: str | None, context_len: int | None, factor: int = 4) -> list[HostPreview]:
+def preview(hosts: Sequence[Host], *, opts: RemoteOptions, budgets: Sequence[int], base: Config,
+            backend: str | None, context_len: int | None, factor: int = 4,
+            caches: RunCaches | None = None) -> list[HostPreview]:
     """`bisect --plan`'s look at each host: the preflight and the static suspects (seconds;
     no lock, no restart, nothing written except the testbed's idempotent install)."""
     from ddprobe.bisect.session import host_static_evidence
     from ddprobe.errors import DdprobeError, RemoteError
     from ddprobe.remote import connect
+    caches = caches if caches is not None else RunCaches()
     out = []
     for h in hosts:
         hp = HostPreview(h.name)
         try:
-            with connect(h) as r:
-                pf = plan_preflight(r, h, budgets=budgets, base=base)
+            with connect(h, opts) as r:
+                pf = plan_preflight(r, h, budgets=budgets, base=base, caches=caches)
                 hp.preflight = pf
                 effs = list(pf.effective.values())
 

@@ -65,7 +65,7 @@ def reconnect(s: HostSession, *, why: str, progress: Callable[[str], None] | Non
                 f"(attempt {n})")
             time.sleep(d)
         try:
-            r = connect(s.host)
+            r = connect(s.host, s.opts)  # the session's options
         except RemoteError as e:
             last = str(e)
             log.debug("%s: reconnect attempt %d failed: %s", s.host.name, n, e)

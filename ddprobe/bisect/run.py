@@ -30,7 +30,9 @@ from ddprobe.bisect.session import HostSession, Opened, StaticEvidence, static_e
 from ddprobe.bisect.verdicts import ExitProtocol, RunStatus, build_verdicts, exit_code, run_status
 from ddprobe.errors import ConfigError, UsageError
 from ddprobe.inventory import Host
+from ddprobe.remote import RemoteOptions
 from ddprobe.results import Config, UnknownValue, Verdict, known
+from ddprobe.server.caches import RunCaches
 from ddprobe.sources.patches import apply_patch, load_patch
 from ddprobe.store import RunRecord, find_run, load_run
 
@@ -175,13 +177,15 @@ def resume_request(rec: RunRecord) -> BisectRequest:
 
 def run_bisect(hosts: Sequence[Host], req: BisectRequest, *, root: Path | None = None,
                resume: RunRecord | None = None, on_event: EventSink | None = None,
-               break_lock: bool = False, argv: Sequence[str] = ()) -> BisectReport:
+               break_lock: bool = False, argv: Sequence[str] = (),
+               opts: RemoteOptions, caches: RunCaches | None = None) -> BisectReport:
     """Run (or resume) a bisect; the journal, logs and reports land in runs/<run-id>/."""
     t0 = time.monotonic()
     if resume is None:
         req.spec(small_max_bs=1)  # validates budgets/order/repeat before touching a host
     frame = begin_run("bisect", hosts, root=root, resume=resume, on_event=on_event,
-                      budgets=req.budgets, options=req.to_dict(), argv=argv)
+                      budgets=req.budgets, options=req.to_dict(), argv=argv,
+                      opts=opts, caches=caches)
     if resume is not None:
         frame.journal.note(f"resumed at {now()}")
     frame.start()
@@ -232,7 +236,7 @@ def _prepare_group(frame: RunFrame, req: BisectRequest, opened: Opened, g: HostG
                    runner: CellRunner) -> _GroupPlan:
     """Preflight, grep-buffers and the planner of one group (read on its first host)."""
     s0 = opened.sessions[g.hosts[0].name]
-    pf = plan_preflight(s0.r, s0.host, budgets=req.budgets, base=req.base())
+    pf = plan_preflight(s0.r, s0.host, budgets=req.budgets, base=req.base(), caches=s0.caches)
     for line in pf.lines():
         frame.journal.note(f"{g.name}: {line}")
         frame.emit(Event("plan", g.name, line))

@@ -1,7 +1,7 @@
 """The frame bisect and sweep share around their cells: the run's directory and journal, the
 hosts opened and locked, the groups driven, the servers stopped, the end entry and the reports.
 
-    frame = begin_run("sweep", hosts, root=root, resume=resume, on_event=emit, ...)
+    frame = begin_run("sweep", hosts, root=root, resume=resume, on_event=emit, opts=opts, ...)
     frame.start()
     opened = frame.open_hosts(stack, hosts, parallel=True, break_lock=False)
     runs = frame.drive_groups(opened, [lambda: drive(...)])
@@ -22,7 +22,9 @@ from ddprobe.bisect.session import HostSession, Opened, open_hosts, stop_all, st
 from ddprobe.cell.experiment import ProbeOptions
 from ddprobe.errors import HostGone
 from ddprobe.inventory import Host
+from ddprobe.remote import RemoteOptions
 from ddprobe.report import write_reports
+from ddprobe.server.caches import RunCaches
 from ddprobe.store import RunRecord, RunStore, load_run, runs_root
 from ddprobe.timestamps import utc_stamp
 
@@ -39,6 +41,8 @@ class RunFrame:
     journal: Journal
     emit: EventSink
     resumed: bool
+    opts: RemoteOptions  # how the run reaches its hosts (every connection, every reconnect)
+    caches: RunCaches  # the run's: prepare once, flags read once, its locks re-entered
 
     @property
     def run_id(self) -> str:
@@ -64,7 +68,8 @@ class RunFrame:
                    break_lock: bool) -> Opened:
         """Open and lock every host; a run whose hosts cannot be opened is abandoned."""
         try:
-            opened = open_hosts(stack, hosts, command=self.tag, parallel=parallel,
+            opened = open_hosts(stack, hosts, opts=self.opts, caches=self.caches,
+                                command=self.tag, parallel=parallel,
                                 break_lock=break_lock)
         except BaseException as e:
             self.journal.abandon(fresh=not self.resumed, why=e)
@@ -109,12 +114,14 @@ class RunFrame:
 
 def begin_run(command: str, hosts: Sequence[Host], *, root: Path | None,
               resume: RunRecord | None, on_event: EventSink | None, budgets: Sequence[int],
-              options: dict[str, Any], argv: Sequence[str]) -> RunFrame:
+              options: dict[str, Any], argv: Sequence[str], opts: RemoteOptions,
+              caches: RunCaches | None = None) -> RunFrame:
     """The run's directory and journal: a fresh run's header, or the resumed run's own."""
     store = (RunStore(resume.dir) if resume is not None
              else RunStore.create(command, root or runs_root()))
     frame = RunFrame(command, store, Journal(store), on_event or (lambda e: None),
-                     resumed=resume is not None)
+                     resumed=resume is not None, opts=opts,
+                     caches=caches if caches is not None else RunCaches())
     if resume is None:
         frame.journal.append({"type": "run", "run_id": store.run_id, "command": command,
                               "argv": list(argv), "hosts": [h.name for h in hosts],

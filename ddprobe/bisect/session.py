@@ -18,7 +18,8 @@ from ddprobe.bisect.static import Suspect, find_suspects
 from ddprobe.errors import DdprobeError, PatchError, RemoteError
 from ddprobe.facts import Facts, gather_facts
 from ddprobe.inventory import Host
-from ddprobe.remote import Remote, connect
+from ddprobe.remote import Remote, RemoteOptions, connect
+from ddprobe.server.caches import RunCaches
 from ddprobe.server.lock import HostLock, read_lock
 from ddprobe.server.manager import get_manager
 from ddprobe.server.prepare import prepare_host
@@ -30,24 +31,27 @@ from ddprobe.sources.patches import revert_temporary
 
 @dataclass
 class HostSession:
-    """One host for a whole run: its connection, facts, and the run's lock on it."""
+    """One host for a whole run: its connection (and the options it was opened with: a
+    reconnect reuses them), the run's caches, facts, and the run's lock on it."""
 
     host: Host
     r: Remote
+    opts: RemoteOptions
+    caches: RunCaches  # the run's: prepare once, flags read once, the lock re-entered
     facts: Facts | None = None
     lock: HostLock | None = None  # the run's lock (re-entered by every cell)
     notes: list[str] = field(default_factory=list)
 
 
-def open_session(stack: ExitStack, host: Host, *, command: str, break_lock: bool = False,
-                 lock: bool = True) -> HostSession:
-    r = connect(host)
-    s = HostSession(host, r)
+def open_session(stack: ExitStack, host: Host, *, opts: RemoteOptions, caches: RunCaches,
+                 command: str, break_lock: bool = False, lock: bool = True) -> HostSession:
+    r = connect(host, opts)
+    s = HostSession(host, r, opts, caches)
     # close whichever connection the session has at the end (a reconnect replaces s.r)
     stack.callback(lambda: s.r.close())
     # the install must be in place before grep-buffers reads it (the testbed host installs
-    # itself on first use; once per process, so the cells' own prepare step is a no-op)
-    note = prepare_host(r, host)
+    # itself on first use; once per run, so the cells' own prepare step is a no-op)
+    note = prepare_host(r, host, caches=s.caches)
     if note:
         s.notes.append(f"{host.name}: {note}")
     s.facts = gather_facts(r, host)
@@ -60,7 +64,8 @@ def _take_lock(stack: ExitStack, s: HostSession, *, command: str, break_lock: bo
     held = read_lock(s.r, s.host)
     # a stale lock left by an interrupted run of this same run id may be taken over
     brk = break_lock or bool(held is not None and command and command in held.command)
-    lk = s.lock = stack.enter_context(HostLock(s.r, s.host, command=command, break_lock=brk))
+    lk = s.lock = stack.enter_context(HostLock(s.r, s.host, command=command, break_lock=brk,
+                                               caches=s.caches))
     if not (lk.took_over and lk.broken is not None):
         return
     stopped = stop_server(s)
@@ -120,7 +125,8 @@ class _Attempts:
     fatal: BaseException | None = None
 
 
-def open_hosts(stack: ExitStack, hosts: Sequence[Host], *, command: str, parallel: bool = True,
+def open_hosts(stack: ExitStack, hosts: Sequence[Host], *, opts: RemoteOptions,
+               caches: RunCaches, command: str, parallel: bool = True,
                break_lock: bool = False, lock: bool = True,
                revert: bool = True) -> Opened:
     """Connect, gather facts and lock every host (in parallel); group the identical ones.
@@ -128,7 +134,8 @@ def open_hosts(stack: ExitStack, hosts: Sequence[Host], *, command: str, paralle
     An unreachable host is dropped with a note (the run goes on with the others); when no host
     is left the first error is raised. A host locked by another run stops the whole run, and
     every host opened meanwhile is closed (unlocked) before the error is raised."""
-    att = _open_each(hosts, command=command, break_lock=break_lock, lock=lock)
+    att = _open_each(hosts, opts=opts, caches=caches, command=command, break_lock=break_lock,
+                     lock=lock)
     if att.fatal is not None:
         for _, sub, _ in att.opened:
             with contextlib.suppress(Exception):
@@ -151,23 +158,24 @@ def open_hosts(stack: ExitStack, hosts: Sequence[Host], *, command: str, paralle
     return Opened(sessions, groups, notes, att.failed)
 
 
-def _open_one(h: Host, *, command: str, break_lock: bool,
-              lock: bool) -> tuple[ExitStack, HostSession]:
+def _open_one(h: Host, *, opts: RemoteOptions, caches: RunCaches, command: str,
+              break_lock: bool, lock: bool) -> tuple[ExitStack, HostSession]:
     sub = ExitStack()
     try:
-        s = open_session(sub, h, command=command, break_lock=break_lock, lock=lock)
+        s = open_session(sub, h, opts=opts, caches=caches, command=command,
+                         break_lock=break_lock, lock=lock)
     except BaseException:
         sub.close()
         raise
     return sub, s
 
 
-def _open_each(hosts: Sequence[Host], *, command: str, break_lock: bool,
-               lock: bool) -> _Attempts:
+def _open_each(hosts: Sequence[Host], *, opts: RemoteOptions, caches: RunCaches, command: str,
+               break_lock: bool, lock: bool) -> _Attempts:
     att = _Attempts()
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(hosts)))) as pool:
-        futs = [(h, pool.submit(_open_one, h, command=command, break_lock=break_lock,
-                                lock=lock)) for h in hosts]
+        futs = [(h, pool.submit(_open_one, h, opts=opts, caches=caches, command=command,
+                                break_lock=break_lock, lock=lock)) for h in hosts]
         for h, fut in futs:
             # every future is awaited, even after a fatal one: a host opened (and locked) by
             # a worker must be closed here, or the dead run keeps it locked (issue 13)

@@ -22,7 +22,9 @@ from ddprobe.errors import ConfigError, UsageError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.inventory import Host
 from ddprobe.probes import differential
+from ddprobe.remote import RemoteOptions
 from ddprobe.results import CellResult, Config, UnknownValue, known
+from ddprobe.server.caches import RunCaches
 from ddprobe.store import RunRecord
 
 # eager first: a graph cell is then compared with its eager twin as soon as it finishes
@@ -193,11 +195,13 @@ def summarize(results: Sequence[CellResult], repeat: int) -> dict[str, Any]:
 
 def run_sweep(hosts: Sequence[Host], req: SweepRequest, *, root: Path | None = None,
               resume: RunRecord | None = None, on_event: EventSink | None = None,
-              break_lock: bool = False, argv: Sequence[str] = ()) -> SweepReport:
+              break_lock: bool = False, argv: Sequence[str] = (),
+              opts: RemoteOptions, caches: RunCaches | None = None) -> SweepReport:
     req.validate()
     t0 = time.monotonic()
     frame = begin_run("sweep", hosts, root=root, resume=resume, on_event=on_event,
-                      budgets=sorted(set(req.budgets)), options=req.to_dict(), argv=argv)
+                      budgets=sorted(set(req.budgets)), options=req.to_dict(), argv=argv,
+                      opts=opts, caches=caches)
     cells = req.cells()
     if resume is None:
         frame.journal.append({"type": "plan", "cells": [c.to_dict() for c in cells],

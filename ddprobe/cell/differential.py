@@ -1,6 +1,6 @@
 """`ddprobe run --differential`: one budget with and without CUDA graphs, outputs compared.
 
-    with connect(host) as r:
+    with connect(host, opts) as r:
         pair = run_differential(r, host, Config(budget=16), probe=ProbeOptions())
         pair.graph.outcome   # garbage when its greedy answers differ from eager's (decisive)
         pair.diff.summary    # "graph vs eager: 2/8 greedy answers differ; first: ..."
@@ -20,6 +20,7 @@ from ddprobe.inventory import Host
 from ddprobe.probes.differential import Differential, apply
 from ddprobe.remote import Remote
 from ddprobe.results import CellResult, Config
+from ddprobe.server.caches import RunCaches
 from ddprobe.server.lock import HostLock
 
 
@@ -37,11 +38,13 @@ class DifferentialRun:
 def run_differential(r: Remote, host: Host, config: Config, *,
                      probe: ProbeOptions = ProbeOptions(), log_dir: Path | None = None,
                      reporter: CellReporter | None = None, break_lock: bool = False,
-                     health_timeout: float | None = None, stop_after: bool = False
-                     ) -> DifferentialRun:
-    with HostLock(r, host, break_lock=break_lock) as lk:
+                     health_timeout: float | None = None, stop_after: bool = False,
+                     caches: RunCaches | None = None) -> DifferentialRun:
+    caches = caches if caches is not None else RunCaches()  # one run: flags read once
+    with HostLock(r, host, break_lock=break_lock, caches=caches) as lk:
         kw: dict[str, Any] = {
             "probe": probe, "log_dir": log_dir, "reporter": reporter, "lock": lk,
+            "caches": caches,
             "health_timeout": health_timeout, "keep_answers": True}
         eager = run_cell(r, host, replace(config, graph=False), stop_after=True, **kw)
         graph = run_cell(r, host, replace(config, graph=True), stop_after=stop_after, **kw)

@@ -2,7 +2,7 @@
 -> probes -> classify (ok, crash, garbage, hang, degraded, refused, error) with a signature,
 metrics, timings and a log excerpt.
 
-    with connect(host) as r:
+    with connect(host, opts) as r:
         cell = run_cell(r, host, Config(budget=16), probe=ProbeOptions(tasks=("fizzbuzz",)))
 
 The lock is re-entrant: a bisect holds it for a whole run (`with HostLock(r, host):`) and each
@@ -46,6 +46,7 @@ from ddprobe.probes.runner import (
 )
 from ddprobe.remote import Remote
 from ddprobe.results import CellResult, Config, Outcome
+from ddprobe.server.caches import RunCaches
 from ddprobe.server.launch import Launch
 from ddprobe.server.lock import HostLock
 from ddprobe.signatures.decode import decode_notes, summarise_decode
@@ -84,21 +85,23 @@ def run_cell(r: Remote, host: Host, config: Config, *, probe: ProbeOptions = Pro
              reporter: CellReporter | None = None, lock: HostLock | None = None,
              break_lock: bool = False, health_timeout: float | None = None,
              keep_answers: bool = False, stop_after: bool = False,
-             launch_prefix: Sequence[str] = (), keep_patches: Sequence[str] = ()
-             ) -> CellResult:
+             launch_prefix: Sequence[str] = (), keep_patches: Sequence[str] = (),
+             caches: RunCaches | None = None) -> CellResult:
     """Run one cell on a connected host and classify it. Raises LockedError when another run
     holds the host, ConfigError for a broken host entry; every other failure is in the cell.
 
     `launch_prefix` wraps the launch command (e.g. `compute-sanitizer --tool memcheck`); the
-    flag check still sees only the server's own flags."""
+    flag check still sees only the server's own flags. `caches`: the run's (RunCaches: the
+    flags read once, prepare done once, the locks it holds); a fresh one when none is given."""
     # the probe options are the user's input: a bad suite or task id is refused here, before
     # the lock, the flag check or a restart touch the host (it was found after the launch)
     load_suite(probe.suite).select(list(probe.tasks) if probe.tasks else None)
     rep = reporter or CellReporter()
     base = Baseline.from_cell(baseline) if isinstance(baseline, CellResult) else baseline
-    run = _Cell(r, host, config, probe, base, rep, health_timeout, keep_answers)
+    caches = caches if caches is not None else RunCaches()
+    run = _Cell(r, host, config, probe, base, rep, health_timeout, keep_answers, caches)
     run.prefix = tuple(launch_prefix)
-    lk = lock if lock is not None else HostLock(r, host, break_lock=break_lock)
+    lk = lock if lock is not None else HostLock(r, host, break_lock=break_lock, caches=caches)
     with lk:
         # a temporary patch an interrupted run left applied is reverted first, and the cell
         # records every patch its install carries (`keep_patches`: the caller's own)
@@ -128,14 +131,14 @@ def run_cell(r: Remote, host: Host, config: Config, *, probe: ProbeOptions = Pro
 class _Cell:
     def __init__(self, r: Remote, host: Host, config: Config, probe: ProbeOptions,
                  baseline: Baseline | None, rep: CellReporter, health_timeout: float | None,
-                 keep_answers: bool) -> None:
+                 keep_answers: bool, caches: RunCaches) -> None:
         self.r, self.host, self.config, self.opts = r, host, config, probe
         self.baseline, self.rep, self.keep_answers = baseline, rep, keep_answers
         self.timeout = health_timeout if health_timeout is not None else \
             host.server.health_timeout
         self.prefix: tuple[str, ...] = ()
         self.rs = Restart(r, host, config, timeout=self.timeout,
-                          stall=host.server.stall_timeout, wrap=self._wrap)
+                          stall=host.server.stall_timeout, wrap=self._wrap, caches=caches)
         self.timings = self.rs.timings
         self.cell = CellResult(host=host.name, config=config, outcome=Outcome.ERROR,
                                started_at=utc_stamp_tz())

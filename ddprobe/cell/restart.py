@@ -1,7 +1,7 @@
 """ONE restart-and-wait sequence, for every caller: a cell (`experiment`), a sanitize cell
 (`sanitize`) and `ddprobe server start|restart` (`start_server`).
 
-    rs = Restart(r, host, config, timeout=600.0, stall=120.0)
+    rs = Restart(r, host, config, timeout=600.0, stall=120.0, caches=caches)  # the run's
     fail = rs.prepare() or rs.stop_old()       # RestartFailure | None
     rs.start()
     with rs.tunnel() as url:
@@ -37,6 +37,7 @@ from ddprobe.errors import RefusedError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 from ddprobe.results import Config, Outcome, Signature
+from ddprobe.server.caches import RunCaches
 from ddprobe.server.launch import Launch, build_launch, check_launch, host_flags, server_target
 from ddprobe.server.manager import Manager, Peek, StartInfo, StopInfo, get_manager
 from ddprobe.server.preflight import preflight_launch
@@ -45,15 +46,17 @@ from ddprobe.untrusted import file_part
 
 
 def prepared_launch(r: Remote, host: Host, config: Config, mgr: Manager, *,
-                    preflight: bool = True) -> Launch:
+                    preflight: bool = True, caches: RunCaches | None = None) -> Launch:
     """Prepare the host, build the launch for `config`, check it against the installed flags,
     then (`preflight`) through the host's own SGLang argument handling: RefusedError when the
-    server would refuse it or run it under another label (`server.preflight`)."""
+    server would refuse it or run it under another label (`server.preflight`). `caches`: the
+    run's (prepare once, flags read once; a fresh one when none is given)."""
+    caches = caches if caches is not None else RunCaches()
     notes = []
-    note = prepare_host(r, host)
+    note = prepare_host(r, host, caches=caches)
     if note:
         notes.append(note)
-    flags, why = host_flags(r, host)
+    flags, why = host_flags(r, host, cache=caches.flags)
     if why:
         notes.append(why)
     launch = build_launch(host, config, flags, template=mgr.template(), notes=notes)
@@ -75,8 +78,10 @@ class Restart:
 
     def __init__(self, r: Remote, host: Host, config: Config, *, timeout: float,
                  stall: float = 0.0, wrap: Callable[[Launch], Launch] | None = None,
-                 settle_s: float = 2.0, settle_marker: str = "") -> None:
+                 settle_s: float = 2.0, settle_marker: str = "",
+                 caches: RunCaches | None = None) -> None:
         self.r, self.host, self.config = r, host, config
+        self.caches = caches if caches is not None else RunCaches()  # the run's
         self.timeout, self.stall, self.wrap = timeout, stall, wrap
         self.settle_s, self.settle_marker = settle_s, settle_marker
         self.mgr: Manager | None = None
@@ -108,7 +113,8 @@ class Restart:
         """Build and check the launch; a refusal fails here, before anything is stopped."""
         with self.timed("prepare"):
             try:
-                launch = prepared_launch(self.r, self.host, self.config, self.manager)
+                launch = prepared_launch(self.r, self.host, self.config, self.manager,
+                                         caches=self.caches)
             except RefusedError as e:
                 return RestartFailure("prepare", "refused", Classification(
                     Outcome.REFUSED, refused_signature(str(e)), str(e)))
@@ -237,11 +243,12 @@ class StartReport:
 
 def start_server(r: Remote, host: Host, config: Config, *, restart: bool = False,
                  wait: bool = True, timeout: float | None = None,
-                 reporter: HealthReporter | None = None) -> StartReport:
+                 reporter: HealthReporter | None = None,
+                 caches: RunCaches | None = None) -> StartReport:
     """Start the server with `config` (after stopping the old one when `restart`), then wait
     until healthy. A server that fails to come up is stopped again (no half-started group)."""
     limit = host.server.health_timeout if timeout is None else timeout
-    rs = Restart(r, host, config, timeout=limit, stall=host.server.stall_timeout)
+    rs = Restart(r, host, config, timeout=limit, stall=host.server.stall_timeout, caches=caches)
     rep = StartReport(host.name, config, "error")
     fail = rs.prepare()
     if fail is not None:

@@ -1,6 +1,6 @@
 """A `sanitize` cell: the failing config again, under compute-sanitizer memcheck.
 
-    with connect(host) as r:
+    with connect(host, opts) as r:
         cell = run_sanitize_cell(r, host, Config(budget=16))
         cell.sanitizer   # SanitizerReport.to_dict(): kernel, access, address, allocation
         cell.buffer      # the grep-buffers row whose size is the allocation's, or None
@@ -38,6 +38,7 @@ from ddprobe.hostside.errors import HostOpError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 from ddprobe.results import CellResult, Config, Outcome
+from ddprobe.server.caches import RunCaches
 from ddprobe.server.launch import Launch
 from ddprobe.server.lock import HostLock
 from ddprobe.sources import BufferReport, BufferRow, SizingParams, grep_buffers
@@ -235,15 +236,16 @@ def run_sanitize_cell(r: Remote, host: Host, config: Config, *,
                       log_dir: Path | None = None, lock: HostLock | None = None,
                       break_lock: bool = False, health_timeout: float | None = None,
                       sanitizer: str | None = None, sizing: SizingParams | None = None,
-                      **_ignored: Any) -> CellResult:
+                      caches: RunCaches | None = None, **_ignored: Any) -> CellResult:
     """Run `config` once under compute-sanitizer memcheck; kind="sanitize". Raises LockedError
     when another run holds the host; every other failure is in the cell (outcome error)."""
     cell = CellResult(host=host.name, config=config, outcome=Outcome.ERROR, kind="sanitize",
                       started_at=utc_stamp_tz())
-    lk = lock if lock is not None else HostLock(r, host, break_lock=break_lock)
+    caches = caches if caches is not None else RunCaches()
+    lk = lock if lock is not None else HostLock(r, host, break_lock=break_lock, caches=caches)
     t0 = time.perf_counter()
     with lk:
-        run = _Run(r, host, config, options, cell, health_timeout, sanitizer)
+        run = _Run(r, host, config, options, cell, health_timeout, sanitizer, caches)
         try:
             run.steps()
         except _INFRA as e:
@@ -262,13 +264,14 @@ def run_sanitize_cell(r: Remote, host: Host, config: Config, *,
 
 class _Run:
     def __init__(self, r: Remote, host: Host, config: Config, opts: SanitizeOptions,
-                 cell: CellResult, health_timeout: float | None, sanitizer: str | None) -> None:
+                 cell: CellResult, health_timeout: float | None, sanitizer: str | None,
+                 caches: RunCaches) -> None:
         self.r, self.host, self.config, self.opts, self.cell = r, host, config, opts, cell
         timeout = health_timeout if health_timeout is not None else \
             host.server.health_timeout * opts.health_factor
         self.sanitizer = sanitizer
         self.rs = Restart(r, host, config, timeout=timeout, settle_s=opts.settle_s,
-                          settle_marker="ERROR SUMMARY")
+                          settle_marker="ERROR SUMMARY", caches=caches)
         self.server_info: dict[str, Any] = {}
         self.request_s: float | None = None
 

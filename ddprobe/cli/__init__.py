@@ -9,7 +9,7 @@ from typing import Optional
 
 import typer
 
-from ddprobe import __version__, interrupt, remote
+from ddprobe import __version__, interrupt
 from ddprobe.cli import common
 from ddprobe.context import Context, Options, activate
 from ddprobe.errors import DdprobeError
@@ -46,8 +46,9 @@ def _global(
     inventory: Optional[str] = typer.Option(
         None, "--inventory", "-i", envvar="DDPROBE_INVENTORY",
         help="hosts.yaml (default: ./hosts.yaml, then ~/.config/ddprobe/hosts.yaml)."),
-    ssh_config: Optional[str] = typer.Option(None, "--ssh-config",
-                                             help="ssh_config file (default ~/.ssh/config)."),
+    ssh_config: Optional[str] = typer.Option(
+        None, "--ssh-config", envvar="DDPROBE_SSH_CONFIG",
+        help="ssh_config file (default ~/.ssh/config)."),
     accept_new_host_keys: bool = typer.Option(
         False, "--accept-new-host-keys",
         help="Record unknown host keys in the known_hosts file in use (never changed keys)."),
@@ -71,11 +72,6 @@ def _global(
                           accept_new_host_keys=accept_new_host_keys, debug=debug,
                           connect_timeout=connect_timeout, limit=limit, verbose=verbose)
     ctx.call_on_close(activate(env))
-    # the remote package still reads its options from one default: set it for this invocation
-    # only, and put the previous one back when the command ends (no leak into the next call)
-    previous = remote.default_options()
-    remote.set_default_options(env.remote_options)
-    ctx.call_on_close(lambda: remote.set_default_options(previous))
     if debug:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(_CleanFormatter("%(asctime)s %(name)s %(message)s"))

@@ -334,6 +334,7 @@ def register(app: typer.Typer) -> None:
             hosts = common.hosts(host)
         with EventRenderer(common.env().err, quiet=False) as ren:
             rep = run_sweep(hosts, req, resume=rec, on_event=ren, break_lock=break_lock,
+                            opts=common.env().remote_options, caches=common.env().caches,
                             argv=["sweep", "--host", host or "", "--budgets", budgets or ""])
         if as_json:
             common.emit_json(rep.to_dict())
@@ -379,6 +380,7 @@ def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backen
         return 0
     with EventRenderer(common.env().err, quiet=False) as ren:
         rep = run_bisect(hosts, req, resume=rec, on_event=ren, break_lock=break_lock,
+                         opts=common.env().remote_options, caches=common.env().caches,
                          argv=["bisect", *(["--host", host] if host else []),
                                *(["--budgets", budgets] if budgets else []), *argv])
     if as_json:
@@ -399,8 +401,9 @@ def _print_plan(req: BisectRequest, hosts: list[Host], *, as_json: bool) -> None
     k = len(hosts) if req.parallel else 1
     lines = plan_lines(spec, k=k)
     from ddprobe.bisect.preflight import preview
-    looks = preview(hosts, budgets=req.budgets, base=req.base(), backend=req.backend,
-                    context_len=req.context_len, factor=req.oversize_factor)
+    looks = preview(hosts, opts=common.env().remote_options, budgets=req.budgets,
+                    base=req.base(), backend=req.backend, context_len=req.context_len,
+                    factor=req.oversize_factor, caches=common.env().caches)
     if as_json:
         common.emit_json({"plan": lines, "request": req.to_dict(),
                           "hosts": [h.name for h in hosts],

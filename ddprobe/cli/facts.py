@@ -13,7 +13,7 @@ from ddprobe.inventory import Host
 
 
 def _facts(h: Host) -> Facts:
-    with remote.connect(h) as r:
+    with common.env().connect(h) as r:
         return gather_facts(r, h)
 
 

@@ -20,7 +20,7 @@ def _check(h: Host) -> tuple[float, float, str]:
     command with the host's interpreter the way every other command does: a host where
     commands fail is not ok, whatever its ping says (issue 15)."""
     t0 = time.monotonic()
-    with remote.connect(h) as r:
+    with common.env().connect(h) as r:
         rtt = min(r.ping() for _ in range(3))
         connect_s = time.monotonic() - t0
         res = r.python(["-c", "import sys; print('%d.%d.%d' % sys.version_info[:3])"],

@@ -60,7 +60,7 @@ def _locked(r: remote.Remote, h: Any, command: str, break_lock: bool,
     if dry_run:
         return contextlib.nullcontext()
     from ddprobe.server.lock import HostLock
-    return HostLock(r, h, command=command, break_lock=break_lock)
+    return HostLock(r, h, command=command, break_lock=break_lock, caches=common.env().caches)
 
 
 def register(app: typer.Typer) -> None:
@@ -81,7 +81,7 @@ def register(app: typer.Typer) -> None:
         """Apply a patch atomically (all files or none), recording it in the host's ledger."""
         h = common.one_host(host)
         p = load_patch(patch)
-        with remote.connect(h) as r, _locked(r, h, f"ddprobe patch apply {p.id}",
+        with common.env().connect(h) as r, _locked(r, h, f"ddprobe patch apply {p.id}",
                                               break_lock, dry_run):
             res = apply_patch(r, p, host=h, dry_run=dry_run, force=force)
         if as_json:
@@ -112,7 +112,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError("give a patch to revert, or --all (not both)")
         h = common.one_host(host)
         target = _patch_or_id(patch) if patch else None
-        with remote.connect(h) as r, _locked(r, h, "ddprobe patch revert", break_lock):
+        with common.env().connect(h) as r, _locked(r, h, "ddprobe patch revert", break_lock):
             res = revert_patch(r, target, host=h, all_patches=all_, force=force)
         if as_json:
             common.emit_json(res.to_dict())
@@ -127,7 +127,7 @@ def register(app: typer.Typer) -> None:
     def status_cmd(host: str = common.HostOpt, as_json: bool = common.JsonOpt) -> None:
         """Applied patches and drift; an interrupted apply says how to finish or roll back."""
         h = common.one_host(host)
-        with remote.connect(h) as r:
+        with common.env().connect(h) as r:
             st = patch_status(r, host=h)
         if as_json:
             common.emit_json(st.to_dict())
@@ -167,7 +167,7 @@ def register(app: typer.Typer) -> None:
         """A damaged or hand-edited ledger: restore every file from its oldest backup (the
         original before the first patch) and start a new ledger; the old one is kept."""
         h = common.one_host(host)
-        with remote.connect(h) as r:
+        with common.env().connect(h) as r:
             res = recover_patches(r, host=h, apply=apply)
         if as_json:
             common.emit_json(res)
@@ -190,7 +190,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """What the applied patches changed on the host: original (backup) -> file now."""
         h = common.one_host(host)
-        with remote.connect(h) as r:
+        with common.env().connect(h) as r:
             diffs = patch_diff(r, patch_id, host=h)
         if as_json:
             common.emit_json({"host": h.name, "patches": [{"id": i, "diff": d}

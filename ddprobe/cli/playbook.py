@@ -132,7 +132,8 @@ def register(app: typer.Typer) -> None:
             if code:
                 raise typer.Exit(code)
             return
-        res = run_playbook(pb, h, keep_patches=keep_patches,
+        res = run_playbook(pb, h, opts=common.env().remote_options,
+                           caches=common.env().caches, keep_patches=keep_patches,
                            on_event=None if as_json else _progress, runs_dir=runs)
         if as_json:
             common.emit_json(res.to_dict())

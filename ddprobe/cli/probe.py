@@ -13,7 +13,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from ddprobe import remote
 from ddprobe.cli import common
 from ddprobe.errors import ConfigError, UsageError
 from ddprobe.exitcodes import ExitCode
@@ -38,7 +37,7 @@ def _server_url(host: Host) -> Iterator[str]:
     if host.transport == "local":
         yield f"http://{_url_host(target)}:{port}"
         return
-    with remote.connect(host) as r, r.tunnel(port, target) as local_port:
+    with common.env().connect(host) as r, r.tunnel(port, target) as local_port:
         yield f"http://127.0.0.1:{local_port}"
 
 

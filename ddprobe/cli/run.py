@@ -15,7 +15,6 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
-from ddprobe import remote
 from ddprobe.cell.experiment import Baseline, CellReporter, ProbeOptions, run_cell
 from ddprobe.cli import common
 from ddprobe.errors import ConfigError, UsageError
@@ -212,8 +211,9 @@ def register(app: typer.Typer) -> None:
                           health_timeout=health_timeout, stop_after=stop_after,
                           as_json=as_json)
             return
-        with remote.connect(h) as r, LiveReporter(common.env().err) as rep:
+        with common.env().connect(h) as r, LiveReporter(common.env().err) as rep:
             cell = run_cell(r, h, cfg, probe=opts, baseline=base, log_dir=log_dir,
+                            caches=common.env().caches,
                             reporter=rep, break_lock=break_lock, health_timeout=health_timeout,
                             keep_answers=keep_answers, stop_after=stop_after)
         if as_json:
@@ -232,8 +232,9 @@ def _differential(h: Host, cfg: Config, opts: ProbeOptions, *, log_dir: Path | N
                   as_json: bool) -> None:
     from ddprobe.cell.differential import run_differential
     from ddprobe.probes.differential import DIVERGED, NOT_DECISIVE
-    with remote.connect(h) as r, LiveReporter(common.env().err) as rep:
+    with common.env().connect(h) as r, LiveReporter(common.env().err) as rep:
         pair = run_differential(r, h, cfg, probe=opts, log_dir=log_dir, reporter=rep,
+                                caches=common.env().caches,
                                 break_lock=break_lock, health_timeout=health_timeout,
                                 stop_after=stop_after)
     d = pair.diff

@@ -61,9 +61,11 @@ def register(app: typer.Typer) -> None:
         h = common.one_host(host)
         cfg = make_config(h, budget=budget, graph=graph, max_bs=max_bs, backend=backend,
                           extra=extra, env=env)
-        with remote.connect(h) as r, HostLock(r, h, break_lock=break_lock), \
+        with common.env().connect(h) as r, HostLock(r, h, break_lock=break_lock,
+                                                      caches=common.env().caches), \
                 LiveReporter(common.env().err) as rep:
             res = start_server(r, h, cfg, restart=restart, wait=wait, timeout=health_timeout,
+                               caches=common.env().caches,
                                reporter=rep)
         if as_json:
             common.emit_json(res.to_dict())
@@ -113,7 +115,8 @@ def register(app: typer.Typer) -> None:
                  as_json: bool = common.JsonOpt) -> None:
         """Stop the server: TERM its process group, KILL after the grace; verify it is gone."""
         h = common.one_host(host)
-        with remote.connect(h) as r, HostLock(r, h, break_lock=break_lock):
+        with common.env().connect(h) as r, HostLock(r, h, break_lock=break_lock,
+                                                      caches=common.env().caches):
             info = get_manager(r, h).stop(grace)
         if as_json:
             common.emit_json({"host": h.name, **info.to_dict()})
@@ -131,7 +134,7 @@ def register(app: typer.Typer) -> None:
     def status_cmd(host: str = common.HostOpt, as_json: bool = common.JsonOpt) -> None:
         """Is the server running, with which config; is it healthy; who holds the host lock."""
         h = common.one_host(host)
-        with remote.connect(h) as r:
+        with common.env().connect(h) as r:
             st = get_manager(r, h).status()
             lock = read_lock(r, h)
             healthy = _healthy(r, h) if st.running else False
@@ -170,7 +173,7 @@ def register(app: typer.Typer) -> None:
                                                   "exits (Ctrl-C to stop).")) -> None:
         """The server log (of the running server, else of the last one)."""
         h = common.one_host(host)
-        with remote.connect(h) as r:
+        with common.env().connect(h) as r:
             mgr = get_manager(r, h)
             when = None if since is None else _host_now(r) - since
             text = mgr.logs(tail=tail, since=when)

@@ -65,7 +65,8 @@ def register(app: typer.Typer) -> None:
         if baseline:
             from ddprobe.cli.run import load_baseline
             base = load_baseline(baseline)
-        rep = run_smoke(hosts, budgets=bs, probe=probe, baseline=base, on_cell=progress,
+        rep = run_smoke(hosts, opts=common.env().remote_options, caches=common.env().caches,
+                        budgets=bs, probe=probe, baseline=base, on_cell=progress,
                         argv=["smoke", "--host", host])
         if junit is not None:
             try:

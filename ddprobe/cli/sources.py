@@ -7,7 +7,6 @@ import typer
 from rich.table import Table
 from rich.text import Text
 
-from ddprobe import remote
 from ddprobe.cli import common
 from ddprobe.errors import UsageError
 from ddprobe.exitcodes import ExitCode
@@ -226,7 +225,7 @@ def register(app: typer.Typer) -> None:
         kw: dict[str, Any] = {"subdir": path, "context": context, "fixed": fixed,
                               "ignore_case": ignore_case, "include": glob, "tool": tool}
         if len(hs) == 1:
-            with remote.connect(hs[0]) as r:
+            with common.env().connect(hs[0]) as r:
                 res = grep(r, pattern, host=hs[0], **kw)
             if as_json:  # the shape of several hosts, with one: scripts read one shape
                 _grep_json([HostGrep(hs[0].name, "ok", res, None)])
@@ -239,7 +238,7 @@ def register(app: typer.Typer) -> None:
             if not res.matches:
                 raise typer.Exit(int(ExitCode.FAILED))
             return
-        outs = grep_hosts(hs, pattern, **kw)
+        outs = grep_hosts(hs, pattern, opts=common.env().remote_options, **kw)
         rows = compare(outs)
         if as_json:
             _grep_json(outs)
@@ -292,7 +291,7 @@ def register(app: typer.Typer) -> None:
             params = SizingParams(max_bs=max_bs, budgets=_ints(budgets or "", "--budgets"),
                                   context_len=context_len, topk=topk, num_steps=steps,
                                   extra=_vars(var))
-        with remote.connect(h) as r:
+        with common.env().connect(h) as r:
             rep = grep_buffers(r, h, backend=backend, params=params,
                                include_per_batch=all_phases)
         if as_json:
@@ -311,7 +310,7 @@ def register(app: typer.Typer) -> None:
         """The launch flags the host's installed server_args.py defines (read, not imported)."""
         import shlex
         h = common.one_host(host)
-        with remote.connect(h) as r:
+        with common.env().connect(h) as r:
             fs = read_flags(r, h)
         if check is not None:
             try:

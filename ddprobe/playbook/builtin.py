@@ -182,7 +182,7 @@ def _run(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
                  backend=a["backend"], extra_args=tuple(a["extra_args"] or ()))
     log_dir = ctx.store.dir / "logs" if ctx.store is not None else None
     cell = run_cell(ctx.remote(), ctx.host, cfg, probe=_probe_options(a), log_dir=log_dir,
-                    stop_after=bool(a.get("stop_after")))
+                    stop_after=bool(a.get("stop_after")), caches=ctx.caches)
     cell = ctx.add_cell(cell)
     d = to_plain(cell)
     d["key"] = cell.config.key
@@ -238,7 +238,7 @@ def _sweep(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
                        max_bs=(a["max_bs"],), backends=(a["backend"],),
                        **_given(repeat=a["repeat"]))
     rep = run_sweep([ctx.host], req, root=ctx.runs_root, on_event=_on_event(ctx),
-                    argv=_argv("sweep"))
+                    argv=_argv("sweep"), opts=ctx.opts, caches=ctx.caches)
     return _joined(ctx, load_run(rep.run_dir))
 
 
@@ -247,13 +247,13 @@ def _bisect(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
                         **_given(max_bs=a["max_bs"], backend=a["backend"], repeat=a["repeat"],
                                  confirm_patch=a["confirm_patch"]))
     rep = run_bisect([ctx.host], req, root=ctx.runs_root, on_event=_on_event(ctx),
-                     argv=_argv("bisect"))
+                     argv=_argv("bisect"), opts=ctx.opts, caches=ctx.caches)
     return _joined(ctx, load_run(rep.run_dir))
 
 
 def _smoke(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
     rep = run_smoke([ctx.host], budgets=a["budgets"] or (), root=ctx.runs_root,
-                    argv=_argv("smoke"))
+                    argv=_argv("smoke"), opts=ctx.opts, caches=ctx.caches)
     if a["junit"]:
         junit = Path(a["junit"])
         try:

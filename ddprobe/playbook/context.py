@@ -14,15 +14,18 @@ from pathlib import Path
 from ddprobe import remote as remote_mod
 from ddprobe.hostside.patchtext import Patch
 from ddprobe.inventory import Host
-from ddprobe.remote import Remote
+from ddprobe.remote import Remote, RemoteOptions
 from ddprobe.results import CellResult
+from ddprobe.server.caches import RunCaches
 from ddprobe.store import RunRecord, RunStore
 
 
 class StepContext:
-    def __init__(self, host: Host, store: RunStore | None, *, runs_root: Path | None = None
-                 ) -> None:
+    def __init__(self, host: Host, store: RunStore | None, *, opts: RemoteOptions,
+                 caches: RunCaches | None = None, runs_root: Path | None = None) -> None:
         self.host = host
+        self.opts = opts  # how the host is reached (the connection, a sweep/bisect step's)
+        self.caches = caches if caches is not None else RunCaches()  # the playbook's run
         self.store = store
         self.runs_root = runs_root
         self.applied: list[tuple[str, Patch]] = []  # patches this playbook applied, in order
@@ -35,7 +38,7 @@ class StepContext:
     def remote(self) -> Remote:
         """The host's one connection for the whole playbook, opened on first use."""
         if self._remote is None:
-            self._remote = self._stack.enter_context(remote_mod.connect(self.host))
+            self._remote = self._stack.enter_context(remote_mod.connect(self.host, self.opts))
         return self._remote
 
     def close(self) -> None:

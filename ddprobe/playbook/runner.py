@@ -20,7 +20,9 @@ from ddprobe.playbook.actions import ActionResult, coerce, to_plain
 from ddprobe.playbook.builtin import StepFailed
 from ddprobe.playbook.context import StepContext
 from ddprobe.playbook.schema import Playbook, StepSpec, Template
+from ddprobe.remote import RemoteOptions
 from ddprobe.report import write_reports
+from ddprobe.server.caches import RunCaches
 from ddprobe.sources.patches import revert_patch
 from ddprobe.store import RunStore, load_run, runs_root
 from ddprobe.timestamps import utc_stamp
@@ -98,14 +100,16 @@ def _holds(step: StepSpec, node: expr.Node, text: str, scope: dict[str, Any], pa
         raise ConfigError(f"{what} {text!r}: {e}", path=path, line=step.line) from None
 
 
-def run_playbook(pb: Playbook, host: Host, *, keep_patches: bool = False,
+def run_playbook(pb: Playbook, host: Host, *, opts: RemoteOptions,
+                 caches: RunCaches | None = None, keep_patches: bool = False,
                  on_event: Callable[[StepEvent], None] | None = None,
                  runs_dir: Path | None = None) -> PlaybookResult:
-    """Run every step of `pb` on `host`; never raises for a failing step (see the result)."""
+    """Run every step of `pb` on `host` (reached with `opts`); never raises for a failing
+    step (see the result). `caches`: the run's (a fresh one when none is given)."""
     emit = on_event or (lambda e: None)
     root = runs_dir or runs_root()
     store = _create_store(pb, host, root)
-    ctx = StepContext(host, store, runs_root=root)
+    ctx = StepContext(host, store, opts=opts, caches=caches, runs_root=root)
     run = _Run(pb, ctx, store, emit, {**pb.builtins, **pb.vars})
     error, failed, interrupted = run.all_steps()
     try:

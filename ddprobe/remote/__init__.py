@@ -15,8 +15,6 @@ from ddprobe.remote.base import (
     RemoteOptions,
     build_command,
     check_env_names,
-    default_options,
-    set_default_options,
 )
 from ddprobe.remote.fanout import HostOutcome, fan_out
 from ddprobe.remote.local import LocalRemote
@@ -26,12 +24,11 @@ from ddprobe.remote.ssh import SshRemote
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 __all__ = ["CmdResult", "HostOutcome", "LocalRemote", "Remote", "RemoteOptions", "SshRemote",
-           "build_command", "check_env_names", "connect", "default_options", "fan_out",
-           "set_default_options"]
+           "build_command", "check_env_names", "connect", "fan_out"]
 
 
-def connect(host: Host, opts: RemoteOptions | None = None) -> Remote:
-    """Open one connection to a host (use as a context manager)."""
+def connect(host: Host, opts: RemoteOptions) -> Remote:
+    """Open one connection to a host with the run's options (use as a context manager)."""
     if host.transport == "local":
-        return LocalRemote(host)
+        return LocalRemote(host, opts)
     return SshRemote(host, opts).connect()

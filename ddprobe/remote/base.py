@@ -27,25 +27,15 @@ class CmdResult:
 
 @dataclass(frozen=True)
 class RemoteOptions:
+    """How to reach hosts (the CLI's --ssh-config, --accept-new-host-keys, --connect-timeout).
+    Every connection is opened with one passed explicitly: there is no process default."""
+
     ssh_config: str | None = None
     accept_new_host_keys: bool = False
     connect_timeout: float = 15.0
     command_timeout: float = 120.0
     keepalive: int = 30
     agent: bool = True  # one command runner alive per connection (ddprobe/hostside/agent.py)
-
-
-_defaults = RemoteOptions()
-
-
-def set_default_options(opts: RemoteOptions) -> None:
-    """Set by the CLI from --ssh-config / --accept-new-host-keys."""
-    global _defaults
-    _defaults = opts
-
-
-def default_options() -> RemoteOptions:
-    return _defaults
 
 
 def build_command(argv: Sequence[str], *, env: Mapping[str, str] | None = None,

@@ -14,7 +14,7 @@ from ddprobe import interrupt
 from ddprobe.errors import RemoteError, RemoteTimeout
 from ddprobe.hostside.sourceio import atomic_write
 from ddprobe.inventory import Host
-from ddprobe.remote.base import CmdResult, Remote, check_env_names, decode, default_options
+from ddprobe.remote.base import CmdResult, Remote, RemoteOptions, check_env_names, decode
 
 log = logging.getLogger("ddprobe.remote")
 
@@ -29,8 +29,8 @@ class LocalRemote(Remote):
     ddprobe located, analysed and patched, and every verdict would rest on the wrong sources.
     """
 
-    def __init__(self, host: Host) -> None:
-        self.host = host
+    def __init__(self, host: Host, opts: RemoteOptions) -> None:
+        self.host, self.opts = host, opts
 
     def run(self, argv: Sequence[str], *, timeout: float | None = None, check: bool = False,
             input: str | bytes | None = None, env: Mapping[str, str] | None = None,
@@ -46,11 +46,11 @@ class LocalRemote(Remote):
         try:
             proc = subprocess.run(words, input=data, capture_output=True, env=full_env,
                                   cwd=self.expand(cwd) if cwd else self.home,
-                                  timeout=timeout or default_options().command_timeout,
+                                  timeout=timeout or self.opts.command_timeout,
                                   stdin=None if data is not None else subprocess.DEVNULL)
         except subprocess.TimeoutExpired:
             raise RemoteTimeout(f"{self.host.name}: command timed out after "
-                                f"{timeout or default_options().command_timeout:.0f}s: "
+                                f"{timeout or self.opts.command_timeout:.0f}s: "
                                 f"{shlex.join(words)[:120]}") from None
         except FileNotFoundError:
             res = CmdResult(words, 127, "", f"{words[0]}: not found", time.monotonic() - t0)

@@ -32,7 +32,6 @@ from ddprobe.remote.base import (
     build_command,
     check_env_names,
     decode,
-    default_options,
     unframe,
 )
 from ddprobe.remote.keytrust import (
@@ -49,9 +48,9 @@ log = logging.getLogger("ddprobe.remote")
 
 
 class SshRemote(Remote):
-    def __init__(self, host: Host, opts: RemoteOptions | None = None) -> None:
+    def __init__(self, host: Host, opts: RemoteOptions) -> None:
         self.host = host
-        self.opts = opts or default_options()
+        self.opts = opts
         self.target = resolve(host.host or host.name, user=host.user, port=host.port,
                               identity=host.identity_file, config_file=self.opts.ssh_config)
         self._conn: Connection | None = None

@@ -164,26 +164,17 @@ def check_launch(launch: Launch, flags: FlagSet | None) -> Launch:
 
 # ----- the host's flags ---------------------------------------------------------------------------
 
-# until the CLI's Context passes its per-run cache down, the process keeps one (read once per
-# process and host entry, as before)
-_process_flags: FlagsCache | None = None
-
-
 def host_flags(r: Remote, host: Host, *, refresh: bool = False,
                cache: FlagsCache | None = None) -> tuple[FlagSet | None, str]:
     """(the flags the host's install defines, "") or (None, why they could not be read).
 
-    Read once per run and host entry (`ddprobe.sources.flags_for`, remembered in `cache`): a
-    bisect restarts many times against one install. An unreachable host raises (an
+    Read once per run and host entry (`ddprobe.sources.flags_for`, remembered in `cache`, the
+    run's `RunCaches.flags`; a fresh one when none is passed): a bisect restarts many times
+    against one install. An unreachable host raises (an
     infrastructure error); an install whose sources cannot be read (e.g. the server runs in a
     container) only loses the check.
     """
-    from ddprobe.sources.fetch import FlagsCache, flags_for
-    global _process_flags
-    if cache is None:
-        if _process_flags is None:
-            _process_flags = FlagsCache()
-        cache = _process_flags
+    from ddprobe.sources.fetch import flags_for
     try:
         return flags_for(r, host, refresh=refresh, cache=cache), ""
     except RemoteError:

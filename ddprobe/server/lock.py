@@ -4,7 +4,8 @@
 (user@machine), pid, time, command and a random token. A second run gets LockedError naming the
 owner. A stale lock (its owner pid no longer runs on the SAME machine, or older than max_age)
 is reported, and broken only when asked (`--break-lock`). The lock is re-entrant within one
-process: bisect holds it for a whole run while each cell takes it again.
+run: bisect holds it for a whole run while each cell takes it again (the run's `RunCaches.held`
+knows which locks this run holds; a HostLock given no caches re-enters only itself).
 """
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import re
 import shlex
 import socket
 import sys
-import threading
 import time
 import uuid
 from dataclasses import dataclass
@@ -26,13 +26,9 @@ from ddprobe.errors import LockedError, RemoteError
 from ddprobe.hostside.client import call as host_call
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
+from ddprobe.server.caches import RunCaches
 
 DEFAULT_MAX_AGE = 12 * 3600.0  # a lock this old is stale (a bisect refreshes it every cell)
-
-# token -> depth, for the locks this process holds (re-entrance across Host/Remote objects)
-_held: dict[str, int] = {}
-_held_lock = threading.Lock()
-
 
 def _call(r: Remote, op: str, req: dict[str, Any]) -> dict[str, Any]:
     return host_call(r, op, req, timeout=30, program="lock")
@@ -163,8 +159,10 @@ class HostLock:
     """`with HostLock(r, host): ...` holds `{workdir}/lock` on the host for the block."""
 
     def __init__(self, r: Remote, host: Host, *, command: str | None = None,
-                 break_lock: bool = False, max_age: float = DEFAULT_MAX_AGE) -> None:
+                 break_lock: bool = False, max_age: float = DEFAULT_MAX_AGE,
+                 caches: RunCaches | None = None) -> None:
         self.r, self.host = r, host
+        self.held_locks = (caches if caches is not None else RunCaches()).held
         self.command = default_command() if command is None else command
         self.break_lock, self.max_age = break_lock, max_age
         self.token: str | None = None
@@ -198,8 +196,7 @@ class HostLock:
             holder = LockInfo.from_dict(res["holder"])
             if self._ours(holder):
                 # this process already holds it (e.g. bisect around run_cell): re-enter
-                with _held_lock:
-                    _held[holder.token] += 1
+                self.held_locks.enter(holder.token)
                 self.token, self.depth = holder.token, 1
                 self._refresh()
                 return self
@@ -221,14 +218,12 @@ class HostLock:
             self.broken = holder
             self.took_over = dead  # an orphan of a dead run: its server is stopped by the caller
         self.token, self.depth = info["token"], 1
-        with _held_lock:
-            _held[info["token"]] = _held.get(info["token"], 0) + 1
+        self.held_locks.enter(info["token"])
         return self
 
     def _ours(self, holder: LockInfo) -> bool:
-        with _held_lock:
-            return holder.machine == this_machine() and holder.pid == os.getpid() \
-                and holder.token in _held
+        return holder.machine == this_machine() and holder.pid == os.getpid() \
+            and self.held_locks.holds(holder.token)
 
     def still_held(self) -> bool:
         """After a reconnect: is the lock file still this lock's (nobody broke it)?"""
@@ -251,10 +246,7 @@ class HostLock:
             return
         token = self.token
         self.token = None
-        with _held_lock:
-            left = max(0, _held.get(token, 0) - 1)
-            _held[token] = left
-        if left:
+        if self.held_locks.leave(token):
             return
         try:
             _call(self.r, "unlock", {"path": self.path, "token": token})
@@ -265,9 +257,7 @@ class HostLock:
             # take its own lock back; any other run will see it as stale once we exit.
             self.release_error = str(e)
             return
-        with _held_lock:
-            if not _held.get(token):
-                _held.pop(token, None)
+        self.held_locks.forget(token)
 
     def __enter__(self) -> HostLock:
         return self.acquire()

@@ -1,27 +1,24 @@
 """Host preparation before the first server start, driven by data (`server.prepare`).
 
 `prepare: testbed` installs ddprobe's testbed (package `ddtestbed`) into the first PYTHONPATH
-entry of the host's env, the way the built-in `testbed` host is set up. It runs once per
-process and host. On a local host it syncs idempotently (files a patch modified are kept); on an
-SSH host it copies the package over only when it is missing, so patches made on the host are
-never overwritten by a later run.
+entry of the host's env, the way the built-in `testbed` host is set up. It runs once per run
+and host entry (the run's `RunCaches.prepared`). On a local host it syncs idempotently (files a
+patch modified are kept); on an SSH host it copies the package over only when it is missing, so
+patches made on the host are never overwritten by a later run.
 """
 from __future__ import annotations
 
 import io
 import tarfile
 import tempfile
-import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from ddprobe.errors import ConfigError, DdprobeError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
+from ddprobe.server.caches import RunCaches
 from ddprobe.server.launch import where
-
-_done: set[tuple[str, str, str, str]] = set()
-_lock = threading.Lock()
 
 
 def _site_dir(host: Host) -> str:
@@ -64,9 +61,11 @@ def _prepare_testbed(r: Remote, host: Host) -> str:
 PREPARERS: dict[str, Callable[[Remote, Host], str]] = {"testbed": _prepare_testbed}
 
 
-def prepare_host(r: Remote, host: Host, *, force: bool = False) -> str | None:
-    """Run the host's `server.prepare` step once per process; a note on what it changed, or
-    None when nothing was to be done."""
+def prepare_host(r: Remote, host: Host, *, force: bool = False,
+                 caches: RunCaches | None = None) -> str | None:
+    """Run the host's `server.prepare` step once per run (`caches.prepared`; a caller that
+    passes none runs it every time); a note on what it changed, or None when nothing was to
+    be done."""
     name = host.server.prepare
     if not name:
         return None
@@ -75,10 +74,9 @@ def prepare_host(r: Remote, host: Host, *, force: bool = False) -> str | None:
         raise ConfigError(f"unknown server.prepare {name!r} for host '{host.name}' (known: "
                           f"{', '.join(sorted(PREPARERS))})", key="server.prepare", **where(host))
     key = (host.name, host.target, host.python, repr(host.env) + name)
-    with _lock:
-        if key in _done and not force:
-            return None
+    done = (caches if caches is not None else RunCaches()).prepared
+    if key in done and not force:
+        return None
     note = fn(r, host)
-    with _lock:
-        _done.add(key)
+    done.add(key)
     return note or None

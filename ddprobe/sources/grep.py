@@ -136,11 +136,12 @@ class Comparison:
         return len(set(self.lines.values())) > 1
 
 
-def grep_hosts(hosts: Sequence[Host], pattern: str, *, deadline: float = 120.0,
-               **kw: Any) -> list[HostGrep]:
-    """The same search on several hosts in parallel; one host's failure does not stop others."""
+def grep_hosts(hosts: Sequence[Host], pattern: str, *, opts: remote.RemoteOptions,
+               deadline: float = 120.0, **kw: Any) -> list[HostGrep]:
+    """The same search on several hosts in parallel (reached with `opts`); one host's failure
+    does not stop others."""
     def one(h: Host) -> GrepResult:
-        with remote.connect(h) as r:
+        with remote.connect(h, opts) as r:
             return grep(r, pattern, host=h, **kw)
 
     outcomes = remote.fan_out(hosts, one, max_workers=16, deadline=deadline)
