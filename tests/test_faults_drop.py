@@ -28,7 +28,6 @@ import pytest
 from bisect_util import REPO, TASKS, Site, assert_clean, bisect_json, write_inventory
 from server_util import procs_with
 
-from ddprobe import remote
 from ddprobe.cli import main
 from ddprobe.store import load_run
 
@@ -115,7 +114,7 @@ def wait_next_cell_server(runs: Path, proc: subprocess.Popen[str], site: Site) -
 
 
 def clean(inv: Path, site: Site, cfg: Path) -> None:
-    assert_clean(inv, site)  # it connects with the site's own sshd config (cfg reaches it too)
+    assert_clean(inv, site, cfg)  # reached through cfg (the site's own sshd may be gone)
 
 
 def test_a_drop_mid_bisect_is_retried_not_recorded(sshd_factory, tmp_path: Path,
