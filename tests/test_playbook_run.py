@@ -118,7 +118,7 @@ def test_failing_step_reverts_the_applied_patch_over_ssh(ssh_opts, make_host, tm
     events: list[StepEvent] = []
     pb = load_playbook(_pb(tmp_path, FAILING), host)
     res = run_playbook(pb, host, on_event=events.append, runs_dir=tmp_path / "runs",
-                       opts=remote.RemoteOptions())
+                       opts=ssh_opts)
     assert res.status == "failed" and res.failed_step == 5 and res.exit_code == 1
     assert "assert failed: result.applied.count() == 0" in (res.error or "")
     assert [s.status for s in res.steps] == ["ok", "ok", "ok", "ignored", "failed", "not-run"]
@@ -166,7 +166,7 @@ def test_interrupt_reverts_then_goes_on_up(local_testbed: Path, tmp_path: Path) 
                        registry=reg)
     with pytest.raises(KeyboardInterrupt):
         run_playbook(pb, builtin_testbed(), runs_dir=tmp_path / "runs",
-                       opts=remote.RemoteOptions())
+                     opts=remote.RemoteOptions())
     assert _sha(local_testbed / TRITON) == before
     (run_dir,) = (tmp_path / "runs").iterdir()
     rec = load_run(run_dir)
