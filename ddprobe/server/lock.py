@@ -195,7 +195,7 @@ class HostLock:
         if not res["acquired"]:
             holder = LockInfo.from_dict(res["holder"])
             if self._ours(holder):
-                # this process already holds it (e.g. bisect around run_cell): re-enter
+                # this run already holds it (e.g. bisect around run_cell): re-enter
                 self.held_locks.enter(holder.token)
                 self.token, self.depth = holder.token, 1
                 self._refresh()
@@ -253,7 +253,7 @@ class HostLock:
             if interrupt.stopping():
                 interrupt.cleaned(f"released the lock on {self.host.name}")
         except RemoteError as e:
-            # The connection is gone: the file stays. Keep its token so that this process can
+            # The connection is gone: the file stays. Keep its token so that this run can
             # take its own lock back; any other run will see it as stale once we exit.
             self.release_error = str(e)
             return
