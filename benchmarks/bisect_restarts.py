@@ -31,6 +31,7 @@ sys.path.insert(0, str(REPO))
 from ddprobe.bisect.run import BisectRequest, run_bisect  # noqa: E402
 from ddprobe.bisect.sweep import SweepRequest, run_sweep  # noqa: E402
 from ddprobe.inventory import Host, ServerSettings  # noqa: E402
+from ddprobe.remote import RemoteOptions  # noqa: E402
 from ddtestbed.install import sync_testbed  # noqa: E402
 from ddtestbed.scenario import SCENARIO_DIR  # noqa: E402
 
@@ -111,7 +112,8 @@ def run_case(scenario: str, path: str, budgets: tuple[int, ...], *, hosts: int, 
     tag = f"{scenario}-{len(budgets)}-{hosts}"
     hs = [local_host(f"{tag}-{i}", root, path) for i in range(hosts)]
     t = time.monotonic()
-    rep = run_bisect(hs, BisectRequest(budgets=budgets, tasks=TASKS), root=root / "runs")
+    rep = run_bisect(hs, BisectRequest(budgets=budgets, tasks=TASKS), root=root / "runs",
+                     opts=RemoteOptions())
     wall = time.monotonic() - t
     cells = [c for g in rep.groups for _, c in g.cells]
     overhead = max(0.0, wall - server_time(cells, rep.rounds, hosts))
@@ -119,7 +121,8 @@ def run_case(scenario: str, path: str, budgets: tuple[int, ...], *, hosts: int, 
     sw_restarts = sw_wall = None
     if sweep:
         t = time.monotonic()
-        srep = run_sweep(hs[:1], SweepRequest(budgets=budgets, tasks=TASKS), root=root / "runs")
+        srep = run_sweep(hs[:1], SweepRequest(budgets=budgets, tasks=TASKS), root=root / "runs",
+                         opts=RemoteOptions())
         sw_wall, sw_restarts = time.monotonic() - t, srep.restarts_used
     return Row(scenario, ",".join(map(str, budgets)), hosts, rep.restarts_used, rep.rounds,
                sw_restarts, wall, sw_wall, overhead, verdicts)

@@ -97,7 +97,7 @@ def main() -> int:
                 t2 = time.perf_counter()
             analyse_buffers(src.texts, backend=a.backend, params=params)
             t3 = time.perf_counter()
-            for k, v in zip(parts, (t1 - t0, t2 - t1, t3 - t2)):
+            for k, v in zip(parts, (t1 - t0, t2 - t1, t3 - t2), strict=True):
                 parts[k].append(v)
         t_import = _median_time(lambda: subprocess.run(
             [sys.executable, "-c", "import ddprobe.cli"], check=True, env=env), 3)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-
 CORPUS = [
     "def add(a, b):\n    return a + b\n",
     "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n",

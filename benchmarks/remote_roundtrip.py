@@ -19,11 +19,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from conftest import start_sshd  # noqa: E402
+from conftest import start_sshd
 
-from ddprobe import remote  # noqa: E402
-from ddprobe.cli import main as cli_main  # noqa: E402
-from ddprobe.inventory import Host  # noqa: E402
+from ddprobe import remote
+from ddprobe.cli import main as cli_main
+from ddprobe.inventory import Host
 
 
 def _per_call(fn, n: int) -> list[float]:

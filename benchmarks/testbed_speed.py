@@ -26,7 +26,7 @@ from ddprobe.probes import load_suite  # noqa: E402
 from ddtestbed.scenario import load_scenario  # noqa: E402
 
 
-def start(budget: int, graph: bool, scale: float):  # type: ignore[no-untyped-def]
+def start(budget: int, graph: bool, scale: float):
     import os
     import subprocess
     import tempfile

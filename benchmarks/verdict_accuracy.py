@@ -23,16 +23,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from ddprobe.bisect.ladder import Order  # noqa: E402
 from ddprobe.bisect.run import BisectRequest, run_bisect  # noqa: E402
 from ddprobe.inventory import builtin_testbed  # noqa: E402
+from ddprobe.remote import RemoteOptions  # noqa: E402
 from ddtestbed.expect import Expectation, expectations, grade, minimum_restarts  # noqa: E402
 
 
 def request(exp: Expectation, tasks: str) -> BisectRequest:
     f = list(exp.flags)
     backend = f[f.index("--backend") + 1] if "--backend" in f else None
-    order = "eager-first" if "--eager-first" in f else "graph-first" if "--graph-first" in f \
-        else "auto"
+    order: Order = "eager-first" if "--eager-first" in f \
+        else "graph-first" if "--graph-first" in f else "auto"
     return BisectRequest(budgets=exp.budgets, backend=backend, order=order,
                          thorough="--thorough" in f, tasks=(tasks,))
 
@@ -46,7 +48,8 @@ def testbed_host(scenario: str):  # -> Host
 
 def run_one(exp: Expectation, root: Path, tasks: str) -> tuple[list, object]:
     host = testbed_host(exp.scenario)
-    rep = run_bisect([host], request(exp, tasks), root=root, break_lock=True)
+    rep = run_bisect([host], request(exp, tasks), root=root, break_lock=True,
+                     opts=RemoteOptions())
     return grade(exp, rep.verdicts), rep
 
 
@@ -76,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
         inc = ", ".join(f"b{x.budget}" for x in graded if x.grade == "inconclusive")
         note = wrong + (f"  [inconclusive: {inc}]" if inc else "")
         print(f"{exp.label[:38]:38} {n['right']:>5} {n['wrong']:>5} {n['inconclusive']:>7} "
-              f"{assumed:>7} {used:>8} {sweep:>5} {mn:>4} {(used / mn if mn else 1.0):>5.2f}  {note}")
+              f"{assumed:>7} {used:>8} {sweep:>5} {mn:>4} "
+              f"{(used / mn if mn else 1.0):>5.2f}  {note}")
         for k in ("right", "wrong", "inconclusive"):
             tot[k] += n[k]
         tot["assumed"] += assumed
