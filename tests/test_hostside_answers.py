@@ -301,3 +301,25 @@ def test_which_exceptions_the_one_loop_answers() -> None:
         "kind": "locked", "message": "held", "by": "run-1"}
     err = answer_for("apply", PatchTextError("no hunk", path="srt/a.py", hunk=2))
     assert err == {"kind": "patch", "message": "no hunk", "path": "srt/a.py", "hunk": 2}
+
+
+def test_an_answer_without_a_field_its_caller_reads_is_malformed_not_a_bug(
+        ssh_opts, tmp_path: Path) -> None:
+    """A host program that answers `ok` with an empty result: the lock's caller reads
+    `acquired`. Through the client that is the program's `malformed` answer; through the CLI one
+    line naming the host, the program and the field, not ddprobe's internal-error exit."""
+    h = _local(_stand_in(tmp_path, '{"ok": true, "result": {}}\n'))
+    with remote.connect(h, ssh_opts) as r:
+        res = call(r, "lock", {"path": "/nonexistent"}, program="lock")
+        assert res == {} and res.get("acquired") is None  # .get stays a plain default
+        with pytest.raises(NoAnswerError, match=r"h: the lock program's answer to 'lock' has "
+                                                r"no 'acquired'") as e:
+            res["acquired"]
+        assert e.value.kind == "malformed"
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text(f"hosts:\n  h: {{transport: local, python: {h.python}}}\n")
+    p = subprocess.run([sys.executable, "-m", "ddprobe", "-i", str(inv), "server", "stop", "-H",
+                        "h"], capture_output=True, text=True, timeout=120, check=False)
+    assert p.returncode not in (0, 70), (p.returncode, p.stderr)
+    assert "has no 'acquired'" in p.stderr and "Traceback" not in p.stderr, p.stderr
+    assert "internal error" not in p.stderr.lower()

@@ -98,6 +98,21 @@ def _answer(stdout: str, cap: int) -> dict[str, Any] | None:
     return None
 
 
+class HostAnswer(dict[str, Any]):
+    """A host program's result object. A caller that reads a key the answer lacks gets the
+    program family's `malformed` error (host text, never trusted to be complete), not a
+    KeyError that would read as a bug in ddprobe."""
+
+    def __init__(self, result: dict[str, Any], *, family: str, where: str,
+                 extra: dict[str, Any]) -> None:
+        super().__init__(result)
+        self._family, self._where, self._extra = family, where, extra
+
+    def __missing__(self, key: str) -> Any:
+        raise host_error(self._family, "malformed", f"{self._where} has no {key!r}",
+                         self._extra)
+
+
 def call(r: Remote, op: str, request: dict[str, Any], *, program: str = "ops",
          timeout: float | None = None) -> dict[str, Any]:
     """Run one op of a host program; its result (a JSON object), or the exception its error
@@ -130,7 +145,8 @@ def call(r: Remote, op: str, request: dict[str, Any], *, program: str = "ops",
             raise host_error(prog.family, "malformed",
                              f"{host}: the {program} program's answer to {op!r} has no "
                              f"result object", extra)
-        return dict(result)
+        return HostAnswer(result, family=prog.family, where=f"{host}: the {program} program's "
+                          f"answer to {op!r}", extra=extra)
     err = doc.get("error")
     err = dict(err) if isinstance(err, dict) else {}
     kind = str(err.pop("kind", prog.default_kind))
