@@ -11,6 +11,8 @@ Expected (written first):
 from __future__ import annotations
 
 import json
+import os
+import pwd
 import sys
 from pathlib import Path
 
@@ -42,7 +44,8 @@ def test_a_printing_login_shell_never_reaches_command_output(sshd_noisy, tmp_pat
         r.write_bytes(str(f), b"written\x00bytes")
         assert f.read_bytes() == b"written\x00bytes"
         assert r.read_bytes(str(f)) == b"written\x00bytes"
-        assert r.home == str(Path.home())
+        # sshd logs in with the account's home (passwd), whatever this process's $HOME says
+        assert r.home == pwd.getpwuid(os.getuid()).pw_dir
 
 
 def _inv(tmp_path: Path, text: str) -> Path:

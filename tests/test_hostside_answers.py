@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +24,9 @@ from ddprobe.inventory import Host, ServerSettings
 from ddprobe.results import Config
 from ddprobe.server.launch import build_launch
 from ddprobe.server.preflight import clear_cache, run_preflight
+
+# pyenv's interpreters (PYENV_ROOT where set, as pyenv itself reads it)
+PYENV = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
 
 
 def _local(python: str | Path = sys.executable, **kw: object) -> Host:
@@ -219,7 +223,7 @@ def test_a_missing_interpreter_stays_a_configuration_error(ssh_opts) -> None:
 
 def _pyenv(minor: str) -> str | None:
     import glob
-    found = sorted(glob.glob(str(Path.home() / f".pyenv/versions/3.{minor}.*/bin/python")))
+    found = sorted(glob.glob(str(PYENV / f"versions/3.{minor}.*/bin/python")))
     return found[0] if found else None
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -12,6 +13,9 @@ from ddprobe import remote
 from ddprobe.cli import main
 from ddprobe.sources.grep import grep
 from ddprobe.hostside.client import find_install
+
+# pyenv's interpreters (PYENV_ROOT where set, as pyenv itself reads it)
+PYENV = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
 
 pytestmark = pytest.mark.ssh
 TRITON = "srt/layers/attention/triton_backend.py"
@@ -169,7 +173,7 @@ def test_helper_runs_on_the_oldest_python_sglang_supports(ssh_opts, make_host, s
     import shutil
     import subprocess
     # a real interpreter path (a pyenv shim needs pyenv's environment, absent over ssh)
-    found = sorted(glob.glob(str(Path.home() / ".pyenv/versions/3.8.*/bin/python"))) + [
+    found = sorted(glob.glob(str(PYENV / "versions/3.8.*/bin/python"))) + [
         p for p in (shutil.which("python3.8"),) if p and "shims" not in p]
     py38 = found[0] if found else None
     if py38 is None:
