@@ -406,3 +406,9 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
     if left:
         terminalreporter.section("servers left running", yellow=True)
         terminalreporter.line(session_guard.warning_text(left), yellow=True)
+
+
+@pytest.fixture(scope="session")
+def sglang_wheel() -> Callable[[str], Path]:
+    """The real SGLang wheel of a version (cached; downloaded from the registry on first use)."""
+    return _wheel

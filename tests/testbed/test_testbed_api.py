@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -18,13 +18,15 @@ import pytest
 from testbed_util import (TestbedServer, chat, chat_text, ddtree, generate, install_prefix,
                           installed_tasks, passes, running_testbed, suite_for_tests)
 
-WHEEL = Path("/tmp/wheels/sglang-0.5.10-py3-none-any.whl")
-needs_wheel = pytest.mark.skipif(not WHEEL.is_file(), reason="SGLang 0.5.10 wheel not cached")
+@pytest.fixture(scope="module")
+def wheel_source(sglang_wheel: Callable[[str], Path]) -> Callable[[str], str]:
+    """A file of the real SGLang 0.5.10 wheel (the harness's cached download), as text."""
+    whl = sglang_wheel("0.5.10")
 
-
-def wheel_source(member: str) -> str:
-    with zipfile.ZipFile(WHEEL) as z:
-        return z.read(member).decode()
+    def read(member: str) -> str:
+        with zipfile.ZipFile(whl) as z:
+            return z.read(member).decode()
+    return read
 
 
 @pytest.fixture(scope="module")
@@ -52,8 +54,8 @@ def test_starts_in_seconds_at_test_scale(prefix: Path) -> None:
     assert elapsed < 20.0, f"start-up took {elapsed:.2f}s"
 
 
-@needs_wheel
-def test_generate_meta_info_uses_sglang_field_names(server: TestbedServer, tasks: list[dict]) -> None:
+def test_generate_meta_info_uses_sglang_field_names(server: TestbedServer, tasks: list[dict],
+                                                    wheel_source: Callable[[str], str]) -> None:
     src = wheel_source("sglang/srt/managers/tokenizer_manager.py")
     sglang_keys = set(re.findall(r'meta_info\["(\w+)"\]', src)) | set(re.findall(r'"(\w+)":', src))
     out = generate(server.url, chat_text(tasks[0]["prompt"]), max_new_tokens=512)
@@ -72,8 +74,8 @@ def test_generate_meta_info_uses_sglang_field_names(server: TestbedServer, tasks
     assert out["text"] == "```python\n" + tasks[0]["solution"] + "\n```"
 
 
-@needs_wheel
-def test_server_info_is_sglang_server_args_plus_state(server: TestbedServer) -> None:
+def test_server_info_is_sglang_server_args_plus_state(server: TestbedServer,
+                                                      wheel_source: Callable[[str], str]) -> None:
     tree = ast.parse(wheel_source("sglang/srt/server_args.py"))
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ServerArgs")
     sglang_fields = {n.target.id for n in cls.body if isinstance(n, ast.AnnAssign)}
