@@ -5,9 +5,9 @@ from __future__ import annotations
 import zipfile
 from dataclasses import replace
 from functools import lru_cache
-from pathlib import Path
 
 import pytest
+from conftest import _wheel
 
 from ddprobe.errors import ConfigError, RefusedError
 from ddprobe.inventory import Host, ServerSettings
@@ -15,18 +15,13 @@ from ddprobe.results import Config
 from ddprobe.server.launch import build_launch, check_launch, expand_template, server_args
 from ddprobe.sources import FlagSet, parse_flags
 
-WHEELS = [Path("/tmp/wheels"), Path.home() / ".cache" / "ddprobe-tests" / "wheels"]
-
 
 @lru_cache(maxsize=None)
 def wheel_flags(version: str) -> FlagSet:
-    for d in WHEELS:
-        found = sorted(d.glob(f"sglang-{version}-*.whl")) if d.is_dir() else []
-        if found:
-            break
-    else:
-        pytest.fail(f"sglang {version} wheel not found in {WHEELS}")
-    with zipfile.ZipFile(found[0]) as z:
+    # the harness's cached wheel (downloaded on first use), not whatever an earlier test left
+    # in ~/.cache: run alone, or with DDPROBE_TEST_CACHE elsewhere, this failed
+    whl = _wheel(version)
+    with zipfile.ZipFile(whl) as z:
         texts = {n[len("sglang/"):]: z.read(n).decode() for n in z.namelist()
                  if n.endswith(".py") and (n == "sglang/srt/server_args.py"
                                            or n.startswith("sglang/srt/arg_groups/"))}
