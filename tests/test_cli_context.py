@@ -100,3 +100,25 @@ def test_fan_out_workers_see_the_invocations_context() -> None:
     assert [o.status for o in res] == ["ok"] * 3
     assert all(o.value is ctx for o in res)
     assert current() is not ctx  # undone in the caller
+
+
+def test_the_log_handlers_of_v_and_debug_end_with_their_invocation(tmp_path: Path, capsys,
+                                                                   monkeypatch) -> None:
+    """-v/-vv/-vvv and --debug attach a stderr handler for one invocation. Left attached, it
+    kept the stderr of its time: pytest closes that capture after the test, and the next
+    debug record anywhere in the process printed '--- Logging error ---'."""
+    import logging
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("DDPROBE_INVENTORY", raising=False)
+    names = ["", "ddprobe", "ddprobe.remote", "httpx", "paramiko"]
+    before = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level)
+              for n in names}
+    for flags in (["-v"], ["-vv"], ["-vvv"], ["--debug"]):
+        assert main([*flags, "hosts", "--check", "--json"]) == 0, flags
+        err = capsys.readouterr().err
+        if flags != ["--debug"]:  # the invocation did log to its stderr: the handler was there
+            assert "ddprobe.remote" in err, (flags, err)
+        after = {n: (list(logging.getLogger(n).handlers), logging.getLogger(n).level)
+                 for n in names}
+        assert after == before, flags

@@ -5,6 +5,7 @@ import importlib
 import logging
 import sys
 import traceback
+from collections.abc import Callable, Sequence
 from typing import Optional
 
 import typer
@@ -72,33 +73,39 @@ def _global(
                           accept_new_host_keys=accept_new_host_keys, debug=debug,
                           connect_timeout=connect_timeout, limit=limit, verbose=verbose)
     ctx.call_on_close(activate(env))
-    if debug:
-        handler = logging.StreamHandler(sys.stderr)
-        handler.setFormatter(_CleanFormatter("%(asctime)s %(name)s %(message)s"))
-        logging.basicConfig(level=logging.DEBUG, handlers=[handler])
-    _verbosity(0 if debug else verbose)
+    # the log handlers of --debug / -v are this invocation's: removed when it ends, so none
+    # outlives it (a later one in the same process wrote to a stream closed meanwhile)
+    ctx.call_on_close(_debug_logging() if debug else _verbosity(verbose))
 
 
-_VERBOSE = logging.StreamHandler(sys.stderr)
-_VERBOSE.setFormatter(logging.Formatter("%(name)s: %(message)s"))
-_VERBOSE_LOGGERS = ("ddprobe.remote", "ddprobe", "httpx", "paramiko")
+def _attach(names: Sequence[str], fmt: str) -> Callable[[], None]:
+    """One stderr handler (host text cleaned) on the named loggers at DEBUG; the function
+    that puts them back as they were."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(_CleanFormatter(fmt))
+    before = [(lg, lg.level) for lg in map(logging.getLogger, names)]
+    for lg, _ in before:
+        lg.addHandler(handler)
+        lg.setLevel(logging.DEBUG)
+
+    def undo() -> None:
+        for lg, level in before:
+            lg.removeHandler(handler)
+            lg.setLevel(level)
+    return undo
 
 
-def _verbosity(level: int) -> None:
+def _debug_logging() -> Callable[[], None]:
+    """--debug: every logger's debug records (the root logger's), with a timestamp."""
+    return _attach([""], "%(asctime)s %(name)s %(message)s")
+
+
+def _verbosity(level: int) -> Callable[[], None]:
     """-v: the commands run on hosts (ddprobe.remote); -vv: every ddprobe debug log and
-    httpx; -vvv: paramiko's SSH protocol too. One stderr handler, reset on every call."""
-    _VERBOSE.stream = sys.stderr  # the current one (tests swap it); setStream would flush the old
-    for name in _VERBOSE_LOGGERS:
-        lg = logging.getLogger(name)
-        if _VERBOSE in lg.handlers:
-            lg.removeHandler(_VERBOSE)
-        lg.setLevel(logging.NOTSET)
+    httpx; -vvv: paramiko's SSH protocol too."""
     names = () if level <= 0 else ("ddprobe.remote",) if level == 1 else \
         ("ddprobe", "httpx") if level == 2 else ("ddprobe", "httpx", "paramiko")
-    for name in names:
-        lg = logging.getLogger(name)
-        lg.addHandler(_VERBOSE)
-        lg.setLevel(logging.DEBUG)
+    return _attach(names, "%(name)s: %(message)s")
 
 
 class _CleanFormatter(logging.Formatter):
