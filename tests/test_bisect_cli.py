@@ -36,13 +36,18 @@ def test_plan_json_with_repeat(capsys: pytest.CaptureFixture[str]) -> None:
     (["--budgets", "8,0"], "must be positive"),
     ([], "give --budgets"),
     (["--budgets", "8", "--graph-first", "--eager-first"], "exclude each other"),
-    (["--budgets", "8", "--exit-protocol", "svn"], "only 'bisect'"),
 ])
 def test_usage_errors_are_one_line(args: list[str], msg: str,
                                    capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["bisect", "--host", "testbed", *args, "--plan"])
     err = capsys.readouterr().err
     assert code == int(ExitCode.USAGE) and msg in err and "Traceback" not in err
+
+
+def test_an_unknown_exit_protocol_aborts(capsys: pytest.CaptureFixture[str]) -> None:
+    # any --exit-protocol is git bisect run's: a usage error aborts it (128), never "bad"
+    code = main(["bisect", "--host", "testbed", "--budgets", "8", "--exit-protocol", "svn"])
+    assert code == 128 and "only 'bisect'" in capsys.readouterr().err
 
 
 def test_unknown_host_aborts_git_bisect_run(tmp_path: Path,

@@ -11,7 +11,7 @@ from typing import Optional
 import typer
 
 from ddprobe import __version__, interrupt
-from ddprobe.cli import common
+from ddprobe.cli import clickerrors, common
 from ddprobe.context import Context, Options, activate
 from ddprobe.errors import DdprobeError
 from ddprobe.exitcodes import ExitCode
@@ -151,21 +151,31 @@ def main(argv: list[str] | None = None) -> int:
     debug = "--debug" in args
     cmd = _command_of(args)
     env = Context()
+    abort = _aborts_git_bisect(args)
     try:
         with interrupt.handling_sigint():
-            return _dispatch(args, cmd, env)
+            return _dispatch(args, cmd, env, abort=abort)
     except DdprobeError as e:
         if debug:
             traceback.print_exc()
         env.err.print(common.error_line(e), highlight=False)
-        return int(e.exit_code)
+        return int(ExitCode.BISECT_ABORT) if abort else int(e.exit_code)
     except KeyboardInterrupt:
         env.err.print(interrupt.message(), highlight=False, markup=False)
         return int(ExitCode.INTERRUPTED)
 
 
-def _dispatch(args: list[str], cmd: str | None, env: Context) -> int:
+def _aborts_git_bisect(args: list[str]) -> bool:
+    """--exit-protocol on the command line: `git bisect run` reads every exit code 1-127 but
+    125 as "bad", so an error that stops ddprobe before its first cell (a usage error of
+    click's or of ddprobe's, bad configuration, a bug) must abort it (128), whatever the
+    protocol's value. The command maps the errors of a running bisect itself."""
+    return any(a == "--exit-protocol" or a.startswith("--exit-protocol=") for a in args)
+
+
+def _dispatch(args: list[str], cmd: str | None, env: Context, *, abort: bool = False) -> int:
     debug = "--debug" in args
+    failed = int(ExitCode.BISECT_ABORT) if abort else None
     try:
         mod = _COMMANDS.get(cmd or "")
         _register([mod] if mod and "--help" not in args[:1] else _MODULES)
@@ -180,23 +190,17 @@ def _dispatch(args: list[str], cmd: str | None, env: Context) -> int:
         return int(e.code or 0) if not isinstance(e.code, str) else 1
     except DdprobeError:
         raise
+    except clickerrors.Exit as e:
+        return int(e.exit_code)
+    except clickerrors.Abort as e:  # click's KeyboardInterrupt: say what was cleaned up
+        raise KeyboardInterrupt from e
+    except clickerrors.ClickException as e:  # a usage error (unknown option, bad value...)
+        e.show()
+        return failed or int(ExitCode.USAGE)
     except Exception as e:
-        name = type(e).__name__
-        if name in ("UsageError", "NoSuchOption", "BadParameter", "MissingParameter",
-                    "BadOptionUsage", "BadArgumentUsage", "NoArgsIsHelpError"):
-            show = getattr(e, "show", None)
-            if callable(show):
-                show()
-            else:
-                env.err.print(f"error: {e}")
-            return int(getattr(e, "exit_code", ExitCode.USAGE))
-        if name == "Exit":
-            return int(getattr(e, "exit_code", 0))
-        if name == "Abort":  # click's KeyboardInterrupt: say what was cleaned up
-            raise KeyboardInterrupt from e
         if debug:
             traceback.print_exc()
         else:
-            env.err.print(f"internal error: {name}: {e} (re-run with --debug for the "
-                             "traceback)")
-        return int(ExitCode.INTERNAL)
+            env.err.print(f"internal error: {type(e).__name__}: {e} (re-run with --debug for "
+                          "the traceback)", markup=False, highlight=False)
+        return failed or int(ExitCode.INTERNAL)
