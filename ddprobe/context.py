@@ -83,7 +83,12 @@ class Context:
         return self.inventory.select(spec, self.options.limit)
 
     def one_host(self, name: str) -> Host:
-        return self.inventory.get(name)
+        """The one host `name` selects, within --limit."""
+        return self.inventory.get(name, self.options.limit)
+
+    def listed_hosts(self) -> list[Host]:
+        """Every inventory host (the built-in testbed included), within --limit."""
+        return self.inventory.listed(self.options.limit)
 
 
 _active: ContextVar[Context | None] = ContextVar("ddprobe_context", default=None)

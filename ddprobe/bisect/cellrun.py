@@ -20,7 +20,7 @@ from ddprobe.bisect.cells import PlannedCell
 from ddprobe.bisect.reconnect import RETRIES_PER_CELL, reconnect
 from ddprobe.bisect.session import HostSession, revert_leftovers
 from ddprobe.cell.experiment import CellReporter, ProbeOptions, run_cell, run_sanitize_cell
-from ddprobe.errors import DdprobeError, HostGone, LockedError, PatchError, RemoteError, UsageError
+from ddprobe.errors import DdprobeError, HostGone, LockedError, PatchError, RemoteError
 from ddprobe.inventory import Host
 from ddprobe.probes.coding import load_suite
 from ddprobe.results import CellKind, CellResult, Config, Outcome
@@ -46,15 +46,8 @@ def probe_options(tasks: tuple[str, ...] | list[str] = ()) -> ProbeOptions | Non
     None: the cell's default (the whole coding suite)."""
     if not tasks:
         return None
-    ids = list(tasks)
-    if len(ids) == 1 and ids[0].isdigit():
-        n = int(ids[0])
-        if n < 1:
-            raise UsageError("--tasks N needs N >= 1")
-        ids = [t.id for t in load_suite("coding").tasks[:n]]
-    else:
-        load_suite("coding").select(ids)  # unknown ids: one clear error before any restart
-    return ProbeOptions(tasks=tuple(ids))
+    # N or unknown ids: resolved, or one clear error, before any restart
+    return ProbeOptions(tasks=tuple(t.id for t in load_suite("coding").select(tasks)))
 
 
 def error_cell(host: Host, config: Config, why: str, *,

@@ -149,9 +149,8 @@ def _tasks(text: str | None, default: tuple[str, ...] = ()) -> tuple[str, ...]:
     """--tasks: ids, or N (the suite's first N), or 'all'; None -> `default`."""
     if text is None:
         return default
-    if text.strip().lower() == "all":
-        return ()
-    return tuple(t.strip() for t in text.split(",") if t.strip())
+    words = common.task_words(text)
+    return () if [w.lower() for w in words] == ["all"] else words
 
 
 def _protocol_exit(e: DdprobeError) -> int:

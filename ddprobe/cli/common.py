@@ -57,6 +57,15 @@ def _default(o: Any) -> Any:
     return str(o)
 
 
+def task_words(text: str | None) -> tuple[str, ...]:
+    """--tasks as given: ids (a comma list), one number N (the suite's first N) or 'all'
+    (resolved by the suite: ddprobe.probes.coding.Suite.select); () when not given."""
+    return tuple(t.strip() for t in (text or "").split(",") if t.strip())
+
+
+TASKS_HELP = "Probe these coding tasks (comma-separated ids), the first N (a number), or 'all'"
+
+
 HostOpt = typer.Option(..., "--host", "-H",
                        help="Host, group, or comma list (see `ddprobe hosts`).")
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")

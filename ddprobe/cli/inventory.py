@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """List the inventory; with --check, reachability and round-trip time per host."""
         inv = common.env().inventory
-        hs = inv.select(host) if host else list(inv.hosts.values())
+        hs = common.hosts(host) if host else common.env().listed_hosts()  # within --limit
         rows: list[dict[str, Any]] = [{"name": h.name, "target": h.target, "transport": h.transport,
                  "python": h.python, "package": h.package, "labels": h.labels_dict,
                  "groups": [g for g, m in inv.groups.items() if h.name in m],

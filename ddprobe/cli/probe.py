@@ -96,7 +96,8 @@ def register(app: typer.Typer) -> None:
         suite: str = typer.Option("coding", "--suite", help="Bundled suite name or a .json."),
         concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, max=256,
                                         help="Tasks in flight at once."),
-        tasks: Optional[str] = typer.Option(None, "--tasks", help="Comma list of task ids."),
+        tasks: Optional[str] = typer.Option(None, "--tasks",
+                                            help=common.TASKS_HELP + " (default: all)."),
         max_tokens: int = typer.Option(512, "--max-tokens", min=1,
                                        help="Bound on each chat answer (the code)."),
         accept_tokens: int = typer.Option(
@@ -113,7 +114,7 @@ def register(app: typer.Typer) -> None:
         if bool(host) == bool(url):
             raise UsageError("give exactly one of --host or --url")
         base = _load_baseline(baseline) if baseline else None
-        ids = [t.strip() for t in tasks.split(",") if t.strip()] if tasks else None
+        ids = list(common.task_words(tasks)) or None
         with contextlib.ExitStack() as stack:
             target = url or stack.enter_context(_server_url(common.one_host(host or "")))
             report = _run_with_progress(target, suite=suite, concurrency=concurrency,

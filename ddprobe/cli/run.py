@@ -172,7 +172,8 @@ def register(app: typer.Typer) -> None:
         suite: str = typer.Option("coding", "--suite", help="Probe suite (name or .json)."),
         concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, max=256,
                                          help="Probe requests in flight at once."),
-        tasks: Optional[str] = typer.Option(None, "--tasks", help="Comma list of task ids."),
+        tasks: Optional[str] = typer.Option(None, "--tasks",
+                                            help=common.TASKS_HELP + " (default: all)."),
         max_tokens: int = typer.Option(512, "--max-tokens", min=1,
                                         help="Max new tokens per coding answer."),
         probe_timeout: float = typer.Option(300.0, "--probe-timeout",
@@ -203,7 +204,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError("--differential compares graph with eager: it takes no "
                              "--baseline")
         base = load_baseline(baseline) if baseline else None
-        ids = tuple(t.strip() for t in tasks.split(",") if t.strip()) if tasks else None
+        ids = common.task_words(tasks) or None
         opts = ProbeOptions(suite=suite, concurrency=concurrency, tasks=ids,
                             max_tokens=max_tokens, timeout=probe_timeout)
         if differential:

@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
         """CI smoke check: facts, flags, one graph cell at the production budget, probes."""
         hosts = common.hosts(host)
         bs = parse_ints(budgets, "--budgets") if budgets else ()
-        probe = probe_options(tuple(x.strip() for x in tasks.split(",")) if tasks else ())
+        probe = probe_options(common.task_words(tasks))
 
         def progress(c: CellResult) -> None:
             common.env().err.print(f"{escape(c.host)}: {c.config.key}: {escape(describe(c))}",

@@ -111,8 +111,17 @@ class Inventory:
                                   key="--limit")
         return out
 
-    def get(self, name: str) -> Host:
-        hosts = self.select(name)
+    def listed(self, limit: str | None = None) -> list[Host]:
+        """Every host (the built-in testbed included), within `limit` (--limit) if given."""
+        out = list(self.hosts.values())
+        if limit:
+            from ddprobe.inventory.pattern import select
+            allowed = {h.name for h in select(limit, self, key="--limit")}
+            out = [h for h in out if h.name in allowed]
+        return out
+
+    def get(self, name: str, limit: str | None = None) -> Host:
+        hosts = self.select(name, limit)
         if len(hosts) != 1:
             raise ConfigError(f"'{name}' names {len(hosts)} hosts; this command takes one",
                               key="--host")

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any, Final
 
-from ddprobe.errors import ConfigError
+from ddprobe.errors import ConfigError, UsageError
 from ddprobe.probes.sandbox import SandboxLimits, TestRun, run_tests_async
 
 _FENCE: Final = re.compile(r"```[ \t]*([\w+-]*)[^\n]*\n(.*?)(?:```|\Z)", re.S)
@@ -37,9 +38,15 @@ class Suite:
     tasks: tuple[CodingTask, ...]
     path: str
 
-    def select(self, ids: list[str] | None) -> tuple[CodingTask, ...]:
-        if not ids:
+    def select(self, ids: Sequence[str] | None) -> tuple[CodingTask, ...]:
+        """The tasks `--tasks` names: ids, one number N (the first N), or 'all' (or none)."""
+        if not ids or [i.lower() for i in ids] == ["all"]:
             return self.tasks
+        if len(ids) == 1 and ids[0].isdigit():
+            n = int(ids[0])
+            if n < 1:
+                raise UsageError("--tasks N needs N >= 1")
+            return self.tasks[:n]
         known = {t.id: t for t in self.tasks}
         missing = [i for i in ids if i not in known]
         if missing:
