@@ -26,6 +26,7 @@ class ExitCode(IntEnum):
     BISECT_SKIP = 125  # git bisect run protocol: skip
     BISECT_ABORT = 128  # git bisect run protocol: abort (ddprobe cannot run: usage, config)
     INTERRUPTED = 130
+    CLOSED_PIPE = 141  # stdout's reader went away (`| head -1`): 128 + SIGPIPE, as the shell's
 
 
 # A cell's outcome (ddprobe.results.Outcome, a str enum) -> the exit code of `run`, `smoke` and

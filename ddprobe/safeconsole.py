@@ -42,6 +42,24 @@ class SafeConsole(Console):
                               seg.style, None)
 
 
+    def on_broken_pipe(self) -> None:
+        """stdout's reader went away (`| head -1`): rich would exit 1, which a script reads as
+        "failure found"; the error boundary turns this into ExitCode.CLOSED_PIPE instead."""
+        self.quiet = True
+        raise BrokenPipeError
+
+
+def silence_stdout() -> None:
+    """Point stdout at /dev/null after its reader went away, so that nothing written later
+    (Python's own flush at exit included) raises again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 1)
+        os.close(devnull)
+    except OSError:
+        pass
+
+
 PIPE_WIDTH = 400
 
 

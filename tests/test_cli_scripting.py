@@ -4,6 +4,9 @@ codes per command, and a JSON error document on stdout under `--json`."""
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -68,3 +71,39 @@ def test_a_task_count_of_zero_is_a_usage_error(sgl: SglangShapedServer,
                                                capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["probe", "--url", sgl.url, "--tasks", "0"]) == int(ExitCode.USAGE)
     assert "--tasks N needs N >= 1" in capsys.readouterr().err
+
+
+DDPROBE = str(Path(sys.executable).with_name("ddprobe"))
+OLD_RUN = Path(__file__).parent / "data" / "journal-old-bisect"
+
+
+def _closed_reader(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`ddprobe ARGS | true`: the reader is gone before ddprobe writes its first byte."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        return subprocess.run([DDPROBE, *args], stdout=w, stderr=subprocess.PIPE, text=True,
+                              env={**os.environ, **env}, timeout=120)
+    finally:
+        os.close(w)
+
+
+@pytest.mark.parametrize("args", [
+    ["report", "journal-old-bisect"], ["report", "journal-old-bisect", "--format", "json"],
+    ["report", "journal-old-bisect", "--format", "md"], ["bisect", "log", "journal-old-bisect"],
+    ["bisect", "--host", "testbed", "--budgets", "8,16,32,64", "--plan"]])
+def test_a_closed_pipe_is_141_never_a_verdict_code(args: list[str], tmp_path: Path) -> None:
+    shutil.copytree(OLD_RUN, tmp_path / OLD_RUN.name)
+    res = _closed_reader(args, {"DDPROBE_RUNS": str(tmp_path)})
+    assert res.returncode == int(ExitCode.CLOSED_PIPE) == 141, (res.returncode, res.stderr)
+    assert "Traceback" not in res.stderr and "Exception ignored" not in res.stderr, res.stderr
+
+
+def test_head_1_of_a_report_is_the_first_line_and_not_a_failure(tmp_path: Path) -> None:
+    shutil.copytree(OLD_RUN, tmp_path / OLD_RUN.name)
+    res = subprocess.run(["bash", "-c", f"{DDPROBE} report journal-old-bisect | head -1; "
+                          "echo \"rc=${PIPESTATUS[0]}\" >&2"], capture_output=True, text=True,
+                         env={**os.environ, "DDPROBE_RUNS": str(tmp_path)}, timeout=120)
+    assert res.stdout == "bisect journal-old-bisect\n"
+    # all of it fit the pipe before head exited (0), or the rest met a closed pipe (141)
+    assert res.stderr.strip().splitlines()[-1] in ("rc=0", "rc=141"), res.stderr

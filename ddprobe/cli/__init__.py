@@ -15,6 +15,7 @@ from ddprobe.cli import clickerrors, common
 from ddprobe.context import Context, Options, activate
 from ddprobe.errors import DdprobeError
 from ddprobe.exitcodes import ExitCode
+from ddprobe.safeconsole import silence_stdout
 
 app = typer.Typer(
     name="ddprobe", add_completion=True, no_args_is_help=True,
@@ -147,7 +148,16 @@ def get_app() -> typer.Typer:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point with the one error boundary: DdprobeError -> one line + its exit code."""
-    args = sys.argv[1:] if argv is None else argv
+    code = _main(sys.argv[1:] if argv is None else argv)
+    try:  # what is still buffered: a reader that went away is not the command's result
+        sys.stdout.flush()
+    except BrokenPipeError:
+        silence_stdout()
+        return int(ExitCode.CLOSED_PIPE)
+    return code
+
+
+def _main(args: list[str]) -> int:
     debug = "--debug" in args
     cmd = _command_of(args)
     env = Context()
@@ -163,6 +173,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         env.err.print(interrupt.message(), highlight=False, markup=False)
         return int(ExitCode.INTERRUPTED)
+    except BrokenPipeError:  # `ddprobe report RUN | head -1`: never a verdict's exit code
+        silence_stdout()
+        return int(ExitCode.CLOSED_PIPE)
 
 
 def _aborts_git_bisect(args: list[str]) -> bool:
@@ -187,8 +200,10 @@ def _dispatch(args: list[str], cmd: str | None, env: Context, *, abort: bool = F
             raise KeyboardInterrupt
         return int(rv or 0)
     except SystemExit as e:
+        if clickerrors.pipe_closed():
+            raise BrokenPipeError from None
         return int(e.code or 0) if not isinstance(e.code, str) else 1
-    except DdprobeError:
+    except (DdprobeError, BrokenPipeError):
         raise
     except clickerrors.Exit as e:
         return int(e.exit_code)
