@@ -1,5 +1,5 @@
 from __future__ import annotations
 
-from ddprobe.cli import main
+from ddprobe.entry import main
 
 raise SystemExit(main())

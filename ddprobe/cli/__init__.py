@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -140,6 +141,37 @@ def _command_of(args: list[str]) -> str | None:
     return None
 
 
+def _completing() -> list[str] | None:
+    """The words before the one being completed, under shell completion (bash: COMP_WORDS and
+    COMP_CWORD; zsh and fish: _TYPER_COMPLETE_ARGS, the line so far); else None."""
+    if not os.environ.get("_DDPROBE_COMPLETE"):
+        return None
+    if "COMP_WORDS" in os.environ:
+        words = os.environ["COMP_WORDS"].split()
+        try:
+            cword = int(os.environ.get("COMP_CWORD", len(words)))
+        except ValueError:
+            cword = len(words)
+        return words[1:cword]
+    line = os.environ.get("_TYPER_COMPLETE_ARGS", "")
+    words = line.split()
+    return words[1:] if line.endswith(" ") else words[1:-1]
+
+
+def _modules_for(args: list[str], cmd: str | None) -> list[str]:
+    """The command modules this invocation needs: the command's own (a completion's too),
+    none for `--version`, every one for the top-level help or a command name to complete."""
+    before = _completing()
+    if before is not None:
+        cmd = _command_of(before)
+    mod = _COMMANDS.get(cmd or "")
+    if mod is not None and (before is not None or "--help" not in args[:1]):
+        return [mod]
+    if cmd is None and before is None and "--version" in args:
+        return []
+    return _MODULES
+
+
 def get_app() -> typer.Typer:
     """The app with every command registered (for docs and CliRunner)."""
     _register(_MODULES)
@@ -190,8 +222,7 @@ def _dispatch(args: list[str], cmd: str | None, env: Context, *, abort: bool = F
     debug = "--debug" in args
     failed = int(ExitCode.BISECT_ABORT) if abort else None
     try:
-        mod = _COMMANDS.get(cmd or "")
-        _register([mod] if mod and "--help" not in args[:1] else _MODULES)
+        _register(_modules_for(args, cmd))
         from ddprobe.cli import helpdoc
         command = helpdoc.decorate(typer.main.get_command(app))
         rv = command.main(args=args, prog_name="ddprobe", standalone_mode=False, obj=env)

@@ -16,22 +16,12 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
-from ddprobe.bisect.cells import describe
-from ddprobe.bisect.engine import Event
-from ddprobe.bisect.ladder import Order
-from ddprobe.bisect.latent import LatentOptions
-from ddprobe.bisect.planner import small_max_bs_for
-from ddprobe.bisect.plantext import plan_lines
-from ddprobe.bisect.run import BisectRequest, load_resume, resume_request, run_bisect
-from ddprobe.bisect.sessionlog import render_log, replay
-from ddprobe.bisect.sweep import SweepRequest, graph_mode, run_sweep
-from ddprobe.bisect.verdicts import ExitProtocol
 from ddprobe.cli import common
 from ddprobe.errors import (
     ConfigError,
@@ -43,9 +33,15 @@ from ddprobe.errors import (
 )
 from ddprobe.exitcodes import ExitCode
 from ddprobe.inventory import Host
-from ddprobe.report.style import outcome_rich
-from ddprobe.report.terminal import render_bisect, render_replay, render_sweep
 from ddprobe.store import find_run, load_run
+
+# The bisect engine, the planner and the renderers are imported by the command that runs
+# (a completion or `--help` builds this module's options only: issue 24.16).
+if TYPE_CHECKING:
+    from ddprobe.bisect.engine import Event
+    from ddprobe.bisect.ladder import Order
+    from ddprobe.bisect.run import BisectRequest
+    from ddprobe.bisect.verdicts import ExitProtocol
 
 
 class EventRenderer(common.LiveStatus):
@@ -92,6 +88,8 @@ class EventRenderer(common.LiveStatus):
             if not self.live:
                 self._line(f"{grp}running {escape(e.text)}")
         elif e.kind == "cell_done":
+            from ddprobe.bisect.cells import describe
+            from ddprobe.report.style import outcome_rich
             res = e.data.get("result")
             out = res.outcome.value if res is not None else "?"
             color = outcome_rich(out)
@@ -259,6 +257,7 @@ def register(app: typer.Typer) -> None:
 
             ddprobe bisect log latest > session.log; ddprobe bisect replay session.log
         """
+        from ddprobe.bisect.sessionlog import render_log
         if run_id is None:
             from ddprobe.bisect import manual
             manual.load()  # no session in progress: one clear message
@@ -276,6 +275,8 @@ def register(app: typer.Typer) -> None:
             text = file.read_text(encoding="utf-8")
         except OSError as e:
             raise ConfigError(f"cannot read: {e.strerror}", path=str(file)) from None
+        from ddprobe.bisect.sessionlog import replay
+        from ddprobe.report.terminal import render_replay
         results = replay(text, str(file))
         verdicts = [v for _, _, vs in results for v in vs]
         if as_json:
@@ -312,6 +313,8 @@ def register(app: typer.Typer) -> None:
         as_json: bool = common.JsonOpt,
     ) -> None:
         """The full matrix of cells: outcomes, acceptance, tok/s, coding, signatures."""
+        from ddprobe.bisect.sweep import SweepRequest, graph_mode, run_sweep
+        from ddprobe.report.terminal import render_sweep
         rec = None
         if resume:
             rec = load_run(find_run(resume))
@@ -353,6 +356,8 @@ def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backen
             tasks: str | None, parallel: bool, keep_server: bool, break_lock: bool,
             as_json: bool, argv: list[str], thorough: bool = False,
             oversize_factor: int = 4) -> int:
+    from ddprobe.bisect.run import BisectRequest, load_resume, resume_request, run_bisect
+    from ddprobe.report.terminal import render_bisect
     if graph_first and eager_first:
         raise UsageError("--graph-first and --eager-first exclude each other")
     rec = None
@@ -391,6 +396,9 @@ def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backen
 
 def _print_plan(req: BisectRequest, hosts: list[Host], *, as_json: bool) -> None:
     """--plan: the plan, the preflight of every budget and the static suspects (no restart)."""
+    from ddprobe.bisect.latent import LatentOptions
+    from ddprobe.bisect.planner import small_max_bs_for
+    from ddprobe.bisect.plantext import plan_lines
     eff = req.max_bs or hosts[0].server.max_bs
     latent = LatentOptions(enabled=req.latent_check, available=False,
                            note="if the host has compute-sanitizer: decided when the run "

@@ -6,20 +6,23 @@ Mounted on the `bisect` group by `ddprobe.cli.bisect.register`. The logic is in
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from ddprobe.bisect import manual
-from ddprobe.bisect.sessionlog import Mark
-from ddprobe.bisect.verdicts import exit_code
 from ddprobe.cli import common
 from ddprobe.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:  # the planner is imported by the command that runs, not by a completion
+    from ddprobe.bisect import manual
+    from ddprobe.bisect.sessionlog import Mark
 
 PANEL = "Manual bisect (you restart the server, ddprobe plans)"
 
 
 def _print_next(st: manual.State, *, as_json: bool) -> int:
+    from ddprobe.bisect import manual
+    from ddprobe.bisect.verdicts import exit_code
     if as_json:
         common.emit_json({
             "done": st.next is None, "configs_left": st.left,
@@ -55,6 +58,7 @@ def _mark(verb: Mark, target: Optional[str], words: list[str], log: Optional[Pat
         if "--mode" in words:
             raise UsageError("--mode and --log exclude each other")
         words = [*words, "--mode", _mode_from_log(log)]
+    from ddprobe.bisect import manual
     cell, st = manual.mark(verb, target, words)
     if not as_json:
         common.env().err.print(f"marked {cell.key} {verb}")
@@ -122,6 +126,7 @@ def register(bis: typer.Typer) -> None:
             ddprobe bisect start --budgets 8,16,32,64 --max-bs 64 \\
                 --suspect cuda_graph_custom_mask@srt/layers/attention/triton_backend.py:118
         """
+        from ddprobe.bisect import manual
         from ddprobe.bisect.planner import small_max_bs_for
         st = manual.start(_words(host=host, budgets=budgets, max_bs=max_bs, backend=backend,
                                  small_max_bs=small_max_bs or small_max_bs_for(max_bs),
@@ -181,6 +186,7 @@ def register(bis: typer.Typer) -> None:
 
             ddprobe bisect next
         """
+        from ddprobe.bisect import manual
         raise typer.Exit(_print_next(manual.load(), as_json=as_json))
 
     @bis.command("visualize", rich_help_panel=PANEL)
@@ -191,6 +197,7 @@ def register(bis: typer.Typer) -> None:
 
             ddprobe bisect visualize
         """
+        from ddprobe.bisect import manual
         st = manual.load()
         lines = manual.row_lines(st)
         if as_json:
@@ -210,6 +217,7 @@ def register(bis: typer.Typer) -> None:
 
             ddprobe bisect reset
         """
+        from ddprobe.bisect import manual
         gone = manual.reset()
         common.env().err.print(f"removed {gone}" if gone else "no manual bisect in progress")
 

@@ -13,9 +13,10 @@ import select
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import paramiko
+if TYPE_CHECKING:  # paramiko is imported by the SSH connection that makes an Agent
+    import paramiko
 
 AGENT_SRC = r'''
 import base64, json, os, signal, subprocess, sys
@@ -88,6 +89,8 @@ class Agent:
     """Client side: one channel, one request at a time (a lock serialises callers)."""
 
     def __init__(self, chan: paramiko.Channel, nonce: str = "") -> None:
+        import paramiko
+        self._ssh_error = paramiko.SSHException
         self.chan = chan
         self._buf = bytearray()
         self._lock = threading.Lock()
@@ -158,7 +161,7 @@ class Agent:
                                    if input is not None else None}
             try:
                 self.chan.sendall(json.dumps(req).encode() + b"\n")
-            except (OSError, paramiko.SSHException) as e:
+            except (OSError, self._ssh_error) as e:
                 raise AgentDead(str(e)) from None
             except BaseException:
                 self.broken = True  # a request cut mid-line: this agent cannot go on

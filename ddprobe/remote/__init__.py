@@ -7,6 +7,7 @@ options, the Remote interface), local, ssh, keytrust (host keys), sshconfig, tun
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Any
 
 from ddprobe.inventory import Host
 from ddprobe.remote.base import (
@@ -18,7 +19,9 @@ from ddprobe.remote.base import (
 )
 from ddprobe.remote.fanout import HostOutcome, fan_out
 from ddprobe.remote.local import LocalRemote
-from ddprobe.remote.ssh import SshRemote
+
+if TYPE_CHECKING:
+    from ddprobe.remote.ssh import SshRemote
 
 # paramiko logs every refused tunnel channel at ERROR with no handler set: keep stderr clean
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
@@ -27,8 +30,18 @@ __all__ = ["CmdResult", "HostOutcome", "LocalRemote", "Remote", "RemoteOptions",
            "build_command", "check_env_names", "connect", "fan_out"]
 
 
+def __getattr__(name: str) -> Any:
+    # paramiko (~0.5 s) is imported by the first SSH connection, not by `ddprobe --version`,
+    # a completion or a command that touches no host
+    if name == "SshRemote":
+        from ddprobe.remote.ssh import SshRemote
+        return SshRemote
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def connect(host: Host, opts: RemoteOptions) -> Remote:
     """Open one connection to a host with the run's options (use as a context manager)."""
     if host.transport == "local":
         return LocalRemote(host, opts)
+    from ddprobe.remote.ssh import SshRemote
     return SshRemote(host, opts).connect()

@@ -1,13 +1,14 @@
 """`cells.csv`: one row per cell, through pandas (so a notebook reads it with `read_csv`)."""
 from __future__ import annotations
 
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from ddprobe.results import CellResult, ProbeSummary, Verdict
 from ddprobe.store import RunRecord
 from ddprobe.untrusted import for_csv
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 COLUMNS: tuple[str, ...] = (
     "run_id", "index", "host", "key", "budget", "graph", "max_bs", "backend", "extra_args",
@@ -26,6 +27,7 @@ def _verdict_of(rec: RunRecord, host: str, budget: int) -> Verdict | None:
 
 
 def cells_frame(rec: RunRecord) -> pd.DataFrame:
+    import pandas as pd  # ~1 s of start-up: imported by the CSV report only
     rows = [_row(rec, i, c) for i, c in enumerate(rec.cells, 1)]
     # host text (errors, signatures, paths): cleaned, formulas defused (ddprobe/untrusted.py)
     df = pd.DataFrame([{k: for_csv(v) for k, v in r.items()} for r in rows],
