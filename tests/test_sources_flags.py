@@ -89,6 +89,33 @@ def test_bad_values_and_unknown_flags_refused(version: str) -> None:
     fs.check(["--speculative-num-draft-tokens=9"])
 
 
+def test_field_declared_boolean_optional_action_adds_the_no_spelling() -> None:
+    """0.5.2x declares flags as fields; `Arg(action=argparse.BooleanOptionalAction)` reaches
+    add_argument as is, so argparse defines --no-NAME too (0.5.23 has 12 such fields, e.g.
+    exec_.py's enable_tf32_matmul). The whole set is compared with the real parser in
+    tests/test_real_sglang_args.py."""
+    src = ("import argparse\n"
+           "class Features:\n"
+           "    _NS_PATH = 'exec.features'\n"
+           "    enable_tf32_matmul: A[Optional[bool], Arg(help='x', "
+           "action=argparse.BooleanOptionalAction)] = None\n"
+           "    lora_paths: A[Optional[list], Arg(help='y', action=LoRAPathAction, "
+           "action_kwargs={'type': str, 'nargs': '*'})] = None\n")
+    fs = parse_flags({SERVER_ARGS: "add_cli_args_from_dataclass\n",
+                      "srt/arg_groups/fields/exec_.py": src})
+    f = fs.get("--no-enable-tf32-matmul")
+    assert f is not None and f is fs.get("--enable-tf32-matmul") and not f.takes_value
+    lp = fs.get("--lora-paths")
+    assert lp is not None and lp.nargs == "*" and lp.takes_value
+    fs.check(["--no-enable-tf32-matmul", "--lora-paths"])
+    if "0.5.23" in SGLANG_VERSIONS:
+        real = flags_of("0.5.23")
+        nos = sorted(n for f in real.flags for n in f.names if n.startswith("--no-")
+                     and f.file.startswith("srt/arg_groups/fields/"))
+        assert len(nos) == 12 and "--no-enable-tf32-matmul" in nos
+        real.check(["--no-enable-tf32-matmul", "--no-mm-enable-dp-encoder"])
+
+
 def test_missing_or_broken_server_args_is_a_clear_error() -> None:
     with pytest.raises(RefusedError, match="srt/server_args.py not found in sglang 9.9"):
         parse_flags({}, package="sglang", version="9.9")

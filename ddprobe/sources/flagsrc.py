@@ -242,8 +242,11 @@ def _field_flag(path: str, st: ast.AnnAssign, consts: Mapping[str, ast.expr]) ->
     inner_t, literal = _unwrap(inner)
     choices = _strings(kw.get("choices"), consts) if "choices" in kw else literal
     action, nargs = _field_action_nargs(inner_t, kw)
+    # `Arg(action=argparse.BooleanOptionalAction)` goes to add_argument as is: --no-NAME too
+    names, action = _spellings([cli, *aliases], [n for n in (cli, *aliases)
+                                                 if n.startswith("--")] or [cli], action)
     default = _text(st.value) if st.value is not None else None
-    return Flag(names=(cli, *aliases), dest=name, file=path, line=st.lineno, action=action,
+    return Flag(names=tuple(names), dest=name, file=path, line=st.lineno, action=action,
                 type=_SCALARS.get(inner_t), choices=None if choices is None else tuple(choices),
                 nargs=nargs, default=default, required=st.value is None and action is None,
                 help=help_s, deprecated="deprecat" in help_s.lower())
@@ -272,7 +275,10 @@ def _cli_meta(metas: list[ast.expr]) -> tuple[ast.Call | None, str] | None:
 def _field_action_nargs(inner_t: str, kw: Mapping[str, ast.expr]
                         ) -> tuple[str | None, str | None]:
     action = _text(kw.get("action"))
-    nargs = _text(kw.get("nargs"))
+    extra = kw.get("action_kwargs")  # `action_kwargs={"type": str, "nargs": "*"}`
+    given = {k.value: v for k, v in zip(extra.keys, extra.values) if isinstance(
+        k, ast.Constant)} if isinstance(extra, ast.Dict) else {}
+    nargs = _text(kw.get("nargs") or given.get("nargs"))
     if action is None and inner_t == "bool":
         action = "store_true"
     if inner_t == "list" and nargs is None and "type_parser" not in kw:
