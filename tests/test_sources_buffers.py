@@ -48,13 +48,21 @@ def test_custom_mask_found_with_real_shape_and_sizes(version: str) -> None:
     assert r.conditions == ("not self.skip_prefill",)
     assert any("self.max_context_len = model_runner.model_config.context_len" in n
                for n in r.notes)
-    # the verify pass lays the mask out as ndt * (seq_len + ndt) per request
+    # the verify pass lays the mask out as ndt * (seq_len + ndt) per request, and the longest
+    # seq_len is the release's own: max_req_len = context_len - 1 (tp_worker.py), max_new_tokens
+    # <= max_req_len - input_len - 1 (scheduler.py), so 4094 at context 4096
     assert "seq_mask_len" in (r.demand or "")
+    lim = rep.seq_limit
+    assert lim is not None and lim.below == 2 and not lim.assumed
+    tp_line = line_of(texts["srt/managers/tp_worker.py"], "self.max_req_len = min(")
+    assert f"srt/managers/tp_worker.py:{tp_line}" in lim.text
+    assert "srt/managers/scheduler.py:" in lim.text
     for s, b in zip(r.sizes, PARAMS.budgets):
         ndt = b + 1
         assert (s.elements, s.bytes) == (64 * ndt * 4096, 64 * ndt * 4096)
-        assert s.demand_elements == 64 * ndt * (4096 + ndt)
-        assert s.short_by == 64 * ndt * ndt
+        assert s.seq_len == 4094
+        assert s.demand_elements == 64 * ndt * (4094 + ndt)
+        assert s.short_by == 64 * ndt * (ndt - 2)
     assert FLAG_SHORT in r.flags
 
 
@@ -84,6 +92,12 @@ def test_0523_moved_files_and_buffers_degrade_to_not_found_rows() -> None:
     assert v.dtype == "torch.uint8"  # the caller's dtype= keyword
     assert FLAG_NONE in v.flags and FLAG_SHORT not in v.flags
     assert [s.elements for s in v.sizes] == [64 * (b + 1) * (4096 + b + 1) for b in (8, 16, 32)]
+    # cleared by a comparison with its use: triton_backend's seq_mask_len (through the local
+    # `custom_mask = self._verify_mask.buffer if ... else None`), at the longest seq_len
+    use_line = line_of(texts[TRITON], "seq_mask_len = num_tokens_per_req * (seq_lens + ")
+    assert v.demand and f"{TRITON}:{use_line}" in v.demand and "seq_mask_len" in v.demand
+    assert [(s.demand_elements, s.short_by, s.short_at_context) for s in v.sizes] == [
+        (64 * (b + 1) * (4094 + b + 1), None, None) for b in (8, 16, 32)]
 
 
 @pytest.mark.parametrize("version", SGLANG_VERSIONS)
@@ -113,8 +127,68 @@ def test_shipped_patch_makes_the_mask_fit_the_layout() -> None:
     rep = analyse_buffers({**texts, **patched}, backend="triton", params=PARAMS)
     r = rep.find("cuda_graph_custom_mask")[0]
     assert r.shape == "(mask_numel,)" and FLAG_SHORT not in r.flags
-    assert [s.elements for s in r.sizes] == [s.demand_elements for s in r.sizes]
-    assert all(s.short_by is None for s in r.sizes)
+    # sized for seq_len = context_len: it holds the layout at 4094 with 2 * draft per request
+    # to spare, and would hold it at 4096 too
+    assert [s.elements - s.demand_elements for s in r.sizes] == [
+        64 * (b + 1) * 2 for b in PARAMS.budgets]
+    assert all(s.short_by is None and s.short_at_context is None for s in r.sizes)
+
+
+# A mask sized draft * (context_len + 1) per request: at seq_len = context_len it is short by
+# draft * (draft - 1) per request at every budget, but no request reaches context_len. At the
+# longest reachable seq_len (context_len - 2 with the limits below) the layout needs
+# draft * (context_len - 2 + draft): it fits for draft <= 3 and is short by draft * (draft - 3)
+# per request beyond. Written before the run: budget 2 (draft 3) fits exactly, short only at
+# context_len by 64 * 3 * 2; budget 3 (draft 4) short by 64 * 4 * 1; budget 8 by 64 * 9 * 6.
+_TP = """class TpModelWorker:
+    def __init__(self):
+        self.max_req_len = min(
+            self.model_config.context_len - 1,
+            self.max_total_num_tokens - 1,
+        )
+"""
+_SCHED = """class Scheduler:
+    def init_req_max_new_tokens(self, req):
+        req.sampling_params.max_new_tokens = min(
+            req.sampling_params.max_new_tokens or 1 << 30,
+            self.max_req_len - len(req.origin_input_ids) - 1,
+        )
+"""
+_PLUS_ONE = """
+class TritonAttnBackend:
+    def __init__(self, model_runner):
+        self.num_draft_tokens = model_runner.server_args.speculative_num_draft_tokens
+        self.max_context_len = model_runner.model_config.context_len
+
+    def init_cuda_graph_state(self, max_bs, max_num_tokens):
+        self.cuda_graph_custom_mask = torch.zeros(
+            (max_num_tokens * (self.max_context_len + 1),), dtype=torch.uint8)
+
+    def init_forward_metadata_capture_cuda_graph(self, bs, seq_lens, spec_info):
+        self.cuda_graph_custom_mask[: spec_info.custom_mask.shape[0]] = spec_info.custom_mask
+        seq_mask_len = self.num_draft_tokens * (seq_lens + self.num_draft_tokens)
+"""
+
+
+def test_a_shortfall_only_at_an_unreachable_length_is_not_a_suspect() -> None:
+    params = SizingParams(max_bs=64, budgets=(2, 3, 8), context_len=4096)
+    texts = {TRITON: _PLUS_ONE, "srt/managers/tp_worker.py": _TP,
+             "srt/managers/scheduler.py": _SCHED}
+    r = analyse_buffers(texts, backend="triton", params=params).find(
+        "cuda_graph_custom_mask")[0]
+    got = [(s.budget, s.seq_len, s.short_by, s.short_at_context) for s in r.sizes]
+    assert got == [(2, 4094, None, 64 * 3 * 2), (3, 4094, 64 * 4 * 1, None),
+                   (8, 4094, 64 * 9 * 6, None)]
+    assert FLAG_SHORT in r.flags  # budgets 3 and 8
+    only2 = analyse_buffers(texts, backend="triton", params=SizingParams(
+        max_bs=64, budgets=(2,), context_len=4096)).find("cuda_graph_custom_mask")[0]
+    assert FLAG_SHORT not in only2.flags
+    # without the release's limits (a fork, the testbed): seq_len = context_len, and said so
+    rep = analyse_buffers({TRITON: _PLUS_ONE}, backend="triton", params=params)
+    assert rep.seq_limit is not None and rep.seq_limit.assumed
+    assert "seq_len = context_len assumed" in rep.seq_limit.text
+    bare = rep.find("cuda_graph_custom_mask")[0]
+    assert [s.short_by for s in bare.sizes] == [64 * 3 * 2, 64 * 4 * 3, 64 * 9 * 8]
 
 
 def test_fixed_size_buffer_with_budget_dependent_use_is_flagged(tmp_path: Path) -> None:

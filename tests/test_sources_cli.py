@@ -68,11 +68,17 @@ def test_grep_buffers_over_ssh(version: str, capsys, inventory: Path, ssh_config
         vm = rows["_verify_mask.buffer"]
         assert [s["elements"] for s in vm["sizes"]] == [64 * (b + 1) * (4096 + b + 1)
                                                        for b in (8, 16, 32)]
+        assert [s["demand_elements"] for s in vm["sizes"]] == [
+            64 * (b + 1) * (4094 + b + 1) for b in (8, 16, 32)]
+        assert doc["seq_limit"]["below"] == 2
     else:
         m = rows["cuda_graph_custom_mask"]
         assert m["file"] == TRITON and m["shape"] == "max_num_tokens * self.max_context_len"
         assert [s["bytes"] for s in m["sizes"]] == [64 * (b + 1) * 4096 for b in (8, 16, 32)]
-        assert [s["short_by"] for s in m["sizes"]] == [64 * (b + 1) ** 2 for b in (8, 16, 32)]
+        # at the longest seq_len a request reaches, context_len - 2 (the release's limits)
+        assert [s["seq_len"] for s in m["sizes"]] == [4094] * 3
+        assert [s["short_by"] for s in m["sizes"]] == [64 * (b + 1) * (b - 1)
+                                                       for b in (8, 16, 32)]
 
 
 def test_grep_buffers_table_answers_the_seed_question(capsys, inventory: Path,
@@ -86,7 +92,25 @@ def test_grep_buffers_table_answers_the_seed_question(capsys, inventory: Path,
     assert "set to None at srt/layers/attention/triton_backend.py:182" in text
     assert "really allocated at srt/layers/attention/triton_backend.py:479" in text
     assert "budget 16 (draft tokens 17): 4,456,448 elements, 4.2 MiB" in text
-    assert "SHORT by 18,496 at full context" in text
+    assert "the layout needs 4,472,768 at seq_len 4094; SHORT by 16,320" in text
+    assert "max_req_len = context_len - 1 (srt/managers/tp_worker.py:301)" in text
+
+
+def test_grep_buffers_shows_the_comparison_that_clears_0523s_verify_mask(
+        capsys, inventory: Path, ssh_config: Path) -> None:
+    """A buffer that is not suspect because it holds its use's layout says so, with both
+    numbers: 0.5.23's _verify_mask.buffer against triton_backend.py's seq_mask_len."""
+    rc, out, err = run(capsys, inventory, ssh_config, "grep-buffers", "--host",
+                       _name("0.5.23"), "--backend", "triton", "--max-bs", "64", "--budgets",
+                       "16", "--context-len", "4096")
+    assert rc == 0, err
+    text = " ".join(out.split())
+    assert "_verify_mask.buffer (srt/layers/attention/verify_mask.py:" in text
+    assert ("the use's layout: seq_mask_len = num_tokens_per_req * (seq_lens + "
+            "num_tokens_per_req)") in text
+    assert ("4,474,944 elements, 4.3 MiB; the layout needs 4,472,768 at seq_len 4094; fits "
+            "(2,176 to spare)") in text
+    assert "-> cleared: the allocation holds the use's layout" in text
 
 
 @pytest.mark.parametrize("version", SGLANG_VERSIONS)

@@ -111,12 +111,15 @@ def render_buffers(rep: BufferReport, *, flagged_only: bool = False) -> None:
         t.add_row(*cells)
     _wide(t)
     common.env().out.print(Text("flags: N = set to None in one place, allocated in another; "
-                                "F = fixed size but budget-dependent accesses; S = short at full "
-                                "context for the budget", style="dim"))
+                                "F = fixed size but budget-dependent accesses; S = short at the "
+                                "longest sequence a request reaches, for the budget", style="dim"))
     if budgets and rep.params is not None:
         common.env().out.print(Text(f"sizes for max_bs={rep.params.max_bs}, context_len="
                                     f"{rep.params.context_len}, draft tokens = budget + 1; "
                                     "? = needs --var NAME=N", style="dim"))
+    if rep.seq_limit is not None:
+        common.env().out.print(Text(f"the uses' layouts at the longest sequence: "
+                                    f"{rep.seq_limit.text}", style="dim"))
     _render_findings(rep)
 
 
@@ -132,9 +135,11 @@ def _render_findings(rep: BufferReport) -> None:
 
 
 def _matters(r: BufferRow) -> bool:
-    """Details for what matters to the budget; a None-initialised index buffer is noise."""
+    """Details for what matters to the budget (and every buffer whose size was compared with
+    its use: a cleared one shows the comparison that cleared it); a None-initialised index
+    buffer is noise."""
     return r.status == "found" and (FLAG_FIXED in r.flags or FLAG_SHORT in r.flags or (
-        FLAG_NONE in r.flags and r.grows_with_budget))
+        FLAG_NONE in r.flags and r.grows_with_budget) or r.demand is not None)
 
 
 def _finding_lines(r: BufferRow) -> list[Text]:
@@ -161,6 +166,9 @@ def _finding_lines(r: BufferRow) -> list[Text]:
     if FLAG_SHORT in r.flags:
         lines.append(Text("  -> undersized for long sequences at these budgets: a candidate "
                           "for the buffer-sizing verdict", style="red"))
+    elif r.demand and r.sizes and all(s.demand_elements is not None for s in r.sizes):
+        lines.append(Text("  -> cleared: the allocation holds the use's layout at the longest "
+                          "sequence at every budget", style="green"))
     return lines
 
 
@@ -168,9 +176,14 @@ def _size_line(s: SizeAt) -> Text:
     line = Text(f"  budget {s.budget} (draft tokens {s.draft_tokens}): "
                 f"{_fmt_n(s.elements)} elements, {_fmt_bytes(s.bytes)}")
     if s.demand_elements is not None:
-        line.append(f"; the layout needs {_fmt_n(s.demand_elements)}")
+        line.append(f"; the layout needs {_fmt_n(s.demand_elements)} at seq_len {s.seq_len}")
     if s.short_by:
-        line.append(f"; SHORT by {_fmt_n(s.short_by)} at full context", style="red")
+        line.append(f"; SHORT by {_fmt_n(s.short_by)}", style="red")
+    elif s.demand_elements is not None and s.elements is not None:
+        line.append(f"; fits ({_fmt_n(s.elements - s.demand_elements)} to spare)")
+    if s.short_at_context:
+        line.append(f"; short by {_fmt_n(s.short_at_context)} only at seq_len = context_len, "
+                    "which no request reaches: not a suspect", style="dim")
     if s.missing:
         line.append(f"; unknown: {', '.join(s.missing)} (give --var NAME=N)", style="dim")
     return line

@@ -18,8 +18,18 @@ from ddprobe.errors import UsageError
 from ddprobe.sources.backends import ATTN, MODEL_RUNNER, backend_files, known_backends
 from ddprobe.sources.bufeval import count_elements, dtype_bytes, evaluate
 from ddprobe.sources.bufscan import Alloc, Assignment, ModuleScan, scan_module
-from ddprobe.sources.bufsize import CONTEXT, DRAFT, MAX_BS, STEPS, TOPK, Resolved, Resolver
+from ddprobe.sources.bufsize import (
+    CONTEXT,
+    DRAFT,
+    MAX_BS,
+    SEQ,
+    STEPS,
+    TOPK,
+    Resolved,
+    Resolver,
+)
 from ddprobe.sources.bufuse import Demand, Use, UseIndex, find_demands, find_uses
+from ddprobe.sources.reqlimit import LIMIT_FILES, SeqLimit, seq_limit
 
 BACKEND_FILES: dict[str, tuple[str, ...]] = {
     "triton": (f"{ATTN}/triton_backend.py",),
@@ -43,7 +53,8 @@ EXPECTED: dict[str, tuple[str, ...]] = {
 _PRODUCER = re.compile(r"self\.\w+[ \t]*(?::[^=\n]*)?=[ \t]*([A-Za-z_]\w*)[ \t]*[.(]")
 FLAG_FIXED = "fixed-size-growing-use"  # (a) size ignores the budget, an access grows with it
 FLAG_NONE = "none-then-allocated"  # (b) set to None in one place, allocated in another
-FLAG_SHORT = "short-at-full-context"  # the use's own layout needs more than is allocated
+# the use's own layout needs more than is allocated at the longest seq_len a request reaches
+FLAG_SHORT = "short-at-full-context"
 
 
 @dataclass(frozen=True)
@@ -54,6 +65,9 @@ class SizingParams:
     topk: int | None = None
     num_steps: int | None = None
     extra: tuple[tuple[str, int], ...] = ()
+    # the longest seq_len is context_len - seq_below (the install's own limits, set by
+    # analyse_buffers from sources.reqlimit; 0 = context_len)
+    seq_below: int = 0
 
     def env(self, budget: int) -> dict[str, int]:
         env: dict[str, int] = {DRAFT: budget + 1}
@@ -61,6 +75,8 @@ class SizingParams:
                      (STEPS, self.num_steps)):
             if v is not None:
                 env[k] = v
+        if self.context_len is not None:
+            env[SEQ] = self.context_len - self.seq_below
         env.update(dict(self.extra))
         return env
 
@@ -74,6 +90,9 @@ class SizeAt:
     demand_elements: int | None = None
     short_by: int | None = None  # elements the use's layout needs beyond the allocation
     missing: tuple[str, ...] = ()
+    seq_len: int | None = None  # the seq_len the demand was evaluated at (the longest reachable)
+    # short only at seq_len = context_len, which the release never reaches: not a suspect
+    short_at_context: int | None = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +139,7 @@ class BufferReport:
     params: SizingParams | None = None
     texts: Mapping[str, str] = field(default_factory=dict, repr=False, compare=False)
     notes: tuple[str, ...] = ()  # e.g. which classes the backend uses, by its hierarchy
+    seq_limit: SeqLimit | None = None  # the longest seq_len the demands were evaluated at
 
     def find(self, attr: str) -> list[BufferRow]:
         return [r for r in self.rows if r.status == "found" and _matches(r, attr)]
@@ -128,6 +148,7 @@ class BufferReport:
         return {"package": self.package, "version": self.version, "backend": self.backend,
                 "files": list(self.files),
                 "params": asdict(self.params) if self.params else None,
+                "seq_limit": asdict(self.seq_limit) if self.seq_limit else None,
                 "notes": list(self.notes), "rows": [r.to_dict() for r in self.rows]}
 
 
@@ -142,11 +163,11 @@ def wanted_files(backend: str) -> tuple[str, ...]:
     uses follows the class hierarchy (`sources.backends`), decided once the texts are in."""
     if backend == "all":
         files = [f for fs in BACKEND_FILES.values() for f in fs]
-        return (*files, *RUNNER_GLOBS)
+        return (*files, *RUNNER_GLOBS, *LIMIT_FILES)
     if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", backend):
         known = ", ".join([*BACKEND_FILES, "all"])
         raise UsageError(f"unknown backend '{backend}' (e.g. {known})")
-    return (f"{ATTN}/*.py", MODEL_RUNNER, *RUNNER_GLOBS)
+    return (f"{ATTN}/*.py", MODEL_RUNNER, *RUNNER_GLOBS, *LIMIT_FILES)
 
 
 def backend_patterns(texts: Mapping[str, str], backend: str) -> tuple[list[str], list[str]]:
@@ -186,8 +207,11 @@ def analyse_buffers(texts: Mapping[str, str], *, package: str = "", version: str
                     include_per_batch: bool = False) -> BufferReport:
     """Analyse the given module texts; rows for every buffer, plus 'not found' rows."""
     patterns, notes = backend_patterns(texts, backend)
+    limit = seq_limit(texts)
+    if params is not None:
+        params = replace(params, seq_below=limit.below)
     primary = sorted(p for p in texts if any(fnmatch.fnmatch(p, g) for g in patterns))
-    helpers = sorted(p for p in texts if p not in primary)
+    helpers = sorted(p for p in texts if p not in primary and p not in LIMIT_FILES)
     scans = _scan_modules(texts, primary, helpers)
     functions = _module_functions(scans)
     rows: list[BufferRow] = [_missing_file(pat, texts) for pat in patterns
@@ -201,7 +225,7 @@ def analyse_buffers(texts: Mapping[str, str], *, package: str = "", version: str
         rows.extend(_missing_buffers(p, s, rows))
     return BufferReport(package=package, version=version, backend=backend,
                         files=(*primary, *helpers), rows=tuple(rows), params=params,
-                        texts=dict(texts), notes=tuple(notes))
+                        texts=dict(texts), notes=tuple(notes), seq_limit=limit)
 
 
 def _scan_modules(texts: Mapping[str, str], primary: Sequence[str], helpers: Sequence[str]
@@ -334,8 +358,8 @@ def _demand(home: ModuleScan, demands: Sequence[Demand], cls: str | None
         return None, None
     d = demands[0]
     dres = Resolver(home, None, _calls(home)).resolve(d.per_request, cls, d.func, d.line)
-    return (f"{d.name} = {d.text}  [{d.file}:{d.line} {d.func}]; per request at "
-            f"seq_len = context_len: {dres.text}; x max_bs requests"), dres.expr
+    return (f"{d.name} = {d.text}  [{d.file}:{d.line} {d.func}]; per request at the longest "
+            f"seq_len a request reaches ({SEQ}): {dres.text}; x max_bs requests"), dres.expr
 
 
 def _calls(scan: ModuleScan) -> Any:
@@ -350,6 +374,7 @@ def _use_index(scan: ModuleScan) -> UseIndex:
 
 
 def _class_of(scan: ModuleScan, attr: str) -> str | None:
+    attr = re.split(r"[.\[]", attr)[0]  # `_verify_mask.buffer` is held in `_verify_mask`
     for cls, attrs in scan.class_attrs.items():
         if attr in attrs:
             return cls
@@ -379,14 +404,24 @@ def _sizes(a: Alloc, res: Any, demand: ast.expr | None,
             out.append(SizeAt(b, b + 1, None, None, missing=(f"shape: {a.shape_kind}",)))
             continue
         n, missing = count_elements(res.expr, a.shape_kind, env)
-        dn = None
-        if demand is not None and MAX_BS in env:
-            v, _ = evaluate(demand, env)
-            dn = None if v is None else v * env[MAX_BS]
+        dn = _demand_at(demand, env)
         short = dn - n if (dn is not None and n is not None and dn > n) else None
+        at_ctx = None
+        if short is None and n is not None and SEQ in env and CONTEXT in env:
+            dc = _demand_at(demand, {**env, SEQ: env[CONTEXT]})
+            at_ctx = dc - n if dc is not None and dc > n else None
         out.append(SizeAt(b, b + 1, n, None if n is None or per_el is None else n * per_el,
-                          dn, short, missing))
+                          dn, short, missing, env.get(SEQ) if dn is not None else None,
+                          at_ctx))
     return tuple(out)
+
+
+def _demand_at(demand: ast.expr | None, env: Mapping[str, int]) -> int | None:
+    """The use's layout for max_bs requests at env's seq_len, or None."""
+    if demand is None or MAX_BS not in env:
+        return None
+    v, _ = evaluate(demand, dict(env))
+    return None if v is None else v * env[MAX_BS]
 
 
 def _helper_rows(scan: ModuleScan, scans: Mapping[str, ModuleScan],

@@ -23,7 +23,10 @@ CONTEXT = "context_len"
 TOPK = "topk"
 STEPS = "num_steps"
 POOL = "req_pool_size"
-CANONICAL = (MAX_BS, DRAFT, CONTEXT, TOPK, STEPS, POOL)
+# a use's per-request seq_len at its worst: the longest sequence the release lets a request
+# reach (sources.reqlimit; context_len - 2 in SGLang), set only in the uses' demands
+SEQ = "longest_seq_len"
+CANONICAL = (MAX_BS, DRAFT, CONTEXT, SEQ, TOPK, STEPS, POOL)
 
 # Names that mean one thing wherever they appear: they win over following assignments.
 STRONG: dict[str, str] = {
@@ -32,7 +35,7 @@ STRONG: dict[str, str] = {
     "max_context_len": CONTEXT, "context_len": CONTEXT, "max_seq_len": CONTEXT,
     "num_draft_tokens": DRAFT, "speculative_num_draft_tokens": DRAFT, "draft_token_num": DRAFT,
     "speculative_eagle_topk": TOPK, "topk": TOPK,
-    "speculative_num_steps": STEPS,
+    "speculative_num_steps": STEPS, SEQ: SEQ,
 }
 # Fallbacks when no single assignment explains a name (e.g. set in several branches).
 WEAK: dict[str, str] = {
@@ -130,7 +133,13 @@ class Resolver:
                 sub.append(self._call_sites_note(info, name))
             out = self._sub(a.value, cls, func, a.line, depth + 1, sub,
                             seen | {f"{name}@{a.line}"})
-            return self._keep(name, out, sub, notes)
+            kept = self._keep(name, out, sub, notes)
+            if isinstance(kept, ast.Name) and kept.id == name and name in WEAK:
+                # an opaque value (`self._target_verify_num_tokens_per_req(spec_info)`, 0.5.2x)
+                # under a sizing name: the name's meaning, said in a note
+                notes.append(f"{name} = {_short(a.value)}  [line {a.line}]")
+                return self._vocab(name, name, notes, cls=cls, func=func)
+            return kept
         if info is not None and name in info.params:
             passed = self._from_callers(info, name, depth, notes, seen)
             if passed is not None:

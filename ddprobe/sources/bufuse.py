@@ -8,8 +8,9 @@ budget-sizing suspect.
 
 A "demand" is a local in the same function, sharing a word with the buffer's name, whose value
 is per-request and grows with the draft tokens, e.g. in SGLang's triton backend
-`seq_mask_len = self.num_draft_tokens * (seq_lens + self.num_draft_tokens)`: evaluated at
-seq_len = context_len for max_bs requests, it estimates what the use needs.
+`seq_mask_len = self.num_draft_tokens * (seq_lens + self.num_draft_tokens)`: evaluated at the
+longest seq_len a request can reach (`longest_seq_len`, see sources.reqlimit) for max_bs
+requests, it is what the use needs at its worst.
 """
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import re
 from dataclasses import dataclass
 
 from ddprobe.sources.bufscan import Alloc, FuncInfo, ModuleScan
-from ddprobe.sources.bufsize import DRAFT, Resolver, _copy_expr
+from ddprobe.sources.bufsize import DRAFT, SEQ, Resolver, _copy_expr
 
 DRAFT_WORDS = frozenset({"num_draft_tokens", "draft_token_num", "speculative_num_draft_tokens",
                          "num_tokens_per_bs", "num_tokens_per_req", "draft_tokens", "draft_token",
@@ -47,7 +48,7 @@ class Demand:
     line: int
     func: str
     name: str  # the local, e.g. seq_mask_len
-    per_request: ast.expr  # the value with seq_lens -> context_len
+    per_request: ast.expr  # the value with seq_lens -> longest_seq_len
     text: str  # as written
 
 
@@ -74,10 +75,9 @@ class UseIndex:
             aliases: dict[str, str] = {}
             for name, assigns in info.locals.items():
                 for a in assigns:
-                    v = a.value
-                    if isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name) and \
-                            v.value.id == "self":
-                        aliases[name] = v.attr
+                    root = _self_root(a.value)
+                    if root is not None:
+                        aliases[name] = root
             if not aliases:
                 continue
             for node in info.name_loads:
@@ -91,6 +91,22 @@ class UseIndex:
             return True, ast.unparse(extent)
         res = self.resolver.resolve(extent, info.cls, info.name, line)
         return DRAFT in res.depends_on, res.text
+
+
+def _self_root(v: ast.expr) -> str | None:
+    """The attribute of self a local stands for: `x = self.a`, `x = self.a.buffer`, `x =
+    self.a.buffer if self.a is not None else None` (0.5.2x's verify mask) all alias `a`."""
+    if isinstance(v, ast.IfExp):
+        for side in (v.body, v.orelse):
+            if not (isinstance(side, ast.Constant) and side.value is None):
+                return _self_root(side)
+        return None
+    while isinstance(v, ast.Attribute) and not (isinstance(v.value, ast.Name)
+                                                and v.value.id == "self"):
+        v = v.value
+    if isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name):
+        return v.attr
+    return None
 
 
 def _stmt_of(node: ast.AST, parents: dict[int, ast.AST]) -> ast.AST:
@@ -201,12 +217,12 @@ def find_demands(scan: ModuleScan, alloc: Alloc, uses: list[Use]) -> list[Demand
 class _SeqToContext(ast.NodeTransformer):
     def visit_Name(self, node: ast.Name) -> ast.AST:
         if node.id in _SEQ_LENS:
-            return ast.copy_location(ast.Name(id="max_context_len", ctx=ast.Load()), node)
+            return ast.copy_location(ast.Name(id=SEQ, ctx=ast.Load()), node)
         return node
 
     def visit_Attribute(self, node: ast.Attribute) -> ast.AST:
         if node.attr in _SEQ_LENS:
-            return ast.copy_location(ast.Name(id="max_context_len", ctx=ast.Load()), node)
+            return ast.copy_location(ast.Name(id=SEQ, ctx=ast.Load()), node)
         self.generic_visit(node)
         return node
 

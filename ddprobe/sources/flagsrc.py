@@ -276,7 +276,7 @@ def _field_action_nargs(inner_t: str, kw: Mapping[str, ast.expr]
                         ) -> tuple[str | None, str | None]:
     action = _text(kw.get("action"))
     extra = kw.get("action_kwargs")  # `action_kwargs={"type": str, "nargs": "*"}`
-    given = {k.value: v for k, v in zip(extra.keys, extra.values) if isinstance(
+    given = {k.value: v for k, v in zip(extra.keys, extra.values, strict=True) if isinstance(
         k, ast.Constant)} if isinstance(extra, ast.Dict) else {}
     nargs = _text(kw.get("nargs") or given.get("nargs"))
     if action is None and inner_t == "bool":
