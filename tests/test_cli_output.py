@@ -52,12 +52,12 @@ def test_progress_bar_counts_cells_and_estimates_the_rest() -> None:
     with EventRenderer(con) as ren:
         ren(Event("progress", "g", "at most 5 configs left", {"configs_left": 5}))
         task = ren._progress.tasks[0]
-        assert (task.completed, task.total) == (0, 5) and task.fields["counts"] == "0/5 cells"
+        assert (task.completed, task.total) == (0, 5) and task.fields["counts"] == "0/5 restarts"
         res = CellResult("h", Config(8), Outcome.OK, wall_s=90.0)
         ren(Event("cell_done", "g", "h: b8-graph", {"result": res}))
         task = ren._progress.tasks[0]
         # 1 done, 4 left in the worst case at 90 s a cell
         assert (task.completed, task.total) == (1, 5)
-        assert task.fields["counts"] == "1/5 cells, ~6m00s left at most"
+        assert task.fields["counts"] == "1/5 restarts, ~6m00s left at most"
         ren(Event("progress", "g", "at most 2 configs left", {"configs_left": 2}))
         assert ren._progress.tasks[0].total == 3

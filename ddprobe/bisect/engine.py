@@ -32,6 +32,11 @@ class Plan(Protocol):
 
     def remaining(self) -> tuple[int, int]: ...
 
+    # the progress line's label, and whether remaining() is exact (a sweep's matrix) or the
+    # worst case of the plan (a bisect's)
+    label: str
+    exact_count: bool
+
 
 # run: the run dir; server: a server's progress; plan, static: the plan and its evidence;
 # round, cell_start, cell_done, progress: the rounds; note: anything else a reader should know
@@ -150,9 +155,11 @@ def drive(group: HostGroup, plan: Plan, sessions: dict[str, HostSession], runner
             if not cells:
                 break
             left, restarts = plan.remaining()
+            # one restart per cell: the plan's "restarts:" line counts the same thing
+            count = f"{restarts} restart{'' if restarts == 1 else 's'} left"
             emit(Event("progress", group.name,
-                       f"at most {left} configs left (worst case of the plan)",
-                       {"configs_left": left, "restarts_left": restarts}))
+                       count if plan.exact_count else f"at most {count} (worst case of the plan)",
+                       {"configs_left": left, "restarts_left": restarts, "label": plan.label}))
             run.rounds += 1
             emit(Event("round", group.name, f"round {run.rounds}: " + ", ".join(
                 c.key for c in cells), {"round": run.rounds, "cells": [c.key for c in cells]}))

@@ -161,6 +161,9 @@ def _between_disagreeing(plans: Sequence[ModePlan]) -> list[int]:
 
 
 class Planner:
+    label = "Bisecting"  # the progress line's (engine.Plan)
+    exact_count = False  # remaining() is the worst case of the plan
+
     def __init__(self, spec: BisectSpec) -> None:
         self.spec = spec
         self.results: dict[str, list[CellResult]] = {}

@@ -96,6 +96,9 @@ class SweepRequest:
 class MatrixPlan:
     """Every cell once (x repeat), in order; k at a time."""
 
+    label = "Sweep"  # the progress line's (engine.Plan)
+    exact_count = True  # remaining() counts the cells not run yet
+
     def __init__(self, cells: Sequence[PlannedCell], repeat: int = 1) -> None:
         self.cells = list(cells)
         self.repeat = repeat

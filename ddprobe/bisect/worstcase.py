@@ -1,4 +1,5 @@
-"""The bisect's "configs left" counter: the worst case of the current plan (pure: no I/O).
+"""The bisect's "restarts left" counter (one restart per cell): the worst case of the current
+plan (pure: no I/O).
 
 git bisect prints "N revisions left to test after this (roughly k steps)" and the number only
 ever goes down. ddprobe's plan branches on every outcome (a new failure mode starts its own

@@ -46,14 +46,14 @@ if TYPE_CHECKING:
 
 class EventRenderer(common.LiveStatus):
     """Live progress on stderr: a spinner with the current cell (on a terminal), and a line
-    per finished cell, per "configs left" update, and per note. Thread-safe (rich's lock)."""
+    per finished cell, per "restarts left" update, and per note. Thread-safe (rich's lock)."""
 
     def __init__(self, console: Console, *, quiet: bool = False) -> None:
         self.console, self.quiet = console, quiet
         self.live = console.is_terminal and not quiet
         self._lock = threading.Lock()
         self.done = 0  # cells finished (all groups)
-        self.left: dict[str, int] = {}  # group -> configs left (worst case)
+        self.left: dict[str, int] = {}  # group -> restarts left (worst case)
         self.cell_s: list[float] = []  # wall time of each finished cell (restart + probes)
 
     def _counts(self) -> None:
@@ -106,7 +106,8 @@ class EventRenderer(common.LiveStatus):
             if "configs_left" in e.data:
                 self.left[e.group] = int(e.data["configs_left"])
                 self._counts()
-            self._line(f"{grp}[bold]Bisecting:[/bold] {escape(e.text)}")
+            label = escape(str(e.data.get("label") or "Bisecting"))
+            self._line(f"{grp}[bold]{label}:[/bold] {escape(e.text)}")
         elif e.kind in ("plan", "static", "run", "round"):
             self._line(f"{grp}[dim]{escape(e.text)}[/dim]")
         else:

@@ -42,7 +42,8 @@ def _print_next(st: manual.State, *, as_json: bool) -> int:
                                "ends it")
         return exit_code(st.verdicts)
     c = st.next
-    common.env().out.print(f"Bisecting: at most {st.left} configs left (worst case of the plan)")
+    common.env().out.print(f"Bisecting: at most {st.left} restart{'' if st.left == 1 else 's'} "
+                           "left (worst case of the plan)")
     common.env().out.print(f"next: {c.key}  {manual.PURPOSE_TEXT.get(c.purpose, c.purpose)}")
     common.env().out.print(f"  run it: {manual.how_to_run(c)}")
     common.env().out.print("  then:   ddprobe bisect good | ddprobe bisect bad --mode 'crash' "
@@ -206,7 +207,7 @@ def register(bis: typer.Typer) -> None:
             return
         for line in lines:
             common.env().out.print(line, highlight=False)
-        common.env().out.print(f"at most {st.left} configs left"
+        common.env().out.print(f"at most {st.left} restart{'' if st.left == 1 else 's'} left"
                                + (f"; next: {st.next.key}" if st.next else "; complete"))
 
     @bis.command("reset", rich_help_panel=PANEL)

@@ -11,7 +11,14 @@ from typing import Any
 
 import typer
 from rich.console import Console
-from rich.progress import Progress, SpinnerColumn, TaskID, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    Progress,
+    SpinnerColumn,
+    TaskID,
+    TextColumn,
+    TimeElapsedColumn,
+)
 from rich.text import Text
 
 from ddprobe.context import Context, current
@@ -83,10 +90,11 @@ def live_progress(console: Console) -> tuple[Progress, TaskID]:
     """A started, transient spinner line on stderr. redirect_stdout=False: rich would otherwise
     move JSON written to stdout during the progress onto its console (REMOTE_AND_CI.md 5.1)."""
     p = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False),
+                 BarColumn(bar_width=20), TextColumn("{task.fields[counts]}", markup=False),
                  TimeElapsedColumn(), console=console, transient=True, redirect_stdout=False,
                  redirect_stderr=False)
     p.start()
-    return p, p.add_task("starting", total=None)
+    return p, p.add_task("starting", total=None, counts="")
 
 
 class LiveStatus:
@@ -111,7 +119,7 @@ class LiveStatus:
         """The overall bar: cells done of the planned total, and the time the rest may take."""
         if self._progress is None:
             return
-        counts = f"{done}/{total} cells" if total else f"{done} cells"
+        counts = f"{done}/{total} restarts" if total else f"{done} restarts"
         if eta_s is not None and total and total > done:
             counts += f", ~{_duration(eta_s)} left at most"
         self._progress.update(self._task, completed=done, total=total or None, counts=counts)

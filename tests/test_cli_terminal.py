@@ -1,0 +1,69 @@
+"""What a terminal shows (issue 24): the live bar of restarts done / planned on a real pty, the
+sweep's own label and plurals, COLUMNS honoured, an HTML report not dumped on a terminal."""
+from __future__ import annotations
+
+import os
+import pty
+import re
+import select
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from bisect_util import TASKS, Site, write_inventory
+
+DDPROBE = str(Path(sys.executable).with_name("ddprobe"))
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r")
+
+
+def on_pty(argv: list[str], env: dict[str, str], *, columns: int = 150,
+           timeout: float = 300) -> tuple[int, str]:
+    """Run argv with stdout and stderr on one real pty; (exit code, what the terminal got,
+    escape sequences removed)."""
+    master, slave = pty.openpty()
+    import fcntl
+    import struct
+    import termios
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
+    e = {**os.environ, "TERM": "xterm-256color", **env}
+    e.pop("NO_COLOR", None)
+    p = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, env=e,
+                         close_fds=True)
+    os.close(slave)
+    chunks: list[bytes] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        r, _, _ = select.select([master], [], [], 0.5)
+        if r:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # EIO: the child closed the pty
+                break
+            if not data:
+                break
+            chunks.append(data)
+        elif p.poll() is not None:
+            break
+    code = p.wait(timeout=30)
+    os.close(master)
+    return code, ANSI.sub("", b"".join(chunks).decode("utf-8", "replace"))
+
+
+@pytest.mark.ssh
+def test_sweep_on_a_terminal_shows_the_bar_and_its_own_label(sshd: object, tmp_path: Path,
+                                                             runs: Path) -> None:
+    site = Site(sshd, tmp_path, scenario="healthy")
+    inv = write_inventory(tmp_path, site)
+    code, screen = on_pty([DDPROBE, "-i", str(inv), "--ssh-config",
+                           str(sshd.ssh_config),  # type: ignore[attr-defined]
+                           "sweep", "--host", "gpu", "--budgets", "8,16", "--graph", "on",
+                           "--tasks", TASKS], {})
+    assert code == 0, screen[-3000:]
+    # the bar's counts: restarts done / planned (with the time the rest may take once one
+    # cell has finished); the sweep's own label; plurals right
+    assert "0/2 restarts" in screen and "1/2 restarts" in screen, screen[-3000:]
+    assert "Sweep: 2 restarts left" in screen and "Sweep: 1 restart left" in screen
+    assert "Bisecting" not in screen and "configs" not in screen
+    assert re.search(r"1/2 restarts, ~\d+s left at most", screen), screen[-3000:]
