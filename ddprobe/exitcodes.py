@@ -22,6 +22,7 @@ class ExitCode(IntEnum):
     HANG = 11  # smoke: the server never became healthy
     LOCKED = 12  # the host is locked by another ddprobe run
     PATCH = 13  # a patch could not be applied / reverted
+    FIXED = 14  # bisect --confirm-patch fixed every failure mode found (the patch stays applied)
     INTERNAL = 70  # a bug in ddprobe
     BISECT_SKIP = 125  # git bisect run protocol: skip
     BISECT_ABORT = 128  # git bisect run protocol: abort (ddprobe cannot run: usage, config)

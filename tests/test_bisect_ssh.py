@@ -108,7 +108,11 @@ def test_late_threshold_names_the_buffer_and_a_confirmed_patch_is_kept(
     bad = [v for v in doc["verdicts"] if v["kind"] != "ok"]
     assert [(v["kind"], v["budgets"]) for v in bad] == [("buffer_sizing", [64])]
     assert bad[0]["buffer"]["attr"] == "cuda_graph_custom_mask"
-    assert bad[0]["patch_confirmed"] is True and code == 1
+    # the only failure mode, fixed by the patch: its own exit code and next step
+    assert bad[0]["patch_confirmed"] is True and code == int(ExitCode.FIXED) == 14
+    assert "ddtestbed-custom-mask fixes it" in bad[0]["next_step"]
+    assert "verify a fix" not in bad[0]["next_step"] and "--confirm-patch" not in \
+        bad[0]["next_command"]
     (g,) = doc["groups"]
     diagnosis = [c for c in g["cells"] if c["purpose"] != "confirm"]
     assert len(diagnosis) <= 4 and len(g["cells"]) == len(diagnosis) + 1

@@ -81,7 +81,7 @@ def test_readme_commands_from_a_wheel(installed: Path, tmp_path: Path) -> None:
 
     res = _ddprobe(installed, work, "bisect", "--host", "testbed", "--budgets", "8,16",
                    "--confirm-patch", "ddtestbed-custom-mask", env=env)
-    assert res.returncode == 1, res.stderr[-3000:]  # b16 failed before the patch fixed it
+    assert res.returncode == 14, res.stderr[-3000:]  # b16's only failure: the patch fixed it
     assert "ddtestbed-custom-mask: fixes a failure mode; kept applied on testbed" in res.stderr
     res = _ddprobe(installed, work, "patch", "status", "--host", "testbed", env=env)
     assert res.returncode == 0 and "ddtestbed-custom-mask" in res.stdout, res.stderr

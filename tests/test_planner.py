@@ -14,6 +14,7 @@ from ddprobe.bisect.plantext import plan_lines
 from ddprobe.bisect.synthetic import restarts_for, threshold
 from ddprobe.bisect.verdicts import build_verdicts, exit_code, run_status
 from ddprobe.errors import UsageError
+from ddprobe.exitcodes import ExitCode
 from ddprobe.results import CellResult, Config, Outcome, Signature
 
 
@@ -303,5 +304,25 @@ def test_confirm_patch_reruns_each_failing_cell_with_the_patch() -> None:
     conf = [c for r in rounds for c in r if c.purpose == "confirm"]
     assert sorted(c.config.budget for c in conf) == [16, 32, 64]
     assert conf[0].key.endswith("+patch[ddtestbed-custom-mask]")
-    got = {tuple(v.budgets): v.patch_confirmed for v in build_verdicts(p) if v.kind != "ok"}
+    vs = build_verdicts(p)
+    got = {tuple(v.budgets): v.patch_confirmed for v in vs if v.kind != "ok"}
     assert got == {(16,): True, (32,): False, (64,): False}
+    # a mode left unfixed: still "failure found"; the fixed one says so, not "verify a fix"
+    assert exit_code(vs) == 1
+    fixed = next(v for v in vs if v.patch_confirmed)
+    assert fixed.next_step.startswith("ddtestbed-custom-mask fixes it: b16 passes with it")
+    assert "verify a fix" not in fixed.next_step and "patch status" in fixed.next_command
+
+
+def test_a_patch_that_fixes_every_failure_mode_has_its_own_exit_code() -> None:
+    s = replace(spec(confirm_patch="ddtestbed-custom-mask"), budgets=(8, 16))
+
+    def answer(c: PlannedCell) -> CellResult:
+        return res(c, "ok") if c.patch else seed(c)
+
+    p, _ = simulate(s, answer)
+    vs = build_verdicts(p)
+    assert [(v.kind, v.patch_confirmed) for v in vs if v.kind != "ok"] == [
+        ("buffer_sizing", True)]
+    assert exit_code(vs) == int(ExitCode.FIXED) == 14
+    assert exit_code(vs, protocol="bisect") == 1  # the commit without the patch is bad

@@ -365,6 +365,8 @@ def _mode_verdicts(p: Planner, mp: ModePlan, host: str | None) -> list[Verdict]:
     if d.workspace and lad.cells.get("M") is not None:
         cmd = (f"ddprobe run --host {host or 'HOST'} --budget {b[mp.first]} --max-bs "
                f"{lad.cells['M'].config.max_bs}   # the workaround, on its own")
+    if confirmed:
+        nxt, cmd = _fixed_next(p.spec.options.confirm_patch or "PATCH", host, b[mp.first])
     out = [Verdict(kind=d.kind, budgets=[b[i] for i in idx],
                    signature=res.signature.id if res and res.signature else None,
                    outcome=res.outcome.value if res else "?", confidence=conf,
@@ -374,6 +376,15 @@ def _mode_verdicts(p: Planner, mp: ModePlan, host: str | None) -> list[Verdict]:
     if mp.assumed:
         out.append(_assumed_verdict(p, mp, d, res, host))
     return out
+
+
+def _fixed_next(patch: str, host: str | None, budget: int) -> tuple[str, str]:
+    """The next step of a failure mode --confirm-patch fixed (the run keeps the patch)."""
+    h = host or "HOST"
+    return (f"{patch} fixes it: b{budget} passes with it (kept applied); make the fix "
+            f"permanent (ship the patch or a release that has it); `ddprobe patch revert "
+            f"{patch} --host {h}` brings the defect back",
+            f"ddprobe patch status --host {h}   # {patch} stays applied")
 
 
 def _assumed_verdict(p: Planner, mp: ModePlan, d: Decision, res: Any,
@@ -555,11 +566,16 @@ def run_status(verdicts: Sequence[Verdict]) -> RunStatus:
 def exit_code(verdicts: Sequence[Verdict], *, protocol: ExitProtocol | None = None) -> int:
     """The run's exit code; protocol 'bisect' speaks `git bisect run` (0 good/1 bad/125 skip).
 
-    Otherwise: 1 a failure was diagnosed; 6 a failure was seen but its cause is inconclusive
-    (or nothing could run); 7 only refused configs; 0 nothing fails."""
+    Otherwise: 1 a failure was diagnosed; 14 every failure mode diagnosed was fixed by
+    --confirm-patch (the run kept the patch); 6 a failure was seen but its cause is
+    inconclusive (or nothing could run); 7 only refused configs; 0 nothing fails. Under the
+    protocol a fixed failure is still bad: the commit without the patch fails."""
     st = run_status(verdicts)
     if protocol == "bisect":
         return {"good": 0, "bad": 1, "skip": int(ExitCode.BISECT_SKIP)}[st]
+    bad = [v for v in verdicts if v.kind != "ok"]
+    if bad and all(v.kind in FAILURE_KINDS and v.patch_confirmed for v in bad):
+        return int(ExitCode.FIXED)
     if any(v.kind in FAILURE_KINDS for v in verdicts):
         return int(ExitCode.FAILED)
     if st == "good":
