@@ -176,6 +176,7 @@ _WIRE: Final[dict[str, str]] = {
     "server_info_path": "server_info_path", "probe_check_s": "probe_check_s",
     "model_loaded": "model_loaded", "decode": "decode", "xid": "xid",
     "answers": "answers", "answer_ids": "answer_ids", "differential": "differential",
+    "phases": "phases", "cheap": "cheap",
     # plan metadata (set by the bisect engine)
     "plan": "plan", "group": "group", "round": "round", "purpose": "purpose",
     # a sanitize cell
@@ -226,6 +227,10 @@ class CellResult:
     answers: dict[str, str] | None = None  # task id -> answer text (a baseline, differential)
     answer_ids: dict[str, Any] | None = None  # task id -> output token ids
     differential: dict[str, Any] | None = None  # the graph/eager comparison of this cell
+    # seconds per phase (start, load, capture, health, probes, stop) and which the server's
+    # log stated (cell.phases.CellPhases.to_dict())
+    phases: dict[str, Any] | None = None
+    cheap: bool | None = None  # ran cheap (dummy weights, few captured sizes, short probe)
     plan: dict[str, Any] | None = None  # PlannedCell.to_dict() of the cell the planner wanted
     group: str | None = None  # the host group's key
     round: int | None = None  # the bisect round it ran in

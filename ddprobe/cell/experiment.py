@@ -29,6 +29,7 @@ from ddprobe.cell.classify import (
 )
 from ddprobe.cell.health import HealthResult, fatal_match, health_now
 from ddprobe.cell.kernel_log import recent_xid_lines
+from ddprobe.cell.phases import cell_phases
 from ddprobe.cell.restart import Restart, copy_log
 from ddprobe.cell.served import model_loaded
 from ddprobe.effective import fetch_server_info, from_log, from_server_args
@@ -295,6 +296,7 @@ class _Cell:
         c = self.cell
         c.outcome, c.signature, c.error = v.outcome, v.signature, v.error
         c.timings = {k: round(val, 4) for k, val in self.timings.items()}
+        c.phases = cell_phases(self.timings, self.log).to_dict()
         c.log_excerpt = excerpt(self.log, v.signature) if self.log else []
         c.effective = c.effective.with_log(self.log) if c.effective is not None else \
             from_log(self.log)

@@ -32,6 +32,7 @@ import httpx
 
 from ddprobe.cell.classify import Classification, classify_dead, excerpt
 from ddprobe.cell.memcheck import SanitizerFinding, SanitizerReport, match_buffer, parse_memcheck
+from ddprobe.cell.phases import cell_phases
 from ddprobe.cell.restart import Restart, copy_log
 from ddprobe.errors import DdprobeError, RemoteCommandError, RemoteError
 from ddprobe.hostside.errors import HostOpError
@@ -256,6 +257,9 @@ def run_sanitize_cell(r: Remote, host: Host, config: Config, *,
             _analyse(r, host, config, cell, run.log, sizing, run.server_info)
     cell.timings = {k: round(v, 4) for k, v in {**run.timings(),
                                                 "total": time.perf_counter() - t0}.items()}
+    t = run.rs.timings
+    cell.phases = cell_phases({**t, "probe": run.request_s or 0.0,
+                               "stop": t.get("stop", 0.0)}, run.log).to_dict()
     if log_dir is not None and run.log:
         cell.local_log = str(copy_log(run.log, Path(log_dir), host.name, config.key,
                                       kind="sanitize"))
