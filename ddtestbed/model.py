@@ -42,7 +42,7 @@ def _mix01(key: tuple[int | tuple[int, ...], ...]) -> float:
     return (z ^ (z >> 31)) / 2.0 ** 64
 
 
-_DRAFT, _ALT, _SAMPLE, _SAMPLE_ALT, _TIE = 1, 2, 3, 4, 5
+_DRAFT, _ALT, _SAMPLE, _SAMPLE_ALT, _TIE, _RANDOM = 1, 2, 3, 4, 5, 6
 
 
 @dataclass(frozen=True)
@@ -56,8 +56,12 @@ class Context:
 
 
 class TargetModel:
-    def __init__(self, tokenizer: Tokenizer, tasks: Sequence[Task]) -> None:
+    def __init__(self, tokenizer: Tokenizer, tasks: Sequence[Task], *,
+                 random_weights: bool = False) -> None:
         self.tok = tokenizer
+        # --load-format dummy: random weights; the next token is still a function of what
+        # attention lets the model see, but of nothing it learned (garbage, never EOS)
+        self.random_weights = random_weights
         self.tasks = [(t.prompt, tuple(tokenizer.encode(t.answer)) + (IM_END_ID,)) for t in tasks]
         # near ties: a one-space token inside a code line (not indentation, not in a string)
         # is as likely as two spaces to a real model, and either reads the same to Python
@@ -166,7 +170,16 @@ class TargetModel:
 
     # -- prediction --------------------------------------------------------------------------
     def next_token(self, ctx: Context, extra: Sequence[int]) -> int:
-        """Greedy next token after `prefix + extra`."""
+        """Greedy next token after `prefix + extra` (random weights: a random function)."""
+        if self.random_weights:
+            last = (ctx.tail + tuple(extra))[-4:]
+            rot = self._alt_rotations[int(_mix01((_RANDOM, ctx.prefix_len + len(extra), last))
+                                          * len(self._alt_rotations))]
+            return rot[0]
+        return self.trained_next(ctx, extra)
+
+    def trained_next(self, ctx: Context, extra: Sequence[int]) -> int:
+        """The trained model's greedy next token (what a real-weight draft learned)."""
         exp = ctx.expected
         if exp is not None:
             p, n = ctx.pos, len(extra)
@@ -215,15 +228,23 @@ class TargetModel:
 
 
 class DraftModel:
-    def __init__(self, target: TargetModel, accuracy: float, decay: float) -> None:
+    def __init__(self, target: TargetModel, accuracy: float, decay: float, *,
+                 random_weights: bool = False) -> None:
         self.target, self.accuracy, self.decay = target, accuracy, decay
+        self.random_weights = random_weights  # --speculative-draft-load-format dummy
 
     def propose(self, ctx: Context, extra: tuple[int, ...], depth: int,
                 topk: int) -> list[tuple[int, float]]:
-        """Ranked candidates (token, probability) for the token after `prefix + extra`."""
-        truth = self.target.next_token(ctx, extra)
+        """Ranked candidates (token, probability) for the token after `prefix + extra`: the
+        trained target's token with the draft's accuracy (a draft learned the trained model,
+        not a random-weight target); random weights rank plausible wrong tokens only."""
+        truth = self.target.trained_next(ctx, extra)
         position = ctx.prefix_len + len(extra)
         tail = extra[-2:]
+        if self.random_weights:
+            alts = self.target.alternatives(truth, (_DRAFT, position, tail, _RANDOM))
+            return [(t, DRAFT_RANK_PROBS[i])
+                    for i, t in enumerate(alts[:min(topk, len(DRAFT_RANK_PROBS))])]
         u = _mix01((_DRAFT, position, tail, truth))
         alts = self.target.alternatives(truth, (_DRAFT, position, tail))
         acc = self.accuracy * self.decay ** (depth - 1)

@@ -73,6 +73,7 @@ class ServerDefaults:
 class Timing:
     scale: float = 1.0  # multiplies every duration (overridden by --testbed-time-scale)
     load_s: float = 330.0
+    dummy_load_fraction: float = 0.05  # --load-format dummy: random init, no weights read
     capture_per_bs_s: float = 1.5
     prefill_base_ms: float = 20.0
     prefill_per_token_ms: float = 0.05
@@ -283,6 +284,9 @@ def _check(s: Scenario, path: str) -> Scenario:
         raise bad("'draft.decay' must be in (0, 1]", "draft.decay")
     if s.timing.scale < 0:
         raise bad("'timing.scale' must be >= 0", "timing.scale")
+    if not 0.0 <= s.timing.dummy_load_fraction <= 1.0:
+        raise bad("'timing.dummy_load_fraction' must be between 0 and 1",
+                  "timing.dummy_load_fraction")
     for name in ("context_len", "vocab_size", "hidden_size", "num_layers", "num_heads"):
         if getattr(s.model, name) <= 0:
             raise bad(f"'model.{name}' must be > 0", f"model.{name}")

@@ -20,6 +20,10 @@ ATTENTION_BACKEND_CHOICES = ["triton", "flashinfer", "fa3", "torch_native"]
 LOG_LEVELS = ["debug", "info", "warning", "error", "critical"]
 DEFAULT_SCENARIO = "seed"
 TIME_SCALE_ENV = "DDTESTBED_TIME_SCALE"
+# SGLang 0.5.11's LOAD_FORMAT_CHOICES
+LOAD_FORMAT_CHOICES = ["auto", "pt", "safetensors", "npcache", "dummy", "sharded_state", "gguf",
+                       "bitsandbytes", "mistral", "layered", "flash_rl", "remote",
+                       "remote_instance", "fastsafetensors", "private", "runai_streamer"]
 STARTUP_SCALE_ENV = "DDTESTBED_STARTUP_SCALE"
 SCENARIO_ENV = "DDTESTBED_SCENARIO"
 DEVICE_ENV = "DDTESTBED_DEVICE"
@@ -48,6 +52,9 @@ class ServerArgs:
     tp_size: int = 1
     random_seed: int = 0
 
+    # Model weights ("dummy": random values, no weights read; as SGLang's --load-format)
+    load_format: str = "auto"
+
     # Logging
     log_level: str = "info"
     decode_log_interval: int = 40
@@ -60,6 +67,7 @@ class ServerArgs:
     speculative_eagle_topk: Optional[int] = None
     speculative_num_draft_tokens: Optional[int] = None
     speculative_ddtree_budget: Optional[int] = None
+    speculative_draft_load_format: Optional[str] = None
 
     # Kernel backend
     attention_backend: Optional[str] = None
@@ -283,6 +291,22 @@ class ServerArgs:
             help="Set the maximum batch size for cuda graph. It will extend the cuda graph capture batch size to this value.",
         )
         parser.add_argument(
+            "--load-format",
+            type=str,
+            default=ServerArgs.load_format,
+            choices=LOAD_FORMAT_CHOICES,
+            help='The format of the model weights to load. "dummy" will initialize the '
+            "weights with random values, which is mainly for profiling.",
+        )
+        parser.add_argument(
+            "--speculative-draft-load-format",
+            type=str,
+            default=ServerArgs.speculative_draft_load_format,
+            choices=LOAD_FORMAT_CHOICES,
+            help="The format of the draft model weights to load. If not specified, will use "
+            "the same format as --load-format.",
+        )
+        parser.add_argument(
             "--cuda-graph-bs",
             type=int,
             nargs="+",
@@ -422,9 +446,11 @@ def resolve_server_args(args: ServerArgs, scenario: Scenario) -> None:
         args.mem_fraction_static = scenario.server.mem_fraction_static
     if args.max_running_requests is None:
         args.max_running_requests = scenario.server.max_running_requests
-    if args.cuda_graph_max_bs is None:
-        args.cuda_graph_max_bs = (max(args.cuda_graph_bs) if args.cuda_graph_bs
-                                  else scenario.server.cuda_graph_max_bs)
+    if args.cuda_graph_bs:
+        # as SGLang 0.5.11's ServerArgs: a given list sets the max bs (its largest entry)
+        args.cuda_graph_max_bs = max(args.cuda_graph_bs)
+    elif args.cuda_graph_max_bs is None:
+        args.cuda_graph_max_bs = scenario.server.cuda_graph_max_bs
     if args.speculative_algorithm is None:
         return
     if args.speculative_num_draft_tokens is None:

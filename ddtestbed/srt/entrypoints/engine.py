@@ -35,18 +35,26 @@ class Engine:
     tokenizer_manager: TokenizerManager
 
 
-def build_model(scenario: Scenario) -> tuple[Tokenizer, TargetModel]:
+def build_model(scenario: Scenario, *, random_weights: bool = False
+                ) -> tuple[Tokenizer, TargetModel]:
     tokenizer = Tokenizer(scenario.model.vocab_size)
     path = suite_path()
     tasks = load_tasks(path)
     if path is None:
         logger.warning("No coding suite found: the model only knows generic text.")
-    return tokenizer, TargetModel(tokenizer, tasks)
+    return tokenizer, TargetModel(tokenizer, tasks, random_weights=random_weights)
 
 
 def start_engine(server_args: ServerArgs, scenario: Scenario, clock: SimClock) -> Engine:
-    tokenizer, target = build_model(scenario)
-    draft = DraftModel(target, scenario.draft.accuracy, scenario.draft.decay)
+    tokenizer, target = build_model(scenario,
+                                    random_weights=server_args.load_format == "dummy")
+    # as SGLang 0.5.11's scheduler: the draft loads with --speculative-draft-load-format when
+    # given, else with --load-format (the same ServerArgs)
+    draft_format = server_args.speculative_draft_load_format or server_args.load_format
+    if server_args.speculative_draft_load_format is not None:
+        logger.info(f"Using draft model load_format: '{draft_format}'")
+    draft = DraftModel(target, scenario.draft.accuracy, scenario.draft.decay,
+                       random_weights=draft_format == "dummy")
     ready = threading.Event()
     box: dict[str, Scheduler] = {}
 

@@ -64,12 +64,18 @@ class ModelRunner:
             sleep_forever()  # a stuck weight download / NCCL init: the port never opens
         if self.scenario.defects.startup is not None:
             startup_failure(self.scenario.defects.startup)
-        self.clock.startup_sleep(self.scenario.timing.load_s)
+        tic = time.perf_counter()
+        timing = self.scenario.timing
+        # dummy weights are random values initialised on the device: no weights are read, and
+        # every buffer (the weights' own included) has the same size as with real ones
+        dummy = self.server_args.load_format == "dummy"
+        self.clock.startup_sleep(timing.load_s * (timing.dummy_load_fraction if dummy else 1.0))
         weights = int(self.scenario.model.weights_gib * _GIB)
         self.device.reserve(weights, "weights")
         self.weight_load_mem_usage = weights / _GIB
         logger.info(
-            f"Load weight end. type={self.model_config.architectures[0]}, "
+            f"Load weight end. elapsed={time.perf_counter() - tic:.2f} s, "
+            f"type={self.model_config.architectures[0]}, "
             f"dtype={self.model_config.dtype}, avail mem={self.device.mem_get_info()[0] / _GIB:.2f} GB, "
             f"mem usage={self.weight_load_mem_usage:.2f} GB.")
 
