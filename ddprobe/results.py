@@ -327,6 +327,7 @@ class Verdict:
     reason: VerdictReason = ""
     tested: bool = True  # False: the budgets were not restarted (assumed from neighbours)
     latent: bool = False  # found by the latent check: the cells pass, memcheck does not
+    cheap_cells: list[str] = field(default_factory=list)  # its cells that ran cheap
 
     @property
     def label(self) -> str:
@@ -337,6 +338,8 @@ class Verdict:
         d = asdict(self)
         d["evidence"] = [e.to_dict() for e in self.evidence]
         d["label"] = self.label
+        if not self.cheap_cells:
+            del d["cheap_cells"]  # written only when some ran cheap (older readers: absent)
         return d
 
     @classmethod

@@ -45,6 +45,7 @@ class PlannedCell:
     patch: str | None = None  # confirm: the patch applied for this cell
     rep: int = 1  # 1-based repeat index (--repeat N)
     factor: int | None = None  # oversize: the enlargement factor when not the run's default
+    cheap: bool = False  # run with dummy weights, few captured sizes, a short probe (cheap.py)
 
     @property
     def base_key(self) -> str:
@@ -62,6 +63,8 @@ class PlannedCell:
             k += f"+patch[{patch_name(self.patch)}]"
         if self.purpose == "sanitize":
             k += "+sanitize"
+        if self.cheap:
+            k += "+cheap"
         return k
 
     @property
@@ -78,7 +81,8 @@ class PlannedCell:
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "base_key": self.base_key, "config": self.config.to_dict(),
                 "purpose": self.purpose, "mode": self.mode, "buffers": list(self.buffers),
-                "patch": self.patch, "rep": self.rep, "factor": self.factor}
+                "patch": self.patch, "rep": self.rep, "factor": self.factor,
+                **({"cheap": True} if self.cheap else {})}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> PlannedCell:
@@ -86,7 +90,12 @@ class PlannedCell:
                    purpose=known(Purpose, d.get("purpose"), "cell.extra.plan.purpose"),
                    mode=d.get("mode"), buffers=tuple(d.get("buffers") or ()),
                    patch=d.get("patch"), rep=int(d.get("rep") or 1),
-                   factor=int(d["factor"]) if d.get("factor") else None)
+                   factor=int(d["factor"]) if d.get("factor") else None,
+                   cheap=bool(d.get("cheap")))
+
+    def twin(self) -> PlannedCell:
+        """The cheap run of this cell (or, of a cheap one, the real run)."""
+        return replace(self, cheap=not self.cheap, rep=1)
 
 
 def patch_name(spec: str) -> str:
@@ -182,6 +191,11 @@ def describe(c: CellResult | None) -> str:
     """One line for logs and evidence: `crash cuda_illegal_address: ...` / `ok accept 4.5`."""
     if c is None:
         return "not run"
+    if c.cheap:
+        if c.outcome is Outcome.CRASH and c.signature is not None:
+            return f"crash {c.signature.id} (cheap cell: dummy weights)"
+        if c.outcome not in (Outcome.ERROR, Outcome.REFUSED):
+            return "no crash (cheap cell: dummy weights, ok vs garbage not checked)"
     parts = [c.outcome.value]
     p = c.probes
     sig = c.signature

@@ -177,6 +177,10 @@ class LadderInput:
     factor: int
     obs: Callable[[PlannedCell], Obs]
     name: str = ""  # the ladder's name (a budget's own diagnosis: "MODE @b48"); default: mode
+    # the oversize experiment starts at the factor it would escalate to: when its cells need
+    # the real weights, the smaller factor's result cannot change the verdict (a larger
+    # enlargement covers what a smaller one does), only which factor it names
+    escalate_first: bool = False
 
     @property
     def label(self) -> str:
@@ -213,6 +217,8 @@ def _cells(li: LadderInput, cls: FailureClass) -> _Cells:
     # when grep-buffers evaluated the shortfall and x factor would not cover it, start there
     need = needed_factor(tier1, cfg.budget)
     f1 = min(MAX_FACTOR, 1 << (need - 1).bit_length()) if need and need > li.factor else None
+    if li.escalate_first and names:
+        f1 = escalation(tier1, cfg.budget, f1 or li.factor) or f1
     O = PlannedCell(cfg, "oversize", label, buffers=names, factor=f1) if names else None  # noqa: E741
     O2 = spec2 = None
     f2 = escalation(tier1, cfg.budget, f1 or li.factor)

@@ -29,9 +29,12 @@ from ddprobe.bisect.cells import (
     UNTESTED,
     Obs,
     PlannedCell,
+    mode_key,
     observe,
     same_failure,
 )
+from ddprobe.bisect.cheap import crash_mode, crashed
+from ddprobe.bisect.costs import CostModel
 from ddprobe.bisect.frontier import Row, build_row, probes
 from ddprobe.bisect.ladder import (
     ORDERS,
@@ -62,6 +65,11 @@ class PlanOptions:
     oversize_factor: int = 4
     latent: latent.LatentOptions = field(default_factory=latent.LatentOptions)
     thorough: bool = False  # restart every budget (none is assumed ok)
+    # cheap cells (cheap.py) where the host supports them and the question allows; the cost
+    # model picks them (and orders the cells) by expected time to a decision
+    cheap: bool = False
+    cost: CostModel = field(default_factory=CostModel)
+    cheap_captured: int | None = None  # batch sizes a cheap graph cell captures
 
 
 @dataclass(frozen=True)
@@ -176,10 +184,59 @@ class Planner:
         self._countdown.ran()
         self.cells.setdefault(cell.base_key, replace(cell, rep=1))
 
+    @property
+    def cheap_on(self) -> bool:
+        return self.spec.options.cheap and self.spec.options.repeat == 1
+
     def obs(self, cell: PlannedCell | None) -> Obs:
         if cell is None:
             return Obs("none")
-        return observe(self.results.get(cell.base_key, ()), self.spec.options.repeat)
+        real = observe(self.results.get(cell.base_key, ()), self.spec.options.repeat)
+        if real.decided or cell.cheap or not self.cheap_on:
+            return real
+        return self._cheap_obs(cell) or real
+
+    def _cheap_obs(self, cell: PlannedCell) -> Obs | None:
+        """What the cell's cheap run answers for it: a crash is its crash; no crash answers an
+        experiment on a crash mode (it avoided the crash); anything else is no answer."""
+        rs = tuple(self.results.get(cell.twin().base_key, ()))
+        if not rs:
+            return None
+        c = rs[-1]
+        if crashed(c):
+            return Obs(BAD, mode_key(c), rs, len(rs))
+        if c.outcome.value in ("error", "refused"):
+            return None
+        if cell.purpose in ("oversize", "max_bs") and crash_mode(cell.mode):
+            return Obs(GOOD, None, rs, len(rs))
+        return None
+
+    def question_is_cheap(self, cell: PlannedCell) -> float:
+        """The chance a cheap run decides `cell` (0: it cannot): an experiment on a crash
+        mode is decided either way; a frontier cell or an eager control by a crash."""
+        if not self.cheap_on or cell.cheap or cell.patch or cell.rep > 1:
+            return 0.0
+        if cell.purpose in ("oversize", "max_bs"):
+            return 1.0 if crash_mode(cell.mode) else 0.0
+        if cell.purpose == "frontier" or (cell.purpose == "eager" and crash_mode(cell.mode)):
+            return 0.5
+        return 0.0
+
+    def estimate(self, cell: PlannedCell) -> float:
+        """Expected seconds of the cell as it would be run next (cheap or real)."""
+        cost = self.spec.options.cost
+        graph = cell.config.graph
+        cap = self.spec.options.cheap_captured if cell.cheap else None
+        return cost.estimate(graph=graph, cheap=cell.cheap, captured=cap).total
+
+    def _cheap_first(self, cell: PlannedCell) -> PlannedCell | None:
+        """The cheap run to try before `cell`, when it is expected to save time: its cost is
+        below the chance it decides times the real cell's cost."""
+        p = self.question_is_cheap(cell)
+        tw = cell.twin()
+        if p <= 0.0 or self.results.get(tw.base_key):
+            return None
+        return tw if self.estimate(tw) < p * self.estimate(cell) else None
 
     def frontier_cell(self, budget: int) -> PlannedCell:
         return PlannedCell(replace(self.spec.base, budget=budget, graph=True), "frontier")
@@ -191,7 +248,8 @@ class Planner:
         opts = self.spec.options
         return diagnose(LadderInput(mode, cfg, row_obs.first, self.spec.suspects,
                                     self.spec.small_max_bs, opts.order, opts.oversize_factor,
-                                    self.obs, name=name))
+                                    self.obs, name=name,
+                                    escalate_first=self.cheap_on and not crash_mode(mode)))
 
     def _mode_plans(self, row: Row, mode: str, idx: list[int]) -> list[ModePlan]:
         """The mode's diagnosis at its first budget, then one control per other restarted
@@ -275,6 +333,9 @@ class Planner:
         o = self.obs(cell)
         if o.decided:
             return []
+        tw = self._cheap_first(cell)
+        if tw is not None:
+            return [tw]
         return [cell.with_rep(r) for r in range(o.reps_done + 1, self.spec.options.repeat + 1)]
 
     def next_cells(self, k: int = 1) -> list[PlannedCell]:
@@ -291,12 +352,18 @@ class Planner:
         spec += [self.frontier_cell(st.row.budgets[i]) for i in spec_idx]
         # modes in budget order; a likely-decisive first step is speculated on last
         lad_spec: list[tuple[int, int, PlannedCell]] = []
+        lad_needed: list[PlannedCell] = []
         for n, mp in enumerate(st.modes):
             lad = mp.ladder
-            needed.extend(lad.needed)
-            needed.extend(mp.controls[i] for i in mp.pending if i in mp.controls)
+            lad_needed.extend(lad.needed)
+            lad_needed.extend(mp.controls[i] for i in mp.pending if i in mp.controls)
             rank = 0 if lad.cls == "other" else 1
             lad_spec.extend((rank, n, c) for c in lad.speculative)
+        if self.cheap_on:
+            # by expected time to a decision: a cell a cheap run decides goes first (the
+            # modes are independent); ties keep the budget order
+            lad_needed.sort(key=self._due_cost)
+        needed.extend(lad_needed)
         needed.extend(st.extras)
         lad_spec.sort(key=lambda t: (t[0], t[1]))
         spec.extend(c for _, _, c in lad_spec)
@@ -308,6 +375,10 @@ class Planner:
                     seen.add(due.key)
                     out.append(due)
         return out
+
+    def _due_cost(self, cell: PlannedCell) -> float:
+        due = self._due(cell)
+        return self.estimate(due[0]) if due else 0.0
 
     def needed_count(self) -> int:
         """Cells that are needed for sure right now (not speculative)."""

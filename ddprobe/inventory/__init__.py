@@ -52,6 +52,9 @@ class ServerSettings:
     stall_timeout: float = 600.0
     stop_timeout: float = 30.0  # TERM grace period before KILL
     tok_s_min_ratio: float = 0.5  # degraded below this ratio of the baseline tok/s
+    # the bisect may run its crash-or-not cells cheap (dummy weights, only the batch sizes
+    # the question needs, no warm-up); false: every cell loads the real weights
+    cheap_cells: bool = True
     prepare: str = ""  # a step run once before the first start (ddprobe.server.prepare): testbed
 
 
@@ -269,6 +272,8 @@ class _Parser:
                 kw[k] = self.scalar(val, (int,), m, f"server.{k}")
             elif "float" in t:
                 kw[k] = self.scalar(val, (float, int), m, f"server.{k}")
+            elif t == "bool":
+                kw[k] = self.scalar(val, (bool,), m, f"server.{k}")
             else:
                 kw[k] = self.scalar(val, (str,), m, f"server.{k}")
         if "manager" in kw and kw["manager"] not in ("command", "systemd", "docker"):

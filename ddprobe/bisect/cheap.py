@@ -1,0 +1,112 @@
+"""Cheap cells: a cell whose question is only "does it crash" runs without the real weights.
+
+A planned cell knows the question it answers (`question`): the frontier's and an eager
+control's "ok, or which failure", answered by a crash whatever the weights; the oversize and
+max-bs experiments of a crash mode "does this crash go away", answered either way. Such a
+cell first runs cheap, where the host's SGLang accepts it (checked before the plan: the flags
+the install defines, then its own argument handling through the preflight):
+
+* `--load-format dummy` (random weights, nothing read from disk) and, where the release has
+  it, `--speculative-draft-load-format dummy` (every release's draft worker otherwise loads
+  with the target's `--load-format`: the same ServerArgs; 0.5.10+ lets the flag override it);
+* `--cuda-graph-bs` with only the batch sizes the probes use (SGLang's own list up to the
+  probe concurrency) plus the max bs the cell runs: SGLang sets the max bs to the list's
+  largest entry, so every buffer sized by it is the size it is in the real cell;
+* `--skip-server-warmup`;
+* a short probe that stops once the server has died.
+
+What a cheap cell can say (`answer`): a crash is the config's crash (the buffers, the captured
+max bs and the kernels are the real cell's; only the numbers in them are random); no crash
+says nothing about ok vs garbage (random weights always give garbage), so a frontier cell
+and an eager control then run with the real weights. For an experiment of a crash mode, no
+crash of that kind means the experiment avoided it. Every verdict names its cheap cells.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import Final, Literal
+
+from ddprobe.results import CellResult, Config, Outcome
+
+# what a planned cell asks: ok-or-which-failure needs the real weights unless it crashes;
+# crash-or-not (an experiment on a crash mode) is answered by a cheap cell either way
+Question = Literal["outcome", "crash"]
+CHEAP_TAG: Final = "cheap"
+DUMMY: Final = ("--load-format", "dummy")
+DRAFT_DUMMY: Final = ("--speculative-draft-load-format", "dummy")
+NO_WARMUP: Final = "--skip-server-warmup"
+BS_FLAG: Final = "--cuda-graph-bs"
+CHEAP_PROBE_TOKENS: Final = 48
+
+
+def sglang_capture_list(max_bs: int) -> list[int]:
+    """SGLang's default capture list up to `max_bs` (server_args, 0.4.x-0.5.x, speculative)."""
+    bs = [1, 2, 4, 8, 12] + list(range(16, 257, 8))
+    return sorted({b for b in bs if b <= max_bs} | {max_bs})
+
+
+def capture_list(max_bs: int, concurrency: int) -> list[int]:
+    """The batch sizes a cheap cell captures: those the probes can form, and the max bs."""
+    return sorted({b for b in sglang_capture_list(max_bs) if b <= concurrency} | {max_bs})
+
+
+@dataclass(frozen=True)
+class CheapSupport:
+    """Whether this host's SGLang can run cheap cells, and with which flags."""
+
+    available: bool
+    note: str = ""  # why not, or what is left out (no --cuda-graph-bs: every size captured)
+    draft_flag: bool = False  # the release defines --speculative-draft-load-format
+    bs_flag: bool = False  # the release defines --cuda-graph-bs
+    warmup_flag: bool = False
+    max_bs: int | None = None  # the max bs the server captures by default (preflight)
+    concurrency: int = 8
+
+    def args(self, config: Config) -> tuple[str, ...]:
+        out = list(DUMMY) + (list(DRAFT_DUMMY) if self.draft_flag else [])
+        top = config.max_bs or self.max_bs
+        if self.bs_flag and config.graph and top:
+            out += [BS_FLAG, *map(str, capture_list(top, self.concurrency))]
+        if self.warmup_flag:
+            out.append(NO_WARMUP)
+        return tuple(out)
+
+    def config(self, config: Config) -> Config:
+        return replace(config, extra_args=(*config.extra_args, *self.args(config)))
+
+    def what(self, config: Config) -> str:
+        """The cheap launch, for notes and verdicts."""
+        return " ".join(self.args(config))
+
+
+OFF: Final = CheapSupport(False, "cheap cells off")
+
+
+def support_from_flags(names: Sequence[str] | None, *, max_bs: int | None,
+                       concurrency: int) -> CheapSupport:
+    """What the install's flags allow (None: its flags could not be read)."""
+    if names is None:
+        return CheapSupport(False, "the install's launch flags could not be read")
+    have = set(names)
+    if "--load-format" not in have:
+        return CheapSupport(False, "this SGLang has no --load-format")
+    notes = []
+    bs = BS_FLAG in have
+    if not bs:
+        notes.append("no --cuda-graph-bs: cheap cells capture every batch size")
+    elif max_bs is None:
+        notes.append("the max bs the server captures is not known: cheap cells capture "
+                     "every batch size")
+    return CheapSupport(True, "; ".join(notes), draft_flag=DRAFT_DUMMY[0] in have,
+                        bs_flag=bs, warmup_flag=NO_WARMUP in have, max_bs=max_bs,
+                        concurrency=concurrency)
+
+
+def crashed(c: CellResult | None) -> bool:
+    return c is not None and c.outcome is Outcome.CRASH
+
+
+def crash_mode(mode: str | None) -> bool:
+    """Is a failure mode (a `cells.mode_key`, or a ladder label `MODE @bN`) a crash?"""
+    return bool(mode) and str(mode).startswith("crash ")

@@ -1,0 +1,73 @@
+"""Cheap cells in the planner: which cells run cheap, what a cheap result answers, and that
+the verdicts are the same as with every cell at full cost (pure: simulated results)."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from planner_util import CUBLAS, GARBAGE, ILLEGAL, res, seed, spec
+
+from ddprobe.bisect.cells import PlannedCell
+from ddprobe.bisect.costs import CostModel
+from ddprobe.bisect.planner import simulate
+from ddprobe.bisect.verdicts import build_verdicts
+from ddprobe.results import CellResult
+
+
+def cheap_seed(c: PlannedCell) -> CellResult:
+    """The seed with dummy weights: the same crashes; anything that does not crash is garbage
+    (random weights), with acceptance near 1."""
+    r = seed(replace(c, cheap=False))
+    if c.cheap and r.outcome.value != "crash":
+        r = res(c, "garbage", GARBAGE)
+    return replace(r, cheap=c.cheap or None)
+
+
+def summary(vs: list) -> list[tuple]:
+    return [(tuple(v.budgets), v.kind, v.signature, (v.buffer or {}).get("attr"), v.tested)
+            for v in vs]
+
+
+def test_seed_cheap_cells_keep_the_verdicts_and_need_four_real_restarts() -> None:
+    # expected before running: cheap b64 (cuBLAS crash), b16 (illegal address), b8 and b32
+    # (no crash: then real), the b16 oversize and the b64 max-bs experiments cheap (a crash
+    # mode's experiment is decided either way); real: b8, b32, b32 eager, b32 oversize x16
+    # (straight to the escalated factor: x4's result cannot change the verdict)
+    p_off, _ = simulate(spec(), seed)
+    p_on, rounds = simulate(spec(cheap=True), cheap_seed)
+    keys = [c.key for r in rounds for c in r]
+    assert summary(build_verdicts(p_on)) == summary(build_verdicts(p_off))
+    cheap = [k for k in keys if k.endswith("+cheap")]
+    real = [k for k in keys if not k.endswith("+cheap")]
+    assert cheap == ["b64-graph-bs64+cheap", "b16-graph-bs64+cheap", "b8-graph-bs64+cheap",
+                     "b32-graph-bs64+cheap",
+                     "b16-graph-bs64+oversize[cuda_graph_custom_mask]+cheap",
+                     "b64-graph-bs16+cheap"]
+    assert real == ["b8-graph-bs64", "b32-graph-bs64", "b32-eager-bs64",
+                    "b32-graph-bs64+oversize[cuda_graph_custom_mask]x16"]
+    vs = {v.budgets[0]: v for v in build_verdicts(p_on)}
+    assert vs[16].kind == "buffer_sizing" and vs[64].kind == "buffer_sizing"
+    assert vs[32].kind == "graph_capture"
+
+
+def test_a_no_crash_cheap_result_never_makes_a_frontier_cell_ok() -> None:
+    p, rounds = simulate(spec(cheap=True), cheap_seed)
+    b8 = p.obs(p.frontier_cell(8))
+    assert b8.status == "good" and b8.first is not None and not b8.first.cheap
+
+
+def test_cheap_cells_are_not_planned_when_they_would_not_save_time() -> None:
+    # a host where a dummy-weight start costs as much as a real one: nothing runs cheap
+    flat = CostModel(defaults={"start": 1.0, "load": 10.0, "load_dummy": 10.0,
+                               "capture_per_bs": 0.0, "health": 1.0, "probes": 1.0,
+                               "probes_cheap": 1.0, "stop": 1.0})
+    _, rounds = simulate(spec(cheap=True, cost=flat), cheap_seed)
+    keys = [c.key for r in rounds for c in r]
+    # (even a crash mode's experiment, which a cheap run decides for sure: at the same cost
+    # the real run is never worse)
+    assert not [k for k in keys if k.endswith("+cheap")]
+    assert len(keys) == 8  # today's 9 less the b32 oversize x4 (straight to x16)
+
+
+def test_repeat_turns_cheap_cells_off() -> None:
+    _, rounds = simulate(spec(cheap=True, repeat=2), cheap_seed)
+    assert not any(c.cheap for r in rounds for c in r)
