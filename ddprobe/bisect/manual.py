@@ -4,7 +4,8 @@ For hosts ddprobe cannot restart itself (a shared cluster, a server someone else
 user runs each cell by hand and marks its outcome. The session *is* its log: a file of
 `ddprobe bisect ...` commands in the format of `ddprobe bisect log` (like git's BISECT_LOG), so
 the marks go through the same parser, the same planner and the same verdicts as the automatic
-mode and `bisect replay`. Nothing here touches a host.
+mode and `bisect replay`. Nothing here touches a host (the oversize step's patch is
+`bisect/manualpatch.py`'s).
 
 The file is `$DDPROBE_BISECT_SESSION`, else `<runs dir>/BISECT_SESSION` (runs dir:
 `$DDPROBE_RUNS`, else ./runs).
@@ -14,7 +15,7 @@ from __future__ import annotations
 import os
 import shlex
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ddprobe.bisect.cells import BAD, GOOD, PlannedCell, describe
@@ -69,7 +70,20 @@ def load(path: Path | None = None) -> State:
         p.record(cell, res)
     nxt = p.next_cells(1)
     verdicts = build_verdicts(p, host=None if s.hosts == "?" else s.hosts) if not nxt else []
-    return State(s, p, nxt[0] if nxt else None, verdicts, p.remaining()[0])
+    return State(s, p, nxt[0] if nxt else None, [_by_hand(v) for v in verdicts],
+                 p.remaining()[0])
+
+
+_AUTO_PATCH = "(temporary patch, reverted)"
+_HAND_PATCH = "(temporary patch: `ddprobe bisect oversize`, then `--revert`)"
+
+
+def _by_hand(v: Verdict) -> Verdict:
+    """A manual session's oversize evidence: the automatic mode applies and reverts the patch
+    itself; here the user did (with `ddprobe bisect oversize`), so no "reverted" is claimed."""
+    ev = [replace(e, summary=e.summary.replace(_AUTO_PATCH, _HAND_PATCH))
+          if e.kind == "oversize" else e for e in v.evidence]
+    return replace(v, evidence=ev)
 
 
 def start(words: Sequence[str], *, path: Path | None = None) -> State:
@@ -121,8 +135,9 @@ def reset(path: Path | None = None) -> Path | None:
     return path
 
 
-def how_to_run(cell: PlannedCell) -> str:
-    """What the user changes on their server for this cell, in SGLang's launch flags."""
+def how_to_run(cell: PlannedCell, factor: int = 4) -> str:
+    """What the user changes on their server for this cell, in SGLang's launch flags (`factor`:
+    the session's oversize factor, for a cell that does not carry its own)."""
     c = cell.config
     parts = [f"budget {c.budget}", "CUDA graphs on" if c.graph else
              "CUDA graphs off (--disable-cuda-graph)"]
@@ -131,7 +146,9 @@ def how_to_run(cell: PlannedCell) -> str:
     if c.backend:
         parts.append(f"--attention-backend {c.backend}")
     if cell.buffers:
-        parts.append("with " + ", ".join(cell.buffers) + " enlarged x4 (a temporary patch)")
+        parts.append(f"with {', '.join(cell.buffers)} enlarged x{cell.factor or factor} (the "
+                     "temporary patch `ddprobe bisect oversize --host HOST` applies; "
+                     "`--revert` takes it off after the run)")
     if cell.patch:
         parts.append(f"with the patch {cell.patch} applied")
     if cell.purpose == "sanitize":

@@ -1,4 +1,4 @@
-"""The manual bisect commands: `ddprobe bisect start|good|bad|skip|next|visualize|reset`.
+"""The manual bisect commands: `ddprobe bisect start|good|bad|skip|next|oversize|visualize|reset`.
 
 Mounted on the `bisect` group by `ddprobe.cli.bisect.register`. The logic is in
 `ddprobe.bisect.manual`; this module parses, prints and picks the exit code.
@@ -27,7 +27,8 @@ def _print_next(st: manual.State, *, as_json: bool) -> int:
         common.emit_json({
             "done": st.next is None, "configs_left": st.left,
             "next": None if st.next is None else {
-                **st.next.to_dict(), "run": manual.how_to_run(st.next)},
+                **st.next.to_dict(),
+                "run": manual.how_to_run(st.next, st.session.spec.options.oversize_factor)},
             "verdicts": [v.to_dict() for v in st.verdicts]})
         return exit_code(st.verdicts) if st.next is None else 0
     if st.next is None:
@@ -45,9 +46,15 @@ def _print_next(st: manual.State, *, as_json: bool) -> int:
     common.env().out.print(f"Bisecting: at most {st.left} restart{'' if st.left == 1 else 's'} "
                            "left (worst case of the plan)")
     common.env().out.print(f"next: {c.key}  {manual.PURPOSE_TEXT.get(c.purpose, c.purpose)}")
-    common.env().out.print(f"  run it: {manual.how_to_run(c)}")
+    common.env().out.print(
+        f"  run it: {manual.how_to_run(c, st.session.spec.options.oversize_factor)}")
+    if c.buffers:
+        common.env().out.print("  first:  ddprobe bisect oversize --host HOST   # applies that "
+                               "patch; restart the server with it")
     common.env().out.print("  then:   ddprobe bisect good | ddprobe bisect bad --mode 'crash' "
                            "(or --log server.log) | ddprobe bisect skip")
+    if c.buffers:
+        common.env().out.print("  after:  ddprobe bisect oversize --revert --host HOST")
     return 0
 
 
@@ -189,6 +196,50 @@ def register(bis: typer.Typer) -> None:
         """
         from ddprobe.bisect import manual
         raise typer.Exit(_print_next(manual.load(), as_json=as_json))
+
+    @bis.command("oversize", rich_help_panel=PANEL)
+    def oversize_cmd(
+        host: str = typer.Option(..., "--host", "-H", metavar="NAME",
+                                 help="The host whose SGLang install gets the patch."),
+        revert: bool = typer.Option(False, "--revert",
+                                    help="Take the temporary oversize patch off again."),
+        as_json: bool = common.JsonOpt,
+    ) -> None:
+        """Apply the temporary patch of the oversize step `next` names (its buffers, its
+        factor), built from the host's own sources; --revert takes it off. Restart the server
+        yourself after each.
+
+        Example:
+
+            ddprobe bisect oversize --host b300; ddprobe bisect oversize --revert --host b300
+        """
+        from ddprobe.bisect import manual, manualpatch
+        st = None if revert else manual.load()
+        if st is not None:
+            manualpatch.oversize_cell(st)  # no oversize step next: refused before any contact
+        h = common.one_host(host)
+        with common.env().connect(h) as r:
+            if revert:
+                gone = manualpatch.revert_oversize(r, h)
+                if as_json:
+                    common.emit_json({"host": h.name, "reverted": gone})
+                else:
+                    common.env().err.print(
+                        f"{h.name}: reverted {', '.join(gone)}" if gone else
+                        f"{h.name}: no temporary oversize patch applied", markup=False)
+                return
+            assert st is not None
+            done = manualpatch.apply_oversize(r, h, st)
+        if as_json:
+            common.emit_json({"host": h.name, "cell": done.cell.key, "patch": done.patch_id,
+                              "factor": done.factor, "buffers": list(done.cell.buffers),
+                              "files": list(done.files), "already_applied": done.noop})
+            return
+        common.env().err.print(
+            f"{h.name}: {'already applied' if done.noop else 'applied'} {done.patch_id} "
+            f"({', '.join(done.cell.buffers)} x{done.factor}, for {done.cell.key}; files: "
+            f"{', '.join(done.files)}); restart the server, run the cell, mark it, then "
+            f"`ddprobe bisect oversize --revert --host {h.name}`", markup=False)
 
     @bis.command("visualize", rich_help_panel=PANEL)
     def visualize_cmd(as_json: bool = common.JsonOpt) -> None:
