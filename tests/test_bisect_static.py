@@ -63,3 +63,52 @@ def test_suspect_round_trips_and_prints_sizes() -> None:
     assert Suspect.from_dict(s.to_dict()) == s
     assert size_line(s) == "b8: 2.0 MiB, b16: 2.0 MiB (short by 4,096 elements)"
     assert size_line(s, [16]).startswith("b16")
+
+
+# ---- which backend the evidence is read from, and the crash's traceback (issue 25) ----------
+# Expected, written before the run: on the testbed, --attention-backend flashinfer builds
+# TorchNativeAttnBackend (model_runner.py's else branch), a TritonAttnBackend subclass, so the
+# custom mask of triton_backend.py is a suspect; the real testbed crash log in
+# tests/data/journal-old-bisect (b16, graphs on) has write_tree_mask two frames above the
+# innermost (device.py's write and _segment below it), called with self.cuda_graph_custom_mask
+# at triton_backend.py:145: that ranks the mask first, whatever the order before.
+
+def _testbed_all_texts() -> dict[str, str]:
+    return {str(p.relative_to(TESTBED)): p.read_text(encoding="utf-8")
+            for p in (TESTBED / "srt").rglob("*.py")}
+
+
+def test_evidence_backend_is_the_one_the_cells_run() -> None:
+    from ddprobe.bisect.static import evidence_backend
+    assert evidence_backend("fa3", "triton", (), "flashinfer")[0] == "fa3"
+    b, why = evidence_backend(None, "triton", ("--attention-backend", "fa3"), "flashinfer")
+    assert b == "triton" and "the preflight" in why
+    b, why = evidence_backend(None, None, ("--attention-backend=fa3",), "flashinfer")
+    assert b == "fa3" and "server.args" in why and "assumed" in why
+    b, why = evidence_backend(None, None, (), "flashinfer")
+    assert b == "flashinfer" and "server.backend" in why
+    b, why = evidence_backend(None, None, (), None)
+    assert b == "all" and "give --backend or server.backend" in why
+
+
+def test_the_crash_traceback_ranks_the_writer_first() -> None:
+    from ddprobe.bisect.static import rank_by_traceback, traceback_frames
+    rep = analyse_buffers(_testbed_all_texts(), package="ddtestbed", backend="flashinfer",
+                          params=PARAMS)
+    sus = find_suspects(rep)
+    mask = [s for s in sus if s.attr == "cuda_graph_custom_mask"]
+    assert mask and mask[0].file == "srt/layers/attention/triton_backend.py"
+    log = (Path(__file__).parent / "data/journal-old-bisect/logs/testbed-b16-graph.log"
+           ).read_text().splitlines()
+    frames = traceback_frames(log)
+    assert [f for _, _, f in frames[:3]] == ["_segment", "write", "write_tree_mask"]
+    others = [s for s in sus if s.attr != "cuda_graph_custom_mask"] or [
+        Suspect("seq_lens", "srt/model_executor/cuda_graph_runner.py", 1, "(max_bs,)", "x",
+                (), 2)]
+    ranked = rank_by_traceback([*others, mask[0]], log)
+    assert ranked[0].attr == "cuda_graph_custom_mask"
+    assert ranked[0].ranked_by.startswith(
+        "the crash's traceback: frame 2 from the innermost (tree_attention.py:47 "
+        "write_tree_mask) is called with it at srt/layers/attention/triton_backend.py:145")
+    assert [s.attr for s in ranked[1:]] == [s.attr for s in others]
+    assert rank_by_traceback(others, ["no traceback here"]) == others

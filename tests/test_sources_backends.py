@@ -45,6 +45,26 @@ def test_old_releases_read_the_model_runner_branch(sglang_venv) -> None:
     assert any(r.file == FI and r.status == "found" for r in rep.rows)
 
 
+def test_the_testbed_model_runner_else_branch_and_its_base_class() -> None:
+    """The testbed chooses in its model runner (`name = ...attention_backend or "triton"`;
+    `if name == "triton": TritonAttnBackend(self) else: TorchNativeAttnBackend(self)`), and
+    TorchNativeAttnBackend subclasses TritonAttnBackend: --backend flashinfer reads both files
+    and finds the mask (expected before the run; it found nothing but the runner's buffers)."""
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1] / "ddtestbed"
+    texts = {str(p.relative_to(root)): p.read_text() for p in (root / "srt").rglob("*.py")}
+    rep = analyse_buffers(texts, package="ddtestbed", backend="flashinfer", params=PARAMS)
+    assert rep.notes[0] == ("--attention-backend flashinfer: TorchNativeAttnBackend "
+                            "(srt/layers/attention/torch_native_backend.py) -> TritonAttnBackend "
+                            "(srt/layers/attention/triton_backend.py)")
+    assert any("model_runner.py: the branch --attention-backend flashinfer takes" in n
+               for n in rep.notes)
+    mask = rep.find("cuda_graph_custom_mask")
+    assert mask and mask[0].file == TRITON
+    tri = analyse_buffers(texts, package="ddtestbed", backend="triton", params=PARAMS)
+    assert "TorchNativeAttnBackend" not in tri.notes[0]
+
+
 def test_a_subclass_in_its_own_file() -> None:
     texts = {
         "srt/layers/attention/attention_registry.py":

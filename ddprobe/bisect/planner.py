@@ -46,7 +46,7 @@ from ddprobe.bisect.ladder import (
     small_max_bs,
 )
 from ddprobe.bisect.served import before_model_load, served_max_bs
-from ddprobe.bisect.static import Suspect
+from ddprobe.bisect.static import Suspect, rank_by_traceback
 from ddprobe.bisect.worstcase import Countdown, bound, worst_case
 from ddprobe.errors import UsageError
 from ddprobe.results import CellResult, Config
@@ -246,7 +246,11 @@ class Planner:
         row_obs = self.obs(self.frontier_cell(self.spec.budgets[i]))
         cfg = replace(self.spec.base, budget=self.spec.budgets[i], graph=True)
         opts = self.spec.options
-        return diagnose(LadderInput(mode, cfg, row_obs.first, self.spec.suspects,
+        # the crash's own traceback ranks the suspects (its innermost frames name the writer)
+        crash = row_obs.first
+        suspects = tuple(rank_by_traceback(self.spec.suspects, crash.log_excerpt)) \
+            if crash is not None else self.spec.suspects
+        return diagnose(LadderInput(mode, cfg, row_obs.first, suspects,
                                     self.spec.small_max_bs, opts.order, opts.oversize_factor,
                                     self.obs, name=name,
                                     escalate_first=self.cheap_on and not crash_mode(mode)))

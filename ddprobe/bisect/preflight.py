@@ -52,8 +52,8 @@ class PlanPreflight:
         if not self.ran and self.assumption:
             return [f"preflight ({self.host}): {self.assumption}"] + [
                 f"  {k}: REFUSED: {v}" for k, v in self.refused.items()]
-        out = [f"preflight ({self.host}, {self.entry or '?'} {self.version or ''}".rstrip()
-               + "):"]
+        what = ", ".join(w for w in (self.host, self.entry, self.version) if w)
+        out = [f"preflight ({what}):"]
         for key, res in self.results.items():
             if key in self.refused:
                 out.append(f"  {key}: REFUSED: {self.refused[key]}")
@@ -106,18 +106,32 @@ def plan_preflight(r: Remote, host: Host, *, budgets: Sequence[int], base: Confi
         pf.results[key] = res
         pf.version = pf.version or res.version
         pf.entry = pf.entry or res.entry
+        if res.status == "not_run":
+            # named before the cell is judged: a cell the static reading refuses rests on
+            # that reading too (its --json `assumption` was empty)
+            pf.assumption = pf.assumption or _not_run_assumption(res.message, rules)
         try:
             checked = apply_result(host, ln, res, rules=rules)
         except RefusedError as e:
             pf.refused[key] = str(e).removeprefix("preflight: ")
             continue
         if res.status == "not_run":
-            pf.assumption = pf.assumption or checked.notes[-1]
             continue
         pf.ran = True
         if ln.config.graph and checked.effective is not None:
             pf.effective[ln.config.budget] = checked.effective
     return pf
+
+
+def _not_run_assumption(message: str, rules: Any) -> str:
+    """What the plan rests on when the host's own argument handling did not run."""
+    if rules is None:
+        return message
+    head = message.split("; assumption:")[0]
+    found = [x.where for x in (rules.topk1, rules.steps_assert) if x is not None]
+    return (f"{head}; the cells are judged by a static reading of the install's argument "
+            f"rules ({', '.join(found) or 'no speculative rewrite found'}); assumption: "
+            f"nothing else in its post-init changes these flags")
 
 
 @dataclass
@@ -187,7 +201,8 @@ def preview(hosts: Sequence[Host], *, opts: RemoteOptions, budgets: Sequence[int
                 st = host_static_evidence(r, h, budgets=budgets, max_bs=max_bs,
                                           backend=backend, factor=factor, context_len=ctx,
                                           topk=same("topk") or h.server.topk,
-                                          num_steps=same("num_steps") or h.server.steps)
+                                          num_steps=same("num_steps") or h.server.steps,
+                                          effective_backend=same("attention_backend"))
                 hp.suspects = [s.to_dict() for s in st.suspects]
                 hp.notes += list(st.notes)
         except RemoteError as e:

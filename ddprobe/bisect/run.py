@@ -246,7 +246,8 @@ def _prepare_group(frame: RunFrame, req: BisectRequest, opened: Opened, g: HostG
                          factor=req.oversize_factor,
                          context_len=req.context_len or _context_len(pf),
                          topk=_same(pf, "topk") or s0.host.server.topk,
-                         num_steps=_same(pf, "num_steps") or s0.host.server.steps)
+                         num_steps=_same(pf, "num_steps") or s0.host.server.steps,
+                         effective_backend=_same(pf, "attention_backend"))
     if st.report is not None:
         runner.reports[g.key] = st.report
     for n in st.notes:
@@ -310,7 +311,7 @@ def _context_len(pf: PlanPreflight) -> int | None:
     return _same(pf, "context_length")
 
 
-def _same(pf: PlanPreflight, name: str) -> int | None:
+def _same(pf: PlanPreflight, name: str) -> Any:
     """A value the server runs with at every budget of the plan, or None."""
     values = {getattr(e, name) for e in pf.effective.values()} - {None}
     return values.pop() if len(values) == 1 else None

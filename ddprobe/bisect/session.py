@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ddprobe import interrupt
 from ddprobe.bisect.groups import HostGroup, group_hosts, why_apart
-from ddprobe.bisect.static import Suspect, find_suspects
+from ddprobe.bisect.static import Suspect, evidence_backend, find_suspects
 from ddprobe.errors import DdprobeError, PatchError, RemoteError
 from ddprobe.facts import Facts, gather_facts
 from ddprobe.inventory import Host
@@ -226,28 +226,33 @@ class StaticEvidence:
 def static_evidence(s: HostSession, *, budgets: Sequence[int], max_bs: int | None,
                     backend: str | None, factor: int = 4,
                     context_len: int | None = None, topk: int | None = None,
-                    num_steps: int | None = None) -> StaticEvidence:
+                    num_steps: int | None = None, effective_backend: str | None = None
+                    ) -> StaticEvidence:
     """grep-buffers at the run's budgets, max bs and context length; the suspects an oversize
     patch can enlarge."""
     return host_static_evidence(s.r, s.host, budgets=budgets, max_bs=max_bs, backend=backend,
                                 factor=factor, context_len=context_len, topk=topk,
-                                num_steps=num_steps)
+                                num_steps=num_steps, effective_backend=effective_backend)
 
 
 def host_static_evidence(r: Remote, host: Host, *, budgets: Sequence[int], max_bs: int | None,
                          backend: str | None, factor: int = 4, context_len: int | None = None,
-                         topk: int | None = None, num_steps: int | None = None
-                         ) -> StaticEvidence:
-    """`static_evidence` on a plain connection (no session: `bisect --plan`)."""
+                         topk: int | None = None, num_steps: int | None = None,
+                         effective_backend: str | None = None) -> StaticEvidence:
+    """`static_evidence` on a plain connection (no session: `bisect --plan`). The buffers are
+    those of the backend the cells run (static.evidence_backend), named in the first note."""
     params = SizingParams(max_bs=max_bs, budgets=tuple(budgets), context_len=context_len,
                           topk=topk, num_steps=num_steps)
+    read, why = evidence_backend(backend, effective_backend, host.server.args,
+                                 host.server.backend)
     try:
-        rep = grep_buffers(r, host, backend=backend or "all", params=params)
+        rep = grep_buffers(r, host, backend=read, params=params)
     except RemoteError:
         raise
     except DdprobeError as e:
         return StaticEvidence(None, (), (f"grep-buffers failed on {host.name}: {e}",))
-    notes: list[str] = []
+    notes: list[str] = [f"static evidence from the buffers of backend {read} ({why})"]
+    notes += [n for n in rep.notes if n.startswith("--attention-backend ")]
     ok: list[Suspect] = []
     for sus in find_suspects(rep):
         try:

@@ -8,8 +8,9 @@ buffers whose size ignores the draft tokens are the (weaker) fallback suspects.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ddprobe.sources.buffers import FLAG_FIXED, FLAG_NONE, FLAG_SHORT, BufferReport, BufferRow
@@ -30,6 +31,8 @@ class Suspect:
     growing_uses: tuple[str, ...] = ()
     sizes: tuple[dict[str, Any], ...] = ()  # per budget: budget, draft_tokens, bytes, short_by
     resolved: str | None = None
+    uses: tuple[str, ...] = ()  # every access grep-buffers found: "file:line func: statement"
+    ranked_by: str = ""  # why it is where it is in the order (the crash's traceback)
 
     @property
     def where(self) -> str:
@@ -43,7 +46,7 @@ class Suspect:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Suspect:
         d = {k: v for k, v in d.items() if k != "where"}
-        for k in ("flags", "depends_on", "growing_uses"):
+        for k in ("flags", "depends_on", "growing_uses", "uses"):
             d[k] = tuple(d.get(k) or ())
         d["sizes"] = tuple(d.get("sizes") or ())
         return cls(**d)
@@ -58,7 +61,8 @@ def _sizes(r: BufferRow) -> tuple[dict[str, Any], ...]:
 def _suspect(r: BufferRow, tier: int) -> Suspect:
     return Suspect(attr=r.attr, file=r.file, line=r.line, shape=r.shape, scope=r.scope,
                    flags=r.flags, tier=tier, depends_on=r.depends_on,
-                   growing_uses=r.growing_uses, sizes=_sizes(r), resolved=r.resolved)
+                   growing_uses=r.growing_uses, sizes=_sizes(r), resolved=r.resolved,
+                   uses=r.uses)
 
 
 def _rank(r: BufferRow) -> tuple[int, int, str]:
@@ -85,6 +89,87 @@ def find_suspects(report: BufferReport | Sequence[BufferRow]) -> list[Suspect]:
         seen.add(r.attr)
         out.append(_suspect(r, tier))
     return out
+
+
+_FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[A-Za-z_]\w*)')
+
+
+def traceback_frames(lines: Sequence[str]) -> list[tuple[str, int, str]]:
+    """(file, line, function) of the last traceback in a log excerpt, innermost first."""
+    frames: list[tuple[str, int, str]] = []
+    for ln in lines:
+        if "Traceback (most recent call last)" in ln:
+            frames = []
+        m = _FRAME.search(ln)
+        if m:
+            frames.append((m["file"], int(m["line"]), m["func"]))
+    return frames[::-1]
+
+
+def rank_by_traceback(suspects: Sequence[Suspect], log_lines: Sequence[str]
+                      ) -> list[Suspect]:
+    """The suspects with those the crash's traceback names first: the frame nearest the
+    innermost that is a use of the buffer (a call `f(..., self.attr, ...)` where the frame is
+    in `f`, or the frame is the function holding the use) ranks its buffer. The order is
+    otherwise kept; a ranked suspect says which frame ranked it (`ranked_by`)."""
+    frames = traceback_frames(log_lines)
+    if not frames or not suspects:
+        return list(suspects)
+    scored: list[tuple[int, int, Suspect]] = []
+    for i, s in enumerate(suspects):
+        hit = _frame_hit(s, frames)
+        if hit is None:
+            scored.append((len(frames), i, s))
+            continue
+        depth, why = hit
+        scored.append((depth, i, replace(s, ranked_by=why)))
+    return [s for _, _, s in sorted(scored, key=lambda t: (t[0], t[1]))]
+
+
+def _frame_hit(s: Suspect, frames: Sequence[tuple[str, int, str]]) -> tuple[int, str] | None:
+    for depth, (file, line, func) in enumerate(frames):
+        where = f"{file.rsplit('/', 1)[-1]}:{line} {func}"
+        for use in (*s.uses, *s.growing_uses):
+            head, _, stmt = use.partition(": ")
+            loc, _, use_func = head.partition(" ")
+            if re.search(rf"\b{re.escape(func)}\(", stmt) and s.attr.split(".")[0] in stmt:
+                return depth, (f"the crash's traceback: frame {depth} from the innermost "
+                               f"({where}) is called with it at {loc}")
+            if use_func == func and file.endswith(loc.rsplit(":", 1)[0]):
+                return depth, (f"the crash's traceback: frame {depth} from the innermost "
+                               f"({where}) uses it at {loc}")
+    return None
+
+
+def evidence_backend(requested: str | None, effective: str | None, server_args: Sequence[str],
+                     configured: str | None) -> tuple[str, str]:
+    """(the backend whose buffers are the static evidence, why): the one the cells run. An
+    explicit --backend; else the backend the preflight says the server resolves for these
+    launches; else the host's --attention-backend in server.args, or its server.backend; only
+    with none of these every backend's files ("all"), said so."""
+    if requested:
+        return requested, f"--backend {requested}"
+    if effective:
+        return effective, f"the preflight: the server runs --attention-backend {effective}"
+    given = _arg_value(server_args, "--attention-backend")
+    if given:
+        return given, f"the host's server.args: --attention-backend {given} (assumed: the " \
+                      f"preflight did not say)"
+    if configured:
+        return configured, f"the host's server.backend: {configured} (assumed: the preflight " \
+                           f"did not say)"
+    return "all", ("no backend given or configured and the preflight did not say which the "
+                   "server runs: the buffers of triton, flashinfer and fa3 are all read; give "
+                   "--backend or server.backend to read only the one the cells run")
+
+
+def _arg_value(argv: Sequence[str], flag: str) -> str | None:
+    for i, w in enumerate(argv):
+        if w == flag and i + 1 < len(argv):
+            return argv[i + 1]
+        if w.startswith(flag + "="):
+            return w.split("=", 1)[1]
+    return None
 
 
 def size_line(s: Suspect, budgets: Sequence[int] | None = None) -> str:

@@ -17,7 +17,7 @@ from ddprobe.bisect.cells import BAD, FLAKY, GOOD, REFUSED, SKIP, Obs, PlannedCe
 from ddprobe.bisect.ladder import Decision, LadderState
 from ddprobe.bisect.planner import ModePlan, Planner
 from ddprobe.bisect.served import served_max_bs
-from ddprobe.bisect.static import Suspect, size_line
+from ddprobe.bisect.static import Suspect, rank_by_traceback, size_line
 from ddprobe.exitcodes import ExitCode
 from ddprobe.probes import differential
 from ddprobe.results import Confidence, Evidence, EvidenceKind, Verdict, VerdictKind
@@ -110,7 +110,8 @@ def _suspect_details(s: Suspect, budgets: Sequence[int]) -> dict[str, Any]:
 
 
 def _static_evidence(p: Planner, lad: LadderState, budgets: Sequence[int]) -> Evidence | None:
-    sus = p.spec.suspects
+    crash = p.obs(p.frontier_cell(lad.config.budget)).first
+    sus = rank_by_traceback(p.spec.suspects, crash.log_excerpt if crash else ())
     if not sus:
         return _ev("static", "grep-buffers found no captured buffer to suspect (no oversize "
                    "experiment possible)")
@@ -131,7 +132,8 @@ def _static_evidence(p: Planner, lad: LadderState, budgets: Sequence[int]) -> Ev
             sizes = f"size = {s.resolved}"
         else:
             sizes = f"sizes {sizes}"
-        parts.append(f"{s.attr} ({s.where}, `{s.shape}`){why}; {sizes}")
+        ranked = f"; ranked first by {s.ranked_by}" if s.ranked_by else ""
+        parts.append(f"{s.attr} ({s.where}, `{s.shape}`){why}; {sizes}{ranked}")
     more = f" (+{len(shown) - 4} more)" if len(shown) > 4 else ""
     return _ev("static", "grep-buffers: " + "; ".join(parts) + more,
                buffers=[_suspect_details(s, budgets) for s in shown])

@@ -6,8 +6,9 @@ Real backends subclass one another (`TRTLLMHAAttnBackend(FlashInferAttnBackend)`
 class's file). The classes a name creates are read from
   0.5.x  srt/layers/attention/attention_registry.py: `@register_attention_backend("NAME")`
          functions and the classes they return (every branch)
-  0.4.x  srt/model_executor/model_runner.py: the `attention_backend == "NAME"` branch of
-         `init_attention_backend` and the `...Backend(...)` classes it builds
+  0.4.x  srt/model_executor/model_runner.py: the branch of the if/elif/else chain on the
+         backend's name (or a local holding it) that NAME takes, a final `else` included,
+         and the `...Backend(...)` classes it builds (the testbed chooses there too)
 and each class's bases are followed through srt/layers/attention/*.py. The draft backends
 (`...MultiStepDraftBackend`) defined next to those classes come along with their files.
 
@@ -80,8 +81,8 @@ def creates(texts: Mapping[str, str], backend: str) -> tuple[list[str], list[str
     if MODEL_RUNNER in texts:
         found = _from_model_runner(texts[MODEL_RUNNER], backend)
         if found:
-            return found, [f"{MODEL_RUNNER}: attention_backend == {backend!r} creates "
-                           f"{', '.join(found)}"]
+            return found, [f"{MODEL_RUNNER}: the branch --attention-backend {backend} "
+                           f"takes creates {', '.join(found)}"]
     return [], [f"this install does not say which classes --attention-backend {backend} "
                 f"creates (no {REGISTRY} entry, no branch in {MODEL_RUNNER})"]
 
@@ -135,16 +136,84 @@ def _from_registry(text: str, backend: str) -> list[str] | None:
 
 
 def _from_model_runner(text: str, backend: str) -> list[str]:
+    """The classes the model runner builds for `backend`: its `if/elif/else` chain on the
+    backend name (or on a local holding it: `name = self.server_args.attention_backend or
+    "triton"`), followed to the branch the name takes, the final `else` included (the
+    testbed's `else: TorchNativeAttnBackend(self)`)."""
     try:
         tree = ast.parse(text)
     except SyntaxError:
         return []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.If):
+    for fn in ast.walk(tree):
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
             continue
-        test = node.test
-        if isinstance(test, ast.Compare) and "backend" in ast.unparse(test.left) \
-                and any(isinstance(c, ast.Constant) and c.value == backend
-                        for c in test.comparators):
-            return _backend_calls(node.body)
+        names = _backend_names(fn)
+        inner: set[int] = set()
+        for node in ast.walk(fn):
+            if not isinstance(node, ast.If) or id(node) in inner:
+                continue
+            if _matches(node.test, names, backend) is None:
+                continue
+            inner.update(id(n) for n in ast.walk(node) if n is not node)
+            found = _branch(node, names, backend)
+            if found:
+                return found
+    return []
+
+
+def _backend_names(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    """Locals and parameters that hold the backend's name in this function."""
+    out = {a.arg for a in fn.args.args if "backend" in a.arg}
+    for n in ast.walk(fn):
+        if isinstance(n, ast.Assign) and "attention_backend" in ast.unparse(n.value):
+            out.update(t.id for t in n.targets if isinstance(t, ast.Name))
+    return out
+
+
+def _matches(test: ast.expr, names: set[str], backend: str) -> bool | None:
+    """Whether `backend` takes this branch; None when the test is not about the name."""
+    if isinstance(test, ast.BoolOp):
+        got = [_matches(v, names, backend) for v in test.values]
+        known = [g for g in got if g is not None]
+        if not known:
+            return None
+        return any(known) if isinstance(test.op, ast.Or) else all(known)
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1):
+        return None
+    left = test.left
+    if not ((isinstance(left, ast.Name) and left.id in names) or "backend" in ast.unparse(left)):
+        return None
+    vals = _constants(test.comparators[0])
+    if vals is None:
+        return None
+    op = test.ops[0]
+    if isinstance(op, (ast.Eq, ast.In)):
+        return backend in vals
+    if isinstance(op, (ast.NotEq, ast.NotIn)):
+        return backend not in vals
+    return None
+
+
+def _constants(node: ast.expr) -> list[str] | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)) and all(
+            isinstance(e, ast.Constant) and isinstance(e.value, str) for e in node.elts):
+        return [str(e.value) for e in node.elts if isinstance(e, ast.Constant)]
+    return None
+
+
+def _branch(node: ast.If, names: set[str], backend: str) -> list[str]:
+    """Follow an if/elif/else chain to the branch `backend` takes."""
+    cur: ast.If | None = node
+    while cur is not None:
+        m = _matches(cur.test, names, backend)
+        if m:
+            return _backend_calls(cur.body)
+        orelse = cur.orelse
+        if len(orelse) == 1 and isinstance(orelse[0], ast.If) and \
+                _matches(orelse[0].test, names, backend) is not None:
+            cur = orelse[0]
+            continue
+        return _backend_calls(orelse) if (m is False and orelse) else []
     return []

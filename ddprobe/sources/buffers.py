@@ -115,6 +115,7 @@ class BufferRow:
     none_sites: tuple[str, ...] = ()  # "file:line Class.func"
     growing_uses: tuple[str, ...] = ()  # "file:line func: statement"
     demand: str | None = None
+    uses: tuple[str, ...] = ()  # every access found (growing or not), "file:line func: stmt"
     flags: tuple[str, ...] = ()
     sizes: tuple[SizeAt, ...] = ()
     message: str | None = None
@@ -322,6 +323,7 @@ def _row(scan: ModuleScan, resolver: Resolver, a: Alloc, phase: str,
         resolved=resolved, depends_on=depends, free=free, notes=notes,
         none_sites=tuple(f"{n.file}:{n.line} {n.scope}" for n in nones),
         growing_uses=tuple(f"{u.file}:{u.line} {u.func}: {u.text}" for u in growing),
+        uses=tuple(f"{u.file}:{u.line} {u.func}: {u.text}" for u in uses),
         demand=demand_txt, flags=flags, sizes=sizes, shape_span=a.shape_span, via=via)
 
 
