@@ -16,7 +16,8 @@ from typing import Any
 EXAMPLES: dict[str, tuple[str, ...]] = {
     "": ("ddprobe bisect --host testbed --budgets 8,16,32,64",
          "ddprobe -i inventory.ini --limit 'b300*' hosts --check"),
-    "hosts": ("ddprobe hosts --check --host 'all:!rtxpro'",),
+    "hosts": ("ddprobe hosts --check --host 'all:!rtxpro'",
+              "ddprobe hosts --example gpu > hosts.yaml"),
     "facts": ("ddprobe facts --host b300 --json",),
     "grep": ("ddprobe grep 'cuda_graph_custom_mask' --host b300 --path srt/layers/attention",),
     "grep-buffers": ("ddprobe grep-buffers --host b300 --backend triton --max-bs 64 "

@@ -37,9 +37,18 @@ def register(app: typer.Typer) -> None:
         check: bool = typer.Option(False, "--check", help="Connect to each host, in parallel."),
         host: Optional[str] = typer.Option(None, "--host", "-H", help="Only these hosts/groups."),
         deadline: float = typer.Option(30.0, "--deadline", help="Per-host deadline (s)."),
+        example: Optional[str] = typer.Option(
+            None, "--example", metavar="gpu|testbed",
+            help="Print a documented hosts.yaml and exit: gpu (every key, GPU hosts) or "
+                 "testbed (the testbed on an SSH host)."),
         as_json: bool = common.JsonOpt,
     ) -> None:
         """List the inventory; with --check, reachability and round-trip time per host."""
+        if example is not None:
+            from ddprobe.inventory.examples import example_text
+            common.env().out.file.write(example_text(example))
+            common.env().out.file.flush()
+            return
         inv = common.env().inventory
         hs = common.hosts(host) if host else common.env().listed_hosts()  # within --limit
         rows: list[dict[str, Any]] = [{"name": h.name, "target": h.target, "transport": h.transport,
