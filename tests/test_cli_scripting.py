@@ -107,3 +107,37 @@ def test_head_1_of_a_report_is_the_first_line_and_not_a_failure(tmp_path: Path) 
     assert res.stdout == "bisect journal-old-bisect\n"
     # all of it fit the pipe before head exited (0), or the rest met a closed pipe (141)
     assert res.stderr.strip().splitlines()[-1] in ("rc=0", "rc=141"), res.stderr
+
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _readme_row(code: str) -> str:
+    section = README.read_text(encoding="utf-8").split("### Exit codes", 1)[1]
+    return next(ln for ln in section.splitlines() if ln.startswith(f"| {code} |"))
+
+
+@pytest.mark.ssh
+def test_cell_outcome_exit_codes_are_the_readme_table(sshd: object, tmp_path: Path, runs: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from bisect_util import TASKS, Site, write_inventory
+    site = Site(sshd, tmp_path)  # the seed: b16 crashes (the mask), b32 is garbage
+    inv = write_inventory(tmp_path, site)
+    g = ["-i", str(inv), "--ssh-config", str(sshd.ssh_config)]  # type: ignore[attr-defined]
+    row = _readme_row("8 / 9 / 10 / 11")
+    for cmd in ("`run`", "`smoke`", "`classify`", "`server start`"):
+        assert cmd in row, row
+    assert main([*g, "run", "--host", "gpu", "--budget", "16", "--tasks", TASKS, "--json"]) \
+        == int(ExitCode.CRASH) == 8
+    cell = json.loads(capsys.readouterr().out)
+    assert cell["outcome"] == "crash"
+    log = Path(cell["log_path"])
+    assert main(["classify", str(log)]) == 8, capsys.readouterr().out
+    capsys.readouterr()
+    # b64 fails in cuBLAS at graph capture: the start itself crashes
+    assert main([*g, "server", "start", "--host", "gpu", "--budget", "64"]) == 8
+    capsys.readouterr()
+    assert main([*g, "run", "--host", "gpu", "--budget", "32", "--tasks", TASKS]) == \
+        int(ExitCode.GARBAGE) == 9
+    assert main([*g, "server", "stop", "--host", "gpu"]) == 0
+    capsys.readouterr()
