@@ -67,3 +67,21 @@ def test_sweep_on_a_terminal_shows_the_bar_and_its_own_label(sshd: object, tmp_p
     assert "Sweep: 2 restarts left" in screen and "Sweep: 1 restart left" in screen
     assert "Bisecting" not in screen and "configs" not in screen
     assert re.search(r"1/2 restarts, ~\d+s left at most", screen), screen[-3000:]
+
+
+def test_an_html_report_to_a_terminal_is_written_to_a_file(tmp_path: Path) -> None:
+    import shutil
+    run = Path(__file__).parent / "data" / "journal-old-bisect"
+    shutil.copytree(run, tmp_path / run.name)
+    (tmp_path / run.name / "report.html").unlink()
+    code, screen = on_pty([DDPROBE, "report", run.name, "--format", "html"],
+                          {"DDPROBE_RUNS": str(tmp_path)})
+    assert code == 0, screen
+    written = tmp_path / run.name / "report.html"
+    assert "<html" not in screen.lower() and str(written) in screen.replace("\n", ""), screen
+    assert written.read_text().lstrip().lower().startswith("<!doctype html")
+    # to a pipe it is the document itself, as before
+    res = subprocess.run([DDPROBE, "report", run.name, "--format", "html"], capture_output=True,
+                         text=True, env={**os.environ, "DDPROBE_RUNS": str(tmp_path)},
+                         timeout=120)
+    assert res.returncode == 0 and res.stdout.lstrip().lower().startswith("<!doctype html")

@@ -62,6 +62,9 @@ def register(app: typer.Typer) -> None:
             text = buf.getvalue()
         else:
             text = render(rec, fmt.value)
+        if output is None and fmt is Format.html and sys.stdout.isatty():
+            # 55 KB of HTML is no use on a terminal: the run's own report.html, and its path
+            output = rec.dir / "report.html"
         if output is None:
             _stdout(text)
             return
