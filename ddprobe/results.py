@@ -9,7 +9,7 @@ import hashlib
 import os
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, Literal, TypedDict, get_args
 
 from ddprobe.effective import EffectiveConfig
 
@@ -33,6 +33,11 @@ VerdictReason = Literal["", "preload", "preload-graph", "eager-differs", "graph-
 EvidenceKind = Literal["frontier", "eager", "control", "oversize", "max_bs", "sanitize",
                        "memcheck", "latent", "patch", "differential", "signature", "static",
                        "assumed", "repeat", "refused", "skip", "note"]
+# what a verdict advises (Advice.kind): one sentence each, rendered by ddprobe.bisect.advice
+AdviceKind = Literal["works", "works_assumed", "kernel", "graph_capture", "workspace", "buffer",
+                     "inconclusive", "unstarted", "flaky", "config_error", "assumed",
+                     "infrastructure", "latent", "latent_foreign", "diverged",
+                     "nondeterministic", "fixed"]
 
 class UnknownValue(ValueError):
     """A value read from outside (a journal, a flag) that its vocabulary does not hold. The
@@ -290,6 +295,70 @@ def _outcome(value: object) -> Outcome:
         raise UnknownValue("cell.outcome", value, tuple(o.value for o in Outcome)) from None
 
 
+class EvidenceDetails(TypedDict, total=False):
+    """What a piece of evidence carries besides its line (Evidence.details): every key a
+    verdict writes, typed (None where a caller has nothing: such keys are not written).
+    Journals of other versions may hold keys not listed here."""
+
+    line: str | None  # the log line of the signature
+    log: list[str] | None  # the log's last lines
+    log_path: str | None
+    phase: str | None
+    buffers: list[Any] | None  # grep-buffers rows (static), or the enlarged names (oversize)
+    patches: list[Any] | None  # the temporary patches an oversize cell applied
+    differential: dict[str, Any] | None  # Differential.to_dict()
+    findings: Any  # the sanitizer report of a memcheck cell
+    latent: str | None  # a latent judgement's status (LatentStatus) or "off"
+    why: str | None  # why the latent check could not run
+    budget: int | None
+    capacity: dict[str, Any] | None  # what the oversize factors proved about a capacity
+    repeats: list[Any] | None  # the graph/eager comparisons of repeated cells
+
+
+@dataclass
+class NextCommand:
+    """The command a verdict says to run next, as argv (rendered by ddprobe.bisect.advice)."""
+
+    argv: list[str]
+    then: list[str] = field(default_factory=list)  # a second command, after the first
+    note: str = ""  # a shell comment after it
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> NextCommand | None:
+        if not d:
+            return None
+        return cls([str(x) for x in d.get("argv") or []], [str(x) for x in d.get("then") or []],
+                   str(d.get("note") or ""))
+
+
+@dataclass
+class Advice:
+    """What a verdict advises, as data; `ddprobe.bisect.advice.render` writes its sentence."""
+
+    kind: AdviceKind
+    at: int | None = None  # the budget the diagnosis ran at
+    keep: int | None = None  # keep budgets <= this with CUDA graphs (None: none passed)
+    unsafe: int | None = None  # the keep budget the latent check lowered (writes out of bounds)
+    first_bad: int | None = None  # works: the first failing budget
+    max_bs: int | None = None  # workspace: the --cuda-graph-max-bs that avoids the failure
+    buffers: list[str] = field(default_factory=list)  # the buffers to size
+    where: list[str] = field(default_factory=list)  # where each is allocated
+    budgets: list[int] = field(default_factory=list)  # the budgets the sentence names
+    decide: str = ""  # inconclusive: what would decide it
+    patch: str = ""  # fixed: the --confirm-patch that fixes it (kept applied)
+    host: str = ""  # where a sentence names the host
+    command: NextCommand | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any] | None) -> Advice | None:
+        if not d:
+            return None
+        d = {k: v for k, v in d.items() if k in cls.__dataclass_fields__}
+        d["kind"] = known(AdviceKind, d.get("kind"), "verdict.advice.kind")
+        d["command"] = NextCommand.from_dict(d.get("command"))
+        return cls(**d)
+
+
 @dataclass
 class Evidence:
     """One piece of evidence behind a verdict."""
@@ -297,7 +366,7 @@ class Evidence:
     kind: EvidenceKind
     summary: str  # one line a reviewer reads
     cells: list[str] = field(default_factory=list)  # config keys of the cells it rests on
-    details: dict[str, Any] = field(default_factory=dict)  # e.g. buffer file:line and sizes
+    details: EvidenceDetails = field(default_factory=lambda: EvidenceDetails())
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -328,6 +397,7 @@ class Verdict:
     tested: bool = True  # False: the budgets were not restarted (assumed from neighbours)
     latent: bool = False  # found by the latent check: the cells pass, memcheck does not
     cheap_cells: list[str] = field(default_factory=list)  # its cells that ran cheap
+    advice: Advice | None = None  # next_step and next_command as data (None: an old journal)
 
     @property
     def label(self) -> str:
@@ -340,6 +410,8 @@ class Verdict:
         d["label"] = self.label
         if not self.cheap_cells:
             del d["cheap_cells"]  # written only when some ran cheap (older readers: absent)
+        if self.advice is None:
+            del d["advice"]  # as journals without it were written
         return d
 
     @classmethod
@@ -349,4 +421,5 @@ class Verdict:
         d["confidence"] = known(Confidence, d.get("confidence"), "verdict.confidence")
         d["reason"] = known(VerdictReason, d.get("reason", ""), "verdict.reason")
         d["evidence"] = [Evidence.from_dict(e) for e in d.get("evidence") or []]
+        d["advice"] = Advice.from_dict(d.get("advice"))
         return cls(**d)

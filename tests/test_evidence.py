@@ -71,8 +71,9 @@ def test_max_bs_experiment_uses_the_captured_bs_not_the_inventory() -> None:
     assert "b64-graph-bs16" not in keys(rounds)
     v = next(v for v in build_verdicts(p) if v.kind != "ok")
     assert v.kind == "buffer_sizing" and v.decided_by == "max-bs experiment"
-    assert "--cuda-graph-max-bs 4" in v.next_step
-    assert "--max-bs 4" in v.next_command
+    assert v.advice is not None and v.advice.kind == "workspace" and v.advice.max_bs == 4
+    assert v.advice.command is not None and v.advice.command.argv[-2:] == ["--max-bs", "4"]
+    assert "--cuda-graph-max-bs 4" in v.next_step and "--max-bs 4" in v.next_command
 
 
 def test_max_bs_experiment_that_ran_the_failing_max_bs_is_no_evidence() -> None:

@@ -115,7 +115,11 @@ def test_h200_seed_memchecks_b8_then_b16_and_b16_is_latent_buffer_sizing() -> No
     mem = [e for e in lat.evidence if e.kind == "memcheck"]
     assert mem and mem[0].cells == ["b16-graph-bs64+sanitize"]
     assert mem[0].details["findings"]["error_count"] == 474
-    # advice no longer points at the latent budget
+    # advice no longer points at the latent budget: the number is lowered, not the sentence
+    assert ok.advice is not None and (ok.advice.keep, ok.advice.unsafe) == (8, 16)
+    adv32 = got[(32,)].advice
+    assert adv32 is not None and (adv32.kind, adv32.keep, adv32.unsafe) == \
+        ("graph_capture", 8, 16)
     assert ok.next_step.startswith("budgets up to 8 (b16 passes but writes out of bounds)")
     assert "keep budget <= 8 (b16 passes but writes out of bounds)" in got[(32,)].next_step
     assert got[(32,)].kind == "graph_capture" and got[(64,)].kind == "buffer_sizing"

@@ -23,18 +23,30 @@ measured); a clean report -> "memcheck clean" on the `ok`; a cell that could not
 """
 from __future__ import annotations
 
-import re
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
+from ddprobe.bisect import advice
 from ddprobe.bisect.cells import BAD, GOOD, Obs, PlannedCell
 from ddprobe.bisect.frontier import Row
 from ddprobe.bisect.ladder import MEMORY_KINDS
 from ddprobe.bisect.static import Suspect
-from ddprobe.results import CellResult, Config, Evidence, EvidenceKind, Outcome, Verdict
+from ddprobe.results import (
+    Advice,
+    CellResult,
+    Config,
+    Evidence,
+    EvidenceDetails,
+    EvidenceKind,
+    Outcome,
+    Verdict,
+)
 from ddprobe.sources.buffers import FLAG_FIXED, FLAG_SHORT
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 LATENT_MODE: Final = "latent"  # the `mode` of latent-check cells (their purpose is sanitize)
 
@@ -245,9 +257,10 @@ def judgements(row: Row, base: Config, suspects: Sequence[Suspect],
 
 
 def _ev(kind: EvidenceKind, summary: str, cells: Sequence[PlannedCell] = (),
-        **details: Any) -> Evidence:
+        **details: Unpack[EvidenceDetails]) -> Evidence:
     return Evidence(kind=kind, summary=summary, cells=[c.base_key for c in cells],
-                    details={k: v for k, v in details.items() if v not in (None, [], {}, "")})
+                    details=cast(EvidenceDetails, {k: v for k, v in details.items()
+                                                  if v not in (None, [], {}, "")}))
 
 
 def apply(verdicts: list[Verdict], row: Row, base: Config, suspects: Sequence[Suspect],
@@ -270,7 +283,8 @@ def apply(verdicts: list[Verdict], row: Row, base: Config, suspects: Sequence[Su
         _fold_into_ok(verdicts, ok, row, t, js, removed)
     out = [v for v in verdicts if not (v.kind == "ok" and not v.budgets)]
     if removed:
-        _safer_next_steps(out, sorted(removed), ok.budgets if ok is not None else [])
+        clean = ok.budgets if ok is not None else []
+        advice.lower_keep(out, removed, max(clean) if clean else None)
     at = 1 if out and out[0].kind == "ok" else 0  # latent verdicts come right after the ok
     return out[:at] + _found(js, inferred, row, t, suspects, obs, host) + out[at:]
 
@@ -349,10 +363,8 @@ def _dirty_verdict(dirty: Sequence[Judgement], inferred: Sequence[int], row: Row
         kind="buffer_sizing", budgets=budgets, signature="sanitizer_oob",
         outcome="ok", confidence="high", decided_by="memcheck (latent check)",
         evidence=ev, buffer=buf, host=host, latent=True,
-        next_step=f"size {buf.get('attr')} ({buf.get('where', '?')}) from the configured "
-                  "draft tokens; these budgets pass only because the overrun lands in "
-                  "mapped memory: do not deploy them with CUDA graphs until memcheck is "
-                  f"clean (`ddprobe bisect ... --sanitize --confirm-patch PATCH`)")
+        advice=Advice("latent", buffers=[str(buf.get("attr"))],
+                      where=[str(buf.get("where", "?"))]))
 
 
 def _foreign_verdict(j: Judgement, obs: Callable[[PlannedCell], Obs],
@@ -362,28 +374,7 @@ def _foreign_verdict(j: Judgement, obs: Callable[[PlannedCell], Obs],
         kind="inconclusive", budgets=[j.budget], signature="sanitizer_oob", outcome="ok",
         confidence="low", decided_by="memcheck (latent check)", host=host, latent=True,
         evidence=[_ev("memcheck", j.text, [j.cell], findings=_findings(j, obs))],
-        next_step="a memory error in a passing config, not attributed to a flagged "
-                  "buffer: read the sanitize cell's log (the kernel and allocation it "
-                  "names), and do not deploy this budget with CUDA graphs meanwhile")
-
-
-_KEEP = re.compile(r"(budgets up to|budget <=) (\d+)")
-
-
-def _safer_next_steps(verdicts: list[Verdict], latent_budgets: list[int],
-                      clean: list[int]) -> None:
-    """Next steps that advise a budget found latent advise the largest one still ok."""
-    safe = max(clean) if clean else None
-
-    def fix(m: re.Match[str]) -> str:
-        b = int(m.group(2))
-        if b not in latent_budgets:
-            return m.group(0)
-        if safe is None:
-            return f"{m.group(1)} {b} (b{b} passes but writes out of bounds: none is safe)"
-        return f"{m.group(1)} {safe} (b{b} passes but writes out of bounds)"
-    for v in verdicts:
-        v.next_step = _KEEP.sub(fix, v.next_step)
+        advice=Advice("latent_foreign"))
 
 
 def _findings(j: Judgement, obs: Callable[[PlannedCell], Obs]) -> Any:

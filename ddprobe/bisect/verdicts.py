@@ -7,12 +7,11 @@ buffer with file:line and evaluated sizes, and the next step.
 """
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
-from ddprobe.bisect import latent
+from ddprobe.bisect import advice, latent
 from ddprobe.bisect.cells import BAD, FLAKY, GOOD, REFUSED, SKIP, Obs, PlannedCell, Status, describe
 from ddprobe.bisect.ladder import Decision, LadderState
 from ddprobe.bisect.planner import ModePlan, Planner
@@ -20,7 +19,19 @@ from ddprobe.bisect.served import served_max_bs
 from ddprobe.bisect.static import Suspect, rank_by_traceback, size_line
 from ddprobe.exitcodes import ExitCode
 from ddprobe.probes import differential
-from ddprobe.results import Confidence, Evidence, EvidenceKind, Verdict, VerdictKind
+from ddprobe.results import (
+    Advice,
+    Confidence,
+    Evidence,
+    EvidenceDetails,
+    EvidenceKind,
+    NextCommand,
+    Verdict,
+    VerdictKind,
+)
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 FAILURE_KINDS: Final[tuple[VerdictKind, ...]] = ("buffer_sizing", "graph_capture", "kernel")
 # what a run found, as `git bisect run` sees a version (BisectReport.status)
@@ -29,10 +40,11 @@ ExitProtocol = Literal["bisect"]  # --exit-protocol: the exit codes `git bisect 
 
 
 def _ev(kind: EvidenceKind, summary: str, cells: Sequence[PlannedCell | str] = (),
-        **details: Any) -> Evidence:
+        **details: Unpack[EvidenceDetails]) -> Evidence:
     keys = [c if isinstance(c, str) else c.base_key for c in cells]
     return Evidence(kind=kind, summary=summary, cells=keys,
-                    details={k: v for k, v in details.items() if v not in (None, [], {}, "")})
+                    details=cast(EvidenceDetails, {k: v for k, v in details.items()
+                                                  if v not in (None, [], {}, "")}))
 
 
 def _frontier_evidence(p: Planner, idx: list[int]) -> list[Evidence]:
@@ -208,51 +220,24 @@ def _verb(o: Obs, mode: str, good: str, bad: str, known: dict[str, int]) -> str:
     return o.status
 
 
-_NEXT: Final = {
-    "kernel": "the kernel or algorithm is wrong at b{b} without CUDA graphs: try another "
-              "--attention-backend at b{b}, keep budget <= {good} meanwhile, and report it "
-              "upstream with the signature",
-    "graph_capture": "b{b} works without CUDA graphs (--disable-cuda-graph) but enlarging the "
-                     "suspect buffers does not help: a graph capture/replay bug (stale buffers, "
-                     "capture-time state); keep budget <= {good} with graphs, try a newer "
-                     "release, report it upstream",
-    "workspace": "--cuda-graph-max-bs {small} at b{b} avoids this failure (other failure "
-                 "modes may remain there), or enlarge the fixed workspace the failing call "
-                 "uses; keep budget <= {good} at the current max bs",
-    "buffer": "size {attr} ({where}) from the configured draft tokens, not a default; verify a "
-              "fix with `ddprobe bisect ... --confirm-patch PATCH`; keep budget <= {good} "
-              "with graphs meanwhile",
-    "inconclusive": "the experiments could not tell the cause apart: {decide}",
-}
-
-
-_NO_GOOD: Final = re.compile(r"keep budget <= \(none passed\)(?: with graphs| at the current "
-                             r"max bs)?(?: meanwhile)?")
-
-
-def _cmd(host: str | None, *args: str) -> str:
-    return " ".join(["ddprobe", "bisect", "--host", host or "HOST", *args])
-
-
 def next_command(d: Decision, host: str | None, budget: int, budgets: Sequence[int],
-                 factor: int) -> str:
+                 factor: int) -> NextCommand | None:
     """The exact command that would decide an inconclusive diagnosis (or verify a verdict)."""
-    one = f"--budgets {budget}"
+    one = ("--budgets", str(budget))
     if d.reason == "preload":
-        return f"ddprobe server logs --host {host or 'HOST'}   # then: " + \
-            _cmd(host, "--budgets", ",".join(map(str, budgets)))
+        c = advice.host_cmd(host, ("server", "logs"))
+        c.then = advice.bisect_cmd(host, "--budgets", ",".join(map(str, budgets))).argv
+        return c
     if d.reason == "eager-differs":
-        return (f"ddprobe run --host {host or 'HOST'} --budget {budget} --no-graph   "
-                "# the eager failure, on its own")
+        return advice.host_cmd(host, ("run",), "--budget", str(budget), "--no-graph",
+                               note="the eager failure, on its own")
     if d.reason == "graph-undecided":
-        return _cmd(host, one, "--oversize-factor", str(max(64, factor * 16)))
+        return advice.bisect_cmd(host, *one, "--oversize-factor", str(max(64, factor * 16)))
     if d.kind == "inconclusive":
-        return _cmd(host, one, "--repeat", "3")
-    if d.kind == "buffer_sizing" and d.workspace:
-        return ""  # the next step names the --cuda-graph-max-bs value (_mode_verdicts)
-    if d.kind == "buffer_sizing":
-        return _cmd(host, one, "--confirm-patch", "PATCH")
-    return ""
+        return advice.bisect_cmd(host, *one, "--repeat", "3")
+    if d.kind == "buffer_sizing" and not d.workspace:
+        return advice.bisect_cmd(host, *one, "--confirm-patch", "PATCH")
+    return None  # a workspace: the workaround's command (_mode_advice)
 
 
 def _verdict_base(p: Planner, mp: ModePlan, idx: list[int]) -> tuple[Decision, list[Evidence]]:
@@ -309,36 +294,42 @@ def _lower(conf: Confidence) -> Confidence:
     return _LOWER.get(conf, "low")
 
 
-def _next_step(p: Planner, d: Decision, first: int) -> tuple[str, dict[str, Any] | None]:
-    nxt, buffer = _next_step_text(p, d, first)
-    if p.state().row.last_good_below_frontier is None:
-        # no budget passed: there is no "budget <= N" to keep
-        nxt = _NO_GOOD.sub("no budget passed with CUDA graphs: run with --disable-cuda-graph "
-                           "meanwhile", nxt)
-    return nxt, buffer
-
-
-def _next_step_text(p: Planner, d: Decision, first: int) -> tuple[str, dict[str, Any] | None]:
+def _mode_advice(p: Planner, mp: ModePlan, d: Decision,
+                 host: str | None) -> tuple[Advice, dict[str, Any] | None]:
+    """What the mode's verdict advises, and the buffer it names."""
     row = p.state().row
     b = row.budgets
+    first = mp.first
     good = row.last_good_below_frontier
-    fmt = {"b": b[first], "good": b[good] if good is not None else "(none passed)",
-           "small": p.spec.small_max_bs, "decide": d.would_decide or "re-run with --repeat 3"}
+    m = mp.ladder.cells.get("M")
+    a = Advice("inconclusive", at=b[first], keep=b[good] if good is not None else None,
+               decide=d.would_decide or "re-run with --repeat 3",
+               command=next_command(d, host, b[first], b, p.spec.options.oversize_factor))
     if d.kind == "buffer_sizing" and d.workspace:
-        return _NEXT["workspace"].format(**fmt), None
+        a.kind = "workspace"
+        a.max_bs = m.config.max_bs if m is not None else p.spec.small_max_bs
+        if m is not None:
+            a.command = advice.host_cmd(host, ("run",), "--budget", str(b[first]), "--max-bs",
+                                        str(m.config.max_bs),
+                                        note="the workaround, on its own")
+        return a, None
+    if d.kind in ("kernel", "graph_capture"):
+        a.kind = d.kind
+        return a, None
     if d.kind != "buffer_sizing":
-        return _NEXT.get(d.kind, _NEXT["inconclusive"]).format(**fmt), None
+        return a, None
     sus = {s.attr: s for s in p.spec.suspects}
-    named = [sus[a] for a in d.buffers if a in sus]
+    named = [sus[x] for x in d.buffers if x in sus]
     buffer: dict[str, Any]
     if len(named) == 1:
         buffer = _suspect_details(named[0], b)
         buffer["named_by"] = d.decided_by + (" (by elimination)" if d.by_elimination else "")
     else:
         buffer = {"attrs": list(d.buffers), "named_by": d.decided_by}
-    nxt = _NEXT["buffer"].format(attr=", ".join(d.buffers),
-                                 where=", ".join(s.where for s in named) or "?", **fmt)
-    return nxt, buffer
+    a.kind = "buffer"
+    a.buffers = list(d.buffers)
+    a.where = [s.where for s in named]
+    return a, buffer
 
 
 def _mode_verdicts(p: Planner, mp: ModePlan, host: str | None) -> list[Verdict]:
@@ -350,10 +341,7 @@ def _mode_verdicts(p: Planner, mp: ModePlan, host: str | None) -> list[Verdict]:
     idx = sorted({*mp.covered, *mp.uncontrolled, *mp.pending})
     d, ev = _verdict_base(p, mp, idx)
     res = row.obs[mp.first].first
-    nxt, buffer = _next_step(p, d, mp.first)
-    if d.workspace and lad.cells.get("M") is not None:
-        nxt = nxt.replace(f"--cuda-graph-max-bs {p.spec.small_max_bs} ",
-                          f"--cuda-graph-max-bs {lad.cells['M'].config.max_bs} ")
+    adv, buffer = _mode_advice(p, mp, d, host)
     conf = d.confidence
     if mp.uncontrolled or mp.pending:
         conf = _lower(conf)
@@ -362,31 +350,24 @@ def _mode_verdicts(p: Planner, mp: ModePlan, host: str | None) -> list[Verdict]:
         co = p.obs(PlannedCell(lad.config, "confirm", lad.mode,
                                patch=p.spec.options.confirm_patch))
         confirmed = True if co.status == GOOD else False if co.status == BAD else None
-    factor = p.spec.options.oversize_factor
-    cmd = next_command(d, host, b[mp.first], b, factor)
-    if d.workspace and lad.cells.get("M") is not None:
-        cmd = (f"ddprobe run --host {host or 'HOST'} --budget {b[mp.first]} --max-bs "
-               f"{lad.cells['M'].config.max_bs}   # the workaround, on its own")
     if confirmed:
-        nxt, cmd = _fixed_next(p.spec.options.confirm_patch or "PATCH", host, b[mp.first])
+        adv = _fixed_next(p.spec.options.confirm_patch or "PATCH", host, b[mp.first])
     out = [Verdict(kind=d.kind, budgets=[b[i] for i in idx],
                    signature=res.signature.id if res and res.signature else None,
                    outcome=res.outcome.value if res else "?", confidence=conf,
-                   decided_by=d.decided_by, evidence=ev, next_step=nxt, buffer=buffer,
+                   decided_by=d.decided_by, evidence=ev, buffer=buffer,
                    host=host, patch_confirmed=confirmed, would_decide=d.would_decide,
-                   next_command=cmd, reason=d.reason)]
+                   reason=d.reason, advice=adv)]
     if mp.assumed:
         out.append(_assumed_verdict(p, mp, d, res, host))
     return out
 
 
-def _fixed_next(patch: str, host: str | None, budget: int) -> tuple[str, str]:
-    """The next step of a failure mode --confirm-patch fixed (the run keeps the patch)."""
-    h = host or "HOST"
-    return (f"{patch} fixes it: b{budget} passes with it (kept applied); make the fix "
-            f"permanent (ship the patch or a release that has it); `ddprobe patch revert "
-            f"{patch} --host {h}` brings the defect back",
-            f"ddprobe patch status --host {h}   # {patch} stays applied")
+def _fixed_next(patch: str, host: str | None, budget: int) -> Advice:
+    """The advice for a failure mode --confirm-patch fixed (the run keeps the patch)."""
+    return Advice("fixed", at=budget, patch=patch, host=host or advice.HOST,
+                  command=advice.host_cmd(host, ("patch", "status"),
+                                          note=f"{patch} stays applied"))
 
 
 def _assumed_verdict(p: Planner, mp: ModePlan, d: Decision, res: Any,
@@ -401,11 +382,12 @@ def _assumed_verdict(p: Planner, mp: ModePlan, d: Decision, res: Any,
                    signature=res.signature.id if res and res.signature else None,
                    outcome=res.outcome.value if res else "?", confidence="low",
                    decided_by="assumed (not tested)", evidence=ev,
-                   next_step=f"{names}: assumed, not tested; --thorough restarts every budget",
                    host=host, tested=False, reason="assumed",
                    would_decide=f"a restart at {names} with its own control",
-                   next_command=_cmd(host, "--budgets", ",".join(str(b[i]) for i in mp.assumed),
-                                     "--thorough"))
+                   advice=Advice("assumed", budgets=[b[i] for i in mp.assumed],
+                                 command=advice.bisect_cmd(
+                                     host, "--budgets", ",".join(str(b[i]) for i in mp.assumed),
+                                     "--thorough")))
 
 
 def _extra_evidence(p: Planner, lad: LadderState) -> list[Evidence]:
@@ -440,11 +422,10 @@ def _unstarted_verdict(p: Planner, mode: str, idx: list[int], host: str | None) 
                    signature=res.signature.id if res and res.signature else None,
                    outcome=res.outcome.value if res else "?", confidence="low",
                    decided_by="none", evidence=_frontier_evidence(p, idx),
-                   next_step=_NEXT["inconclusive"].format(
-                       decide="the first failing budget of this mode is not settled"),
                    host=host, reason="unfinished",
                    would_decide="the budgets below it (the search did not finish)",
-                   next_command=_cmd(host, "--budgets", ",".join(str(x) for x in b)))
+                   advice=Advice("unstarted", command=advice.bisect_cmd(
+                       host, "--budgets", ",".join(str(x) for x in b))))
 
 
 def _status_verdicts(p: Planner, host: str | None) -> list[Verdict]:
@@ -466,17 +447,16 @@ def _status_verdicts(p: Planner, host: str | None) -> list[Verdict]:
                 seen = "; ".join(f"b{b[i]}: " + ", ".join(describe(r) for r in row.obs[i].results)
                                  for i in ii)
                 ev = [_ev("repeat", f"repeats disagree: {seen}", cells)]
-                nxt = "not a verdict: re-run with a higher --repeat, and check the host"
-                cmd = _cmd(host, "--budgets", ",".join(str(b[i]) for i in ii), "--repeat", "5")
+                adv = Advice("flaky", command=advice.bisect_cmd(
+                    host, "--budgets", ",".join(str(b[i]) for i in ii), "--repeat", "5"))
             else:
                 ev = [_ev("refused", f"the server refused the config: {why}", cells)]
-                nxt = "fix the flags (or use a version that has them) before bisecting"
-                cmd = f"ddprobe flags --host {host or 'HOST'}"
+                adv = Advice("config_error", command=advice.host_cmd(host, ("flags",)))
             out.append(Verdict(kind=kind, budgets=[b[i] for i in ii], signature=None,
                                outcome=kind if kind == "flaky" else "refused",
                                confidence="high" if kind == "config_error" else "low",
                                decided_by="repeats" if kind == "flaky" else "flags check",
-                               evidence=ev, next_step=nxt, host=host, next_command=cmd))
+                               evidence=ev, host=host, advice=adv))
     return out
 
 
@@ -496,11 +476,10 @@ def _ok_verdicts(p: Planner, host: str | None) -> list[Verdict]:
     top = below[-1] if below else goods[0]
     ev = [_ev("frontier", f"b{b[top]} passes with CUDA graphs "
               f"({describe(row.obs[top].first)})", [p.frontier_cell(b[top])])]
-    nxt = (f"budgets up to {b[top]} work with CUDA graphs" if f is None else
-           f"budgets up to {b[top]} work with CUDA graphs; b{b[f]} is the first failing one")
+    adv = Advice("works", keep=b[top], first_bad=None if f is None else b[f])
     out = [Verdict(kind="ok", budgets=[b[i] for i in goods], signature=None, outcome="ok",
                    confidence="high", decided_by="frontier search", evidence=ev,
-                   next_step=nxt, host=host)]
+                   host=host, advice=adv)]
     assumed = [i for i in row.assumed_good if i < top and i not in memchecked]
     if assumed:
         names = ", ".join(f"b{b[i]}" for i in assumed)
@@ -510,11 +489,12 @@ def _ok_verdicts(p: Planner, host: str | None) -> list[Verdict]:
             evidence=[_ev("assumed", f"{names} not restarted: below a passing budget "
                           "(a failure that grows with the budget cannot start there, but one "
                           "at a single budget can): assumed ok, not tested")],
-            next_step=f"{names}: assumed ok (not tested); --thorough restarts every budget",
             host=host, tested=False, reason="assumed",
             would_decide=f"a restart at {names}",
-            next_command=_cmd(host, "--budgets", ",".join(str(b[i]) for i in assumed),
-                              "--thorough")))
+            advice=Advice("works_assumed", budgets=[b[i] for i in assumed],
+                          command=advice.bisect_cmd(
+                              host, "--budgets", ",".join(str(b[i]) for i in assumed),
+                              "--thorough"))))
     return out
 
 
@@ -526,10 +506,9 @@ def _skip_verdict(p: Planner, host: str | None) -> Verdict:
           for i in skipped]
     return Verdict(kind="inconclusive", budgets=list(b), signature=None, outcome="error",
                    confidence="low", decided_by="none", evidence=ev,
-                   next_step="no cell could run (infrastructure): check the host and the "
-                   "server (`ddprobe run`), then resume", host=host, reason="infrastructure",
-                   would_decide="any cell that runs",
-                   next_command=f"ddprobe run --host {host or 'HOST'} --budget {b[0]}")
+                   host=host, reason="infrastructure", would_decide="any cell that runs",
+                   advice=Advice("infrastructure", command=advice.host_cmd(
+                       host, ("run",), "--budget", str(b[0]))))
 
 
 def build_verdicts(p: Planner, *, host: str | None = None) -> list[Verdict]:
@@ -546,8 +525,9 @@ def build_verdicts(p: Planner, *, host: str | None = None) -> list[Verdict]:
     if not oks and not st.row.modes() and not out:
         out.append(_skip_verdict(p, host))
     out = oks + sorted(out, key=lambda v: min(v.budgets) if v.budgets else 0)
-    return latent.apply(out, st.row, p.spec.base, p.spec.suspects, p.spec.options.latent,
-                        p.obs, host=host)
+    out = latent.apply(out, st.row, p.spec.base, p.spec.suspects, p.spec.options.latent,
+                       p.obs, host=host)
+    return [advice.finish(v) for v in out]
 
 
 def run_status(verdicts: Sequence[Verdict]) -> RunStatus:
@@ -587,6 +567,4 @@ def exit_code(verdicts: Sequence[Verdict], *, protocol: ExitProtocol | None = No
     return int(ExitCode.INCONCLUSIVE)
 
 
-def obs_summary(o: Obs) -> str:
-    return f"{o.status} {describe(o.first)}" if o.first else o.status
 
