@@ -30,3 +30,16 @@ def test_vvv_adds_the_ssh_protocol(sshd: object, tmp_path: Path,
     assert main([*base, "-vvv", "hosts", "--check"]) == 0
     err = capsys.readouterr().err
     assert "paramiko.transport:" in err
+
+
+def test_v_is_one_line_per_command_and_vvv_adds_the_programs(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["-v", "facts", "--host", "testbed", "--json"]) == 0
+    lines = capsys.readouterr().err.splitlines()
+    running = [ln for ln in lines if ": running " in ln]
+    # the shipped host program is named by its size and digest, not dumped (issue 24.11)
+    assert running and len(lines) == len(running), lines[:5]
+    assert any("<program: " in ln and " lines, sha256 " in ln for ln in running)
+    assert main(["-vvv", "facts", "--host", "testbed", "--json"]) == 0
+    err = capsys.readouterr().err
+    assert "ddprobe-programs: local: program sha256 " in err and "\ndef " in err

@@ -16,6 +16,7 @@ from ddprobe.cli import clickerrors, common
 from ddprobe.context import Context, Options, activate
 from ddprobe.errors import DdprobeError
 from ddprobe.exitcodes import ExitCode
+from ddprobe.remote.base import PROGRAMS_LOG
 from ddprobe.safeconsole import silence_stdout
 
 app = typer.Typer(
@@ -103,10 +104,10 @@ def _debug_logging() -> Callable[[], None]:
 
 
 def _verbosity(level: int) -> Callable[[], None]:
-    """-v: the commands run on hosts (ddprobe.remote); -vv: every ddprobe debug log and
-    httpx; -vvv: paramiko's SSH protocol too."""
+    """-v: the commands run on hosts (ddprobe.remote), one line each; -vv: every ddprobe debug
+    log and httpx; -vvv: paramiko's SSH protocol and the host programs' text too."""
     names = () if level <= 0 else ("ddprobe.remote",) if level == 1 else \
-        ("ddprobe", "httpx") if level == 2 else ("ddprobe", "httpx", "paramiko")
+        ("ddprobe", "httpx") if level == 2 else ("ddprobe", "httpx", "paramiko", PROGRAMS_LOG)
     return _attach(names, "%(name)s: %(message)s")
 
 

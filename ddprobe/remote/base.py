@@ -3,6 +3,8 @@ shell text, and the Remote interface the transports implement."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import logging
 import shlex
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -50,6 +52,32 @@ def build_command(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
     if cwd:
         words = ["sh", "-c", 'cd -- "$1" || exit 125; shift; exec "$@"', "sh", cwd] + words
     return shlex.join(words)
+
+
+PROGRAMS_LOG = "ddprobe-programs"  # -vvv (and --debug): the host programs' text in full
+_LONG_WORD = 160
+
+
+def log_command(log: logging.Logger, where: str, argv: Sequence[str],
+                env: Mapping[str, str] | None, how: str = "") -> None:
+    """One debug line per command run on a host (-v): a shipped host program (a long or
+    multi-line `python -c` word) is shown as its size and digest, its text goes to the
+    PROGRAMS_LOG logger (-vvv). Environment values may be secrets: their names only."""
+    if not log.isEnabledFor(logging.DEBUG):
+        return
+    words, progs = [], []
+    for w in argv:
+        if len(w) > _LONG_WORD or "\n" in w:
+            digest = hashlib.sha256(w.encode()).hexdigest()[:12]
+            words.append(f"<program: {w.count(chr(10)) + 1} lines, sha256 {digest}>")
+            progs.append((digest, w))
+        else:
+            words.append(shlex.quote(w))
+    log.debug("%s: running %s (%senv: %s)", where, " ".join(words), f"{how}; " if how else "",
+              ",".join(env or {}) or "-")
+    plog = logging.getLogger(PROGRAMS_LOG)
+    for digest, text in progs:
+        plog.debug("%s: program sha256 %s:\n%s", where, digest, text)
 
 
 def check_env_names(env: Mapping[str, str] | None) -> None:

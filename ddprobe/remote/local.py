@@ -14,7 +14,14 @@ from ddprobe import interrupt
 from ddprobe.errors import RemoteError, RemoteTimeout
 from ddprobe.hostside.sourceio import atomic_write
 from ddprobe.inventory import Host
-from ddprobe.remote.base import CmdResult, Remote, RemoteOptions, check_env_names, decode
+from ddprobe.remote.base import (
+    CmdResult,
+    Remote,
+    RemoteOptions,
+    check_env_names,
+    decode,
+    log_command,
+)
 
 log = logging.getLogger("ddprobe.remote")
 
@@ -42,7 +49,7 @@ class LocalRemote(Remote):
         full_env.update(env or {})
         data = input.encode() if isinstance(input, str) else input
         t0 = time.monotonic()
-        log.debug("local: running %s (env: %s)", shlex.join(words), ",".join(env or {}) or "-")
+        log_command(log, "local", words, env)
         try:
             proc = subprocess.run(words, input=data, capture_output=True, env=full_env,
                                   cwd=self.expand(cwd) if cwd else self.home,

@@ -32,6 +32,7 @@ from ddprobe.remote.base import (
     build_command,
     check_env_names,
     decode,
+    log_command,
     unframe,
 )
 from ddprobe.remote.keytrust import (
@@ -212,8 +213,7 @@ class SshRemote(Remote):
         if agent is not None:
             data = input.encode() if isinstance(input, str) else input
             t0 = time.monotonic()
-            log.debug("%s: running %s (agent; env: %s)", self.host.name, shlex.join(words),
-                      ",".join(env or {}) or "-")
+            log_command(log, self.host.name, words, env, "agent")
             try:
                 rc, o, e = agent.call(words, timeout=limit, input=data, env=env,
                                       cwd=self.expand(cwd) if cwd else None)
@@ -250,8 +250,7 @@ class SshRemote(Remote):
         if transport is None or not transport.is_active():
             raise UnreachableError(f"{self.host.name}: ssh connection lost")
         # environment values may be secrets (tokens): log their names only
-        log.debug("%s: running %s (env: %s)", self.host.name, shlex.join(words),
-                  ",".join(env or {}) or "-")
+        log_command(log, self.host.name, words, env)
         t0 = time.monotonic()
         try:
             chan = transport.open_session(timeout=self.opts.connect_timeout)
