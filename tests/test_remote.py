@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import http.server
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -109,7 +110,7 @@ def test_host_down_is_unreachable(tmp_path):
     assert "down" in str(ei.value) and time.monotonic() - t0 < 20
 
 
-def test_unknown_host_key_refused_then_accepted(sshd, tmp_path):
+def test_unknown_host_key_refused_then_accepted(sshd, tmp_path, capfd):
     kh = tmp_path / "known_hosts"
     cfg = tmp_path / "cfg"
     cfg.write_text(f"Host fresh\n  HostName 127.0.0.1\n  Port {sshd.port}\n  User {sshd.user}\n"
@@ -119,11 +120,17 @@ def test_unknown_host_key_refused_then_accepted(sshd, tmp_path):
     with pytest.raises(HostKeyError) as ei:
         remote.connect(h, remote.RemoteOptions(ssh_config=str(cfg)))
     assert "--accept-new-host-keys" in str(ei.value)
+    # the fingerprint ssh itself prints for the server's key (issue 24.10)
+    fp = subprocess.run(["ssh-keygen", "-lf", str(sshd.dir / "host_ed25519.pub")],
+                        capture_output=True, text=True, check=True).stdout.split()[1]
+    assert fp.startswith("SHA256:") and f"ssh-ed25519 key fingerprint is {fp}" in str(ei.value)
     assert not kh.exists() or kh.read_text() == ""
     with remote.connect(h, remote.RemoteOptions(ssh_config=str(cfg),
                                                  accept_new_host_keys=True)) as r:
         assert r.run(["true"]).ok
     assert f"[127.0.0.1]:{sshd.port}" in kh.read_text()
+    err = capfd.readouterr().err  # recorded as ssh says it, not silently
+    assert f"Warning: Permanently added '[127.0.0.1]:{sshd.port}' (ssh-ed25519 {fp})" in err
     # now known: the strict default connects
     with remote.connect(h, remote.RemoteOptions(ssh_config=str(cfg))) as r:
         assert r.run(["true"]).ok

@@ -322,7 +322,7 @@ class HostKeyPolicy(paramiko.MissingHostKeyPolicy):
         if c.strict != "no":
             raise HostKeyError(
                 f"{c.label}: HOST KEY CHANGED for {c.where} (got {key.get_name()} "
-                f"{key.get_fingerprint().hex()}); refusing to connect. If the host was "
+                f"{key.fingerprint}); refusing to connect. If the host was "
                 f"rebuilt, remove its old entry from {old.where.rpartition(':')[0]} "
                 f"(ssh-keygen -R '{c.name}') and retry with --accept-new-host-keys")
         # ssh with StrictHostKeyChecking no: warn, connect, record nothing, forward no ports
@@ -334,20 +334,26 @@ class HostKeyPolicy(paramiko.MissingHostKeyPolicy):
 
     def _unknown(self, key: paramiko.PKey, cert_why: str) -> None:
         c = self.check
-        if c.accept_new or c.strict == "accept-new":
+        if c.accept_new or c.strict == "accept-new" or c.strict == "no":
+            # as ssh says it, with the fingerprint of what was recorded
             c.known.record(c.name, key)
-            log.info("recorded host key of %s in %s", c.name, c.known.record_to)
-            return
-        if c.strict == "no":
-            c.known.record(c.name, key)
-            _stderr(f"Warning: Permanently added '{c.name}' ({key.get_name()}) to the list of "
-                    f"known hosts {c.known.record_to} (StrictHostKeyChecking no; {c.label})")
+            why = "--accept-new-host-keys" if c.accept_new else f"StrictHostKeyChecking {c.strict}"
+            _stderr(f"Warning: Permanently added '{c.name}' ({key.get_name()} {key.fingerprint}) "
+                    f"to the list of known hosts {c.known.record_to} ({why}; {c.label})")
             return
         cert = f" (its host certificate is invalid: {cert_why})" if cert_why else ""
         raise HostKeyError(
-            f"{c.label}: unknown host key for {c.where}{cert} (not in "
-            f"{', '.join(c.known.files)}); check the fingerprint, then re-run with "
-            f"--accept-new-host-keys to record it")
+            f"{c.label}: unknown host key for {c.where}{cert}: {key.get_name()} key "
+            f"fingerprint is {key.fingerprint} (not in {', '.join(c.known.files)}); check it "
+            f"(`ssh-keygen -lf /etc/ssh/ssh_host_{_keyfile(key)}_key.pub` on the host), then "
+            f"re-run with --accept-new-host-keys to record it")
+
+
+def _keyfile(key: paramiko.PKey) -> str:
+    """The host key file's type word (`ssh_host_<type>_key`) for a key."""
+    name = key.get_name()
+    return "ed25519" if "ed25519" in name else "ecdsa" if "ecdsa" in name else \
+        "rsa" if "rsa" in name else "*"
 
 
 def _stderr(msg: str) -> None:
