@@ -149,6 +149,25 @@ def implied_phase(m: LogMatch) -> str:
         return ""
 
 
+# Start-up tracebacks SGLang prints and carries on after: an optional dependency that is not
+# installed (e.g. `ModuleNotFoundError: No module named 'openai_harmony'`, a tool parser's
+# import). Nothing else logged before the ready line is ever "survived".
+_SURVIVABLE_EXC = re.compile(r"^(?:ModuleNotFoundError|ImportError)\b")
+
+
+def survivable(m: LogMatch, log: str) -> bool:
+    """Whether a failure logged before the server got ready can be one it carried on after: a
+    non-fatal traceback of a missing optional module, with a sign of life after it (the ready
+    line, a batch, a request). A fatal
+    GPU error, a component's exception, a child's death, any other traceback, and a log that
+    ends in its traceback are never survived."""
+    if m.severity == "fatal" or m.signature.kind != "traceback":
+        return False
+    exc = m.details_dict.get("exception", "") or m.signature.key
+    rest = "\n".join(log.splitlines()[m.line_no:])
+    return bool(_SURVIVABLE_EXC.match(exc)) and serving_start(rest, frames=False) is not None
+
+
 def serving_failure(log: str) -> LogMatch | None:
     """The first catalogued failure logged after the server started serving (its ready line,
     first batch or request), of any severity: a traceback there is a crash while serving."""

@@ -19,6 +19,7 @@ from ddprobe.cell.classify import (
     implied_phase,
     launch_failure,
     serving_failure,
+    survivable,
 )
 from ddprobe.results import Signature
 from ddprobe.signatures import LogMatch, classify_phase, find_matches, serving_start
@@ -79,9 +80,14 @@ def _verdict(text: str, package: str, served: bool) -> LogVerdict:
         garbage = [x for x in find_matches(text) if x.outcome == "garbage"]
         if garbage:
             return _from(garbage[0])
-        survived = [x for x in find_matches(text) if x.outcome in ("crash", "hang")]
-        notes = tuple(f"logged before the server got ready, and survived: "
-                      f"{x.signature.line[:160]}" for x in survived[:3])
+        before = [x for x in find_matches(text) if x.outcome in ("crash", "hang")]
+        fatal = [x for x in before if not survivable(x, text)]
+        if fatal:
+            # a fatal GPU error, a component's exception, a traceback the log ends in: the
+            # serving markers around it (the HTTP front answering on) are no sign of life
+            return _from(fatal[0])
+        notes = tuple(f"logged before the server got ready, and survived (a missing optional "
+                      f"module): {x.signature.line[:160]}" for x in before[:3])
         return LogVerdict("ok", "serving", notes=notes, reached_serving=True)
     if find_matches(text, first_only=True):
         # the rules a dead cell's log goes through (refusal frames, infrastructure, hangs)
