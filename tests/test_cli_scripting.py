@@ -141,3 +141,44 @@ def test_cell_outcome_exit_codes_are_the_readme_table(sshd: object, tmp_path: Pa
         int(ExitCode.GARBAGE) == 9
     assert main([*g, "server", "stop", "--host", "gpu"]) == 0
     capsys.readouterr()
+
+
+def test_every_command_takes_json() -> None:
+    import typer
+
+    from ddprobe.cli import get_app
+    from ddprobe.cli.helpdoc import decorate, walk
+    tree = decorate(typer.main.get_command(get_app()))
+    missing = [" ".join(p) for p, c in walk(tree) if not getattr(c, "commands", None)
+               and "--json" not in {o for q in c.params for o in q.opts}]
+    # `testbed serve` hands every argument to the testbed server (SGLang's launch flags)
+    assert missing == ["testbed serve"], missing
+
+
+@pytest.mark.parametrize("args,code,kind", [
+    (["report", "no-such-run", "--json"], 3, "ConfigError"),
+    (["facts", "--host", "nosuch", "--json"], 3, "ConfigError"),
+    (["bisect", "--host", "testbed", "--budgets", "8", "--bogus", "--json"], 2, "UsageError"),
+    (["bisect", "--host", "testbed", "--budgets", "x", "--json", "--exit-protocol", "bisect"],
+     128, "UsageError")])
+def test_an_error_under_json_is_a_json_document(args: list[str], code: int, kind: str,
+                                                tmp_path: Path,
+                                                monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("DDPROBE_RUNS", str(tmp_path))
+    assert main(args) == code
+    cap = capsys.readouterr()
+    doc = json.loads(cap.out)
+    assert doc["error"]["exit_code"] == code and doc["error"]["kind"] == kind, doc
+    assert doc["error"]["message"] and "error" in cap.err.lower()
+
+
+def test_report_json_is_format_json(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    shutil.copytree(OLD_RUN, tmp_path / OLD_RUN.name)
+    monkeypatch.setenv("DDPROBE_RUNS", str(tmp_path))
+    assert main(["report", "journal-old-bisect", "--json"]) == 0
+    a = capsys.readouterr().out
+    assert main(["report", "journal-old-bisect", "--format", "json"]) == 0
+    assert json.loads(a) == json.loads(capsys.readouterr().out)
+    assert main(["report", "journal-old-bisect", "--json", "--format", "md"]) == 2

@@ -202,7 +202,10 @@ def _main(args: list[str]) -> int:
         if debug:
             traceback.print_exc()
         env.err.print(common.error_line(e), highlight=False)
-        return int(ExitCode.BISECT_ABORT) if abort else int(e.exit_code)
+        code = int(ExitCode.BISECT_ABORT) if abort else int(e.exit_code)
+        if "--json" in args:
+            common.emit_json_error(str(e), code, type(e).__name__)
+        return code
     except KeyboardInterrupt:
         env.err.print(interrupt.message(), highlight=False, markup=False)
         return int(ExitCode.INTERRUPTED)
@@ -243,6 +246,9 @@ def _dispatch(args: list[str], cmd: str | None, env: Context, *, abort: bool = F
         raise KeyboardInterrupt from e
     except clickerrors.ClickException as e:  # a usage error (unknown option, bad value...)
         e.show()
+        if "--json" in args:
+            common.emit_json_error(e.format_message(), failed or int(ExitCode.USAGE),
+                                   "UsageError")
         return failed or int(ExitCode.USAGE)
     except Exception as e:
         if debug:

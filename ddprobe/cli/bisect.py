@@ -152,12 +152,14 @@ def _tasks(text: str | None, default: tuple[str, ...] = ()) -> tuple[str, ...]:
     return () if [w.lower() for w in words] == ["all"] else words
 
 
-def _protocol_exit(e: DdprobeError) -> int:
+def _protocol_exit(e: DdprobeError, *, as_json: bool) -> int:
     """An error under --exit-protocol bisect: infrastructure -> 125 (skip), else abort."""
-    common.env().err.print(f"[red]error:[/red] {escape(str(e))}", markup=True)
-    if isinstance(e, (RemoteError, LockedError, ServerError)):
-        return int(ExitCode.BISECT_SKIP)
-    return int(ExitCode.BISECT_ABORT)
+    common.env().err.print(common.error_line(e), highlight=False)
+    code = int(ExitCode.BISECT_SKIP) if isinstance(e, (RemoteError, LockedError, ServerError)) \
+        else int(ExitCode.BISECT_ABORT)
+    if as_json:
+        common.emit_json_error(str(e), code, type(e).__name__)
+    return code
 
 
 def register(app: typer.Typer) -> None:
@@ -244,14 +246,15 @@ def register(app: typer.Typer) -> None:
                            break_lock=break_lock, as_json=as_json, argv=ctx.args)
         except DdprobeError as e:
             if protocol == "bisect":
-                raise typer.Exit(_protocol_exit(e)) from None
+                raise typer.Exit(_protocol_exit(e, as_json=as_json)) from None
             raise
         raise typer.Exit(code)
 
     @bis.command("log")
     def log_cmd(run_id: Optional[str] = typer.Argument(
             None, metavar="RUN_ID", help="Run id (or a prefix, or 'latest'); default: the "
-                                           "manual bisect in progress.")) -> None:
+                                           "manual bisect in progress."),
+            as_json: bool = common.JsonOpt) -> None:
         """Print a bisect's session log: one runnable `ddprobe bisect` command a line.
 
         Example:
@@ -265,6 +268,10 @@ def register(app: typer.Typer) -> None:
             text = manual.session_path().read_text(encoding="utf-8")
         else:
             text = render_log(load_run(find_run(run_id)))
+        if as_json:
+            common.emit_json({"log": text, "commands": [
+                ln for ln in text.splitlines() if ln.startswith("ddprobe ")]})
+            return
         common.env().out.file.write(text)
         common.env().out.file.flush()
 

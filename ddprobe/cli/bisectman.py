@@ -262,7 +262,7 @@ def register(bis: typer.Typer) -> None:
                                + (f"; next: {st.next.key}" if st.next else "; complete"))
 
     @bis.command("reset", rich_help_panel=PANEL)
-    def reset_cmd() -> None:
+    def reset_cmd(as_json: bool = common.JsonOpt) -> None:
         """End the manual bisect (removes its session file).
 
         Example:
@@ -271,5 +271,8 @@ def register(bis: typer.Typer) -> None:
         """
         from ddprobe.bisect import manual
         gone = manual.reset()
+        if as_json:
+            common.emit_json({"removed": str(gone) if gone else None})
+            return
         common.env().err.print(f"removed {gone}" if gone else "no manual bisect in progress")
 

@@ -53,6 +53,12 @@ def emit_json(data: Any) -> None:
     sys.stdout.flush()
 
 
+def emit_json_error(message: str, exit_code: int, kind: str) -> None:
+    """Under --json an error is a JSON document on stdout too (a script reads one shape):
+    {"error": {"message", "kind", "exit_code"}}; the message line still goes to stderr."""
+    emit_json({"error": {"message": clean(message), "kind": kind, "exit_code": exit_code}})
+
+
 def _default(o: Any) -> Any:
     if hasattr(o, "to_dict"):
         return o.to_dict()

@@ -143,8 +143,15 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(res.exit_code)
 
     @papp.command("actions")
-    def actions_cmd() -> None:
+    def actions_cmd(as_json: bool = common.JsonOpt) -> None:
         """List the actions a step may use, with their arguments."""
+        if as_json:
+            common.emit_json({"actions": [
+                {"name": spec.name, "help": spec.help, "unavailable": spec.unavailable(),
+                 "args": [{"name": a.name, "kind": a.kind, "required": a.required,
+                           "default": a.default} for a in spec.args]}
+                for spec in builtin_registry().actions.values()]})
+            return
         for spec in builtin_registry().actions.values():
             head = Text(spec.name, style="bold cyan").append(f"  {spec.help}")
             why = spec.unavailable()

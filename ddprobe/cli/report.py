@@ -11,7 +11,7 @@ import typer
 from rich.text import Text
 
 from ddprobe.cli import common
-from ddprobe.errors import DdprobeError
+from ddprobe.errors import DdprobeError, UsageError
 from ddprobe.report import render, render_terminal, resolve_run, write_reports
 from ddprobe.report.write import write_text_atomic
 from ddprobe.safeconsole import SafeConsole
@@ -41,11 +41,16 @@ def register(app: typer.Typer) -> None:
                                               help="Write to FILE instead of stdout."),
         runs: Optional[Path] = typer.Option(None, "--runs", envvar="DDPROBE_RUNS",
                                             help="The runs directory (default ./runs)."),
+        as_json: bool = typer.Option(False, "--json", help="The same as --format json."),
     ) -> None:
         """Re-render a stored run (sweep, bisect, smoke, playbook) without touching a host.
 
         Example: ddprobe report latest --format html --output b300.html
         """
+        if as_json:
+            if fmt not in (Format.term, Format.json):
+                raise UsageError(f"--json is --format json; drop --format {fmt.value}")
+            fmt = Format.json
         rec = load_run(resolve_run(run_id, runs))
         if fmt is Format.all:
             if output is not None:

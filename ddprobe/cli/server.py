@@ -17,6 +17,7 @@ from ddprobe import remote
 from ddprobe.cell.restart import StartReport, start_server
 from ddprobe.cli import common
 from ddprobe.cli.run import EnvOpt, ExtraOpt, LiveReporter, make_config
+from ddprobe.errors import UsageError
 from ddprobe.exitcodes import OUTCOME_EXIT, ExitCode
 from ddprobe.inventory import Host
 from ddprobe.report.style import status_rich
@@ -170,13 +171,19 @@ def register(app: typer.Typer) -> None:
                                            "docker; a command-manager log is per start)."),
                  follow: bool = typer.Option(False, "--follow", "-f",
                                              help="Keep printing new lines until the server "
-                                                  "exits (Ctrl-C to stop).")) -> None:
+                                                  "exits (Ctrl-C to stop)."),
+                 as_json: bool = common.JsonOpt) -> None:
         """The server log (of the running server, else of the last one)."""
+        if as_json and follow:
+            raise UsageError("--json and --follow exclude each other")
         h = common.one_host(host)
         with common.env().connect(h) as r:
             mgr = get_manager(r, h)
             when = None if since is None else _host_now(r) - since
             text = mgr.logs(tail=tail, since=when)
+            if as_json:  # host text: cleaned, as every JSON document ddprobe writes
+                common.emit_json({"host": h.name, "lines": text.splitlines()})
+                return
             _write(text)
             if follow:
                 _follow(mgr)

@@ -34,12 +34,21 @@ def install(
         False, "--force", help="Overwrite files that were modified since install (patches)."),
     suite: Optional[Path] = typer.Option(
         None, "--suite", help="Coding suite JSON to install (default: ddprobe's bundled one)."),
+    as_json: bool = common.JsonOpt,
 ) -> None:
     """Install or update the testbed as package `ddtestbed` under a prefix.
 
     Run it with: PYTHONPATH=PREFIX python -m ddtestbed.launch_server --model-path M --port P
     """
     result = _sync(prefix or default_prefix(), force=force, suite=suite)
+    if as_json:
+        common.emit_json({"prefix": str(result.prefix), "package_dir": str(result.package_dir),
+                          "version": result.version, "changed": result.changed,
+                          "written": list(map(str, result.written)),
+                          "removed": list(map(str, result.removed)),
+                          "kept_modified": list(map(str, result.kept_modified)),
+                          "suite": None if result.suite is None else str(result.suite)})
+        return
     _render(result)
 
 
