@@ -85,3 +85,48 @@ def test_an_html_report_to_a_terminal_is_written_to_a_file(tmp_path: Path) -> No
                          text=True, env={**os.environ, "DDPROBE_RUNS": str(tmp_path)},
                          timeout=120)
     assert res.returncode == 0 and res.stdout.lstrip().lower().startswith("<!doctype html")
+
+
+LONG = "testbed-node-frankfurt-17"
+
+
+def test_columns_60_keeps_host_names_whole(tmp_path: Path) -> None:
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text(f"hosts:\n  {LONG}: {{host: 10.0.0.1}}\n")
+    for run in ("pty", "pipe"):
+        if run == "pty":
+            code, out = on_pty([DDPROBE, "-i", str(inv), "hosts"], {"COLUMNS": "60"},
+                               columns=60)
+        else:
+            res = subprocess.run([DDPROBE, "-i", str(inv), "hosts"], capture_output=True,
+                                 text=True, env={**os.environ, "COLUMNS": "60"}, timeout=120)
+            code, out = res.returncode, res.stdout
+        assert code == 0
+        assert LONG in out and "…" not in out.split(LONG)[0].rsplit("\n", 1)[-1], out
+        table = [ln for ln in out.splitlines() if not ln.startswith("inventory:")]
+        assert max(len(ln) for ln in table) <= 60, out
+
+
+def test_a_piped_bisect_verdict_table_honours_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    import io
+
+    from planner_util import seed, spec
+    from rich.console import Console
+
+    from ddprobe.bisect.planner import simulate
+    from ddprobe.bisect.verdicts import build_verdicts
+    from ddprobe.report.terminal import render_bisect
+    p, _ = simulate(spec(), seed)
+    rep = type("Rep", (), {})()
+    rep.run_id, rep.budgets, rep.groups = "r", [8, 16, 32, 64], ["g"]
+    rep.verdicts = build_verdicts(p, host="h")
+    rep.disagreements, rep.restarts_used, rep.restarts_now = [], 8, 8
+    rep.restarts_full_sweep, rep.rounds, rep.wall_s, rep.run_dir = 8, 8, 1.0, "d"
+    monkeypatch.setenv("COLUMNS", "80")
+    buf = io.StringIO()
+    render_bisect(rep, Console(file=buf, width=80))  # a pipe: not a terminal
+    table = buf.getvalue().split("\n1. ", 1)[0].splitlines()
+    assert max(len(ln) for ln in table) <= 80, "\n".join(table)
+    # kinds are never broken mid-word
+    assert any("buffer_sizing" in ln for ln in table) and any("graph_capture" in ln
+                                                              for ln in table)

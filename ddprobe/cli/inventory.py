@@ -74,7 +74,11 @@ def register(app: typer.Typer) -> None:
             t = Table(title=f"inventory: {inv.path or '(none: built-in hosts only)'}")
             for c in ["host", "target", "python", "package", "groups"] + (
                     ["status", "rtt ms", "error"] if check else []):
-                t.add_column(c)
+                # a host name is never cut (`tes…`): the paths and errors fold instead
+                t.add_column(c, no_wrap=c in ("host", "package", "status", "rtt ms"),
+                             overflow="fold",
+                             min_width=max((len(r["name"]) for r in rows), default=4)
+                             if c == "host" else None)
             for row in rows:
                 cells = [row["name"], row["target"], row["python"], row["package"],
                          ",".join(row["groups"])]

@@ -6,6 +6,7 @@ Two views of a run: `render_terminal` reads a recorded run (`ddprobe report`); `
 """
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console, Group
@@ -148,8 +149,9 @@ def render_terminal(rec: RunRecord, console: Console, *, model: ReportModel | No
 # --- what a bisect or sweep just found ---
 
 def _wide(out: Console) -> Console:
-    """stdout; piped output gets 80 columns from rich, too narrow for the verdict table."""
-    if out.is_terminal:
+    """stdout; piped output gets 80 columns from rich, too narrow for the verdict table (a
+    COLUMNS the user set is honoured, as `report` honours it)."""
+    if out.is_terminal or os.environ.get("COLUMNS"):
         return out
     return SafeConsole(file=out.file, width=max(out.width, 160), no_color=out.no_color,
                        highlight=False, soft_wrap=True)
@@ -161,9 +163,13 @@ def render_bisect(rep: BisectReport, console: Console) -> None:
     t = Table(title=f"bisect {rep.run_id}: budgets {','.join(map(str, rep.budgets))}",
               title_justify="left")
     multi = len(rep.groups) > 1
+    # names and kinds are never cut or broken mid-word; the prose columns wrap at words
     for c in (["hosts"] if multi else []) + ["budgets", "verdict", "what", "decided by",
                                               "confidence"]:
-        t.add_column(c, overflow="fold")
+        if c in ("what", "decided by"):
+            t.add_column(c, overflow="fold", ratio=3 if c == "what" else 1)
+        else:
+            t.add_column(c, no_wrap=True, overflow="fold")
     for v in rep.verdicts:
         color = verdict_rich(v.kind)
         row = ([v.host or ""] if multi else []) + [
