@@ -52,6 +52,10 @@ class HostKeyError(RemoteError):
     pass
 
 
+class AuthError(UnreachableError):
+    """The host answered but refused every key (or there was none to offer)."""
+
+
 class RemoteTimeout(RemoteError):
     pass
 
@@ -73,6 +77,11 @@ class RemoteCommandError(DdprobeError):
 
 class PatchError(DdprobeError):
     exit_code = ExitCode.PATCH
+
+
+class PatchNotFound(ConfigError, PatchError):
+    """A patch name or file that is not there: what the user typed (exit 3, ConfigError's), not
+    a patch that failed to apply (13); still a PatchError for the callers that fall back."""
 
 
 class LockedError(DdprobeError):

@@ -62,7 +62,7 @@ def test_missing_confirm_patch_is_reported_before_any_restart(
         capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["bisect", "--host", "testbed", "--budgets", "8", "--confirm-patch",
                  "no-such-patch"])
-    assert code == int(ExitCode.PATCH) and "no-such-patch" in capsys.readouterr().err
+    assert code == int(ExitCode.CONFIG) and "no-such-patch" in capsys.readouterr().err
 
 
 def test_resume_of_an_unknown_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

@@ -74,8 +74,9 @@ def register(app: typer.Typer) -> None:
                                                 style="red"))
         bad = [o for o in res if o.status != "ok"]
         if bad:
-            code = ExitCode.UNREACHABLE if any(o.status in ("unreachable", "timeout")
-                                               for o in bad) else ExitCode.FAILED
+            code = ExitCode.UNREACHABLE if any(
+                o.status in ("unreachable", "host key", "auth", "timeout")
+                for o in bad) else ExitCode.FAILED
             if len(res) == 1 and bad[0].exc is not None and hasattr(bad[0].exc, "exit_code"):
                 code = bad[0].exc.exit_code
             raise typer.Exit(int(code))

@@ -9,6 +9,7 @@ localhost): name it to use it.
 """
 from __future__ import annotations
 
+import difflib
 import fnmatch
 import re
 from typing import TYPE_CHECKING
@@ -66,10 +67,13 @@ def _match(term: str, inv: Inventory, key: str) -> list[str]:
         return _by_regex(term, inv, listed, key)
     if any(c in term for c in "*?["):
         return _by_glob(term, inv, listed)
-    known = ", ".join(sorted(inv.hosts) + sorted(inv.groups))
+    names = sorted(inv.hosts) + sorted(inv.groups)
+    known = ", ".join(names)
     where = inv.path or "no inventory file (only the built-in host)"
-    raise ConfigError(f"unknown host or group '{term}' (known: {known}; inventory: {where})",
-                      key=key)
+    close = difflib.get_close_matches(term, names, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    raise ConfigError(f"unknown host or group '{term}' ({hint}known: {known}; inventory: "
+                      f"{where})", key=key)
 
 
 def _terms(spec: str, key: str) -> tuple[list[str], list[str], list[str]]:

@@ -9,7 +9,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from ddprobe.errors import DdprobeError, RemoteError, RemoteTimeout
+from ddprobe.errors import AuthError, DdprobeError, HostKeyError, RemoteError, RemoteTimeout
 from ddprobe.inventory import Host
 
 T = TypeVar("T")
@@ -18,7 +18,7 @@ T = TypeVar("T")
 @dataclass
 class HostOutcome(Generic[T]):
     host: Host
-    status: str  # ok | failed | unreachable | timeout
+    status: str  # ok | failed | unreachable | host key | auth | timeout
     value: T | None = None
     error: str | None = None
     duration: float = 0.0
@@ -75,8 +75,10 @@ def fan_out(hosts: Sequence[Host], fn: Callable[[Host], T], *, max_workers: int 
         except (RemoteTimeout, TimeoutError) as e:  # fn's own timeout (a socket, a command)
             results[i] = HostOutcome(hosts[i], "timeout", error=str(e) or type(e).__name__,
                                      exc=e, duration=time.monotonic() - starts.get(i, t_begin))
-        except RemoteError as e:
-            results[i] = HostOutcome(hosts[i], "unreachable", error=str(e), exc=e,
+        except RemoteError as e:  # what `hosts --check` says: host key / auth / unreachable
+            status = "host key" if isinstance(e, HostKeyError) else \
+                "auth" if isinstance(e, AuthError) else "unreachable"
+            results[i] = HostOutcome(hosts[i], status, error=str(e), exc=e,
                                      duration=time.monotonic() - starts.get(i, t_begin))
         except DdprobeError as e:
             results[i] = HostOutcome(hosts[i], "failed", error=str(e), exc=e,

@@ -18,6 +18,7 @@ from fabric import Config, Connection
 
 from ddprobe import interrupt
 from ddprobe.errors import (
+    AuthError,
     HostKeyError,
     RemoteError,
     RemoteTimeout,
@@ -129,15 +130,27 @@ class SshRemote(Remote):
         try:
             conn.open()
         except paramiko.AuthenticationException as e:
-            raise UnreachableError(f"{self.host.name}: authentication failed for {where}: "
-                                   f"{e or 'no accepted key'}") from None
+            raise AuthError(f"{self.host.name}: authentication failed for {where}: "
+                            f"{e or 'no accepted key'}{self._missing_keys()}") from None
         except paramiko.SSHException as e:
+            if "authentication" in str(e).lower():  # "No authentication methods available"
+                raise AuthError(f"{self.host.name}: authentication failed for {where}: {e}"
+                                f"{self._missing_keys()}") from None
             raise UnreachableError(f"{self.host.name}: ssh to {where} failed: {e}") from None
         except TimeoutError:
             raise UnreachableError(f"{self.host.name}: connection to {where} timed out") from None
         except OSError as e:
             raise UnreachableError(f"{self.host.name}: cannot connect to {where}: "
                                    f"{e.strerror or e}") from None
+
+    def _missing_keys(self) -> str:
+        """The inventory's identity_file, when it does not exist (ssh_config's IdentityFile
+        defaults name files that usually do not: those are not listed)."""
+        f = self.host.identity_file
+        if not f or os.path.isfile(os.path.expanduser(f)):
+            return ""
+        src = f", {self.host.source}" if self.host.source else ""
+        return f"; identity_file {f} of host '{self.host.name}' does not exist{src}"
 
     def connect(self) -> SshRemote:
         self._open()

@@ -6,6 +6,7 @@ recording every change in `<dir holding the package>/.ddprobe/ledger.json`.
 """
 from __future__ import annotations
 
+import difflib
 import getpass
 import os
 import shlex
@@ -16,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ddprobe.bundled_files import patch_dirs
-from ddprobe.errors import PatchError, RemoteCommandError
+from ddprobe.errors import PatchError, PatchNotFound, RemoteCommandError
 from ddprobe.hostside.client import Install, call
 from ddprobe.hostside.patchtext import Patch, PatchTextError, parse_patch
 from ddprobe.inventory import Host
@@ -40,9 +41,13 @@ def load_patch(spec: str) -> Patch:
             except (OSError, UnicodeDecodeError) as e:
                 raise PatchError(f"{c}: cannot read: {e}") from None
             return parse_patch(text, source=str(c), default_id=c.stem)
-    known = sorted({x.stem for d in patch_dirs() if d.is_dir() for x in d.glob("*.patch")})
-    raise PatchError(f"patch {spec!r} not found (a file, or one of: {', '.join(known) or 'none'}"
-                     f" in {', '.join(str(d) for d in patch_dirs())})")
+    dirs = [d for d in patch_dirs() if d.is_dir()]  # only the directories that exist
+    known = sorted({x.stem for d in dirs for x in d.glob("*.patch")})
+    close = difflib.get_close_matches(spec, known, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    # what the user typed, not a patch that failed: a usage error (exit 3), not PatchError's 13
+    raise PatchNotFound(f"patch {spec!r} not found ({hint}a file, or one of: "
+                      f"{', '.join(known) or 'none'} in {', '.join(map(str, dirs)) or '-'})")
 
 
 def list_patches() -> list[Patch]:
