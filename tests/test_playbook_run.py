@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -283,3 +284,22 @@ def test_run_and_probe_steps_drive_real_cells(ssh_opts, local_testbed: Path, tmp
     assert [(e.budget, e.mode, e.outcome) for e in m.matrices[0].entries] == [
         (8, "graph", "ok"), (16, "graph", "crash")]
     assert "b16-graph: crash" in (res.run_dir / "report.md").read_text()
+
+
+ONE_CELL = """\
+name: one cell
+steps:
+  - action: sweep
+    with: {budgets: "8", graph: "on"}
+"""
+
+
+def test_playbook_cell_lines_have_outcomes_and_the_summary_is_on_stdout(
+        local_testbed: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # issue 24.17: the lines the standalone sweep prints, and a result on stdout
+    code = main(["playbook", "run", str(_pb(tmp_path, ONE_CELL)), "--host", "testbed"])
+    cap = capsys.readouterr()
+    assert code == 0, cap.err[-3000:]
+    assert re.search(r"testbed: b8-graph: ok accept [\d.]+ coding \d+/\d+", cap.err), cap.err
+    assert "step 1 sweep [sweep]" in cap.out
+    assert "playbook one cell on testbed: ok (1 steps)" in cap.out

@@ -84,13 +84,20 @@ def _progress(ev: StepEvent) -> None:
 
 
 def _summary(res: PlaybookResult) -> None:
+    """The result on stdout (the progress was on stderr): one line per step, then the verdict
+    line; what was reverted or left applied follows on stderr."""
+    out = common.env().out
+    for s in res.steps:
+        style = {"ok": "green", "failed": "bold red", "ignored": "yellow"}.get(s.status, "dim")
+        out.print(Text(f"{s.status:<8}", style=style).append(
+            f" step {s.index} {s.name} [{s.action}]"
+            + (f": {s.summary}" if s.summary else "") + (f": {s.error}" if s.error else "")))
     if res.ok:
-        common.env().err.print(Text(f"playbook {res.playbook} on {res.host}: ok "
-                                    f"({len(res.steps)} steps); run {res.run_id}",
-                                    style="bold green"))
+        out.print(Text(f"playbook {res.playbook} on {res.host}: ok ({len(res.steps)} steps); "
+                       f"run {res.run_id}", style="bold green"))
     else:
-        common.env().err.print(Text(f"playbook {res.playbook} on {res.host}: failed at step "
-                                    f"{res.failed_step}: {res.error}", style="bold red"))
+        out.print(Text(f"playbook {res.playbook} on {res.host}: failed at step "
+                       f"{res.failed_step}: {res.error}", style="bold red"))
     if res.reverted:
         common.env().err.print(Text(f"reverted: {', '.join(res.reverted)}"))
     if res.kept:

@@ -226,7 +226,19 @@ def _joined(ctx: StepContext, rec: RunRecord) -> ActionResult:
 
 
 def _on_event(ctx: StepContext) -> Callable[[Any], None]:
-    return lambda ev: ctx.progress(str(getattr(ev, "text", ev)))
+    return lambda ev: ctx.progress(event_line(ev))
+
+
+def event_line(ev: Any) -> str:
+    """A bisect or sweep event as one progress line: a finished cell with its outcome and time,
+    as the standalone bisect prints it (`gpu: b16-graph: crash cuda_illegal_address (12 s)`)."""
+    text = str(getattr(ev, "text", ev))
+    res = (getattr(ev, "data", None) or {}).get("result") \
+        if getattr(ev, "kind", "") == "cell_done" else None
+    if res is None:
+        return text
+    from ddprobe.bisect.cells import describe
+    return f"{text}: {describe(res)}" + (f" ({res.wall_s:.0f} s)" if res.wall_s else "")
 
 
 def _argv(what: str) -> list[str]:
