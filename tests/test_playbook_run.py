@@ -10,19 +10,25 @@ import sys
 from pathlib import Path
 
 import pytest
+from report_util import write_seed_run
 
 from ddprobe import remote
 from ddprobe.cli import main
 from ddprobe.inventory import Host, builtin_testbed
 from ddprobe.inventory import testbed_prefix as _testbed_prefix
-from ddprobe.playbook import (ActionResult, ActionSpec, StepEvent, builtin_registry,
-                              load_playbook, run_playbook)
+from ddprobe.playbook import (
+    ActionResult,
+    ActionSpec,
+    StepEvent,
+    builtin_registry,
+    load_playbook,
+    run_playbook,
+)
 from ddprobe.playbook.builtin import campaign_action
 from ddprobe.report.model import build_model
 from ddprobe.sources.patches import patch_status, revert_patch
 from ddprobe.store import RunRecord, load_run
 from ddtestbed.install import sync_testbed
-from report_util import write_seed_run
 
 TRITON = "srt/layers/attention/triton_backend.py"
 PATCH = "ddtestbed-custom-mask"
