@@ -2,6 +2,8 @@
 and test_report_glitches): the seed's suspects and signatures, a spec and a simulated cell."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from ddprobe.bisect.cells import PlannedCell
 from ddprobe.bisect.planner import BisectSpec, PlanOptions
 from ddprobe.bisect.static import Suspect
@@ -38,3 +40,12 @@ def seed(c: PlannedCell) -> CellResult:
     if c.config.max_bs == 16:
         return res(c, "garbage", GARBAGE)
     return res(c, "crash", CUBLAS)
+
+
+def cheap_seed(c: PlannedCell) -> CellResult:
+    """The seed with dummy weights: the same crashes; anything that does not crash is garbage
+    (random weights), with acceptance near 1."""
+    r = seed(replace(c, cheap=False))
+    if c.cheap and r.outcome.value != "crash":
+        r = res(c, "garbage", GARBAGE)
+    return replace(r, cheap=c.cheap or None)

@@ -16,9 +16,13 @@ def test_plan_prints_the_procedure_and_restart_bounds(capsys: pytest.CaptureFixt
     out = capsys.readouterr().out
     assert "first round: b64-graph" in out
     # the worst single threshold (graph capture from the smallest budget: three restarted
-    # failing budgets, each with its own eager control, oversize x4 then x16) costs a sweep
-    assert "the full sweep takes 8" in out and "at most 8 for one failure threshold" in out
+    # failing budgets, each with its own eager control and oversize) costs a sweep's 8 real
+    # restarts plus the cheap frontier cells tried first (no crash: then real)
+    assert "the full sweep takes 8" in out and "at most 10 for one failure threshold" in out
     assert "assumed ok (not tested" in out
+    # the plan's time from the cost model (no earlier cells of this host: defaults)
+    assert "  time: about " in out and "default phase times" in out
+    assert "cheap cells where they save time" in out
 
 
 def test_plan_json_with_repeat(capsys: pytest.CaptureFixture[str]) -> None:
@@ -26,9 +30,10 @@ def test_plan_json_with_repeat(capsys: pytest.CaptureFixture[str]) -> None:
                  "--plan", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["request"]["budgets"] == [8, 16, 64] and doc["request"]["repeat"] == 2
-    assert doc["plan"][-2].endswith("first round: b64-graph")
+    assert doc["plan"][-3].endswith("first round: b64-graph")
     assert "each cell x2 (--repeat)" in doc["plan"][0]
-    assert doc["plan"][-1].endswith("the full sweep takes 12")
+    assert doc["plan"][-2].endswith("the full sweep takes 12")
+    assert "every cell with the real weights" in doc["plan"][-1]  # --repeat: no cheap cells
 
 
 @pytest.mark.parametrize("args,msg", [

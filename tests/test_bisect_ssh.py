@@ -6,6 +6,7 @@ afterwards (no temporary patch left, no server left running) and the restart cou
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -45,10 +46,25 @@ def test_seed_verdicts_over_ssh(sshd: object, tmp_path: Path, runs: Path,
     assert v[(16,)]["buffer"]["where"].startswith("srt/layers/attention/triton_backend.py:")
     assert v[(32,)]["kind"] == "graph_capture"
     assert v[(64,)]["kind"] == "buffer_sizing" and v[(64,)]["decided_by"] == "max-bs experiment"
-    # one more than the sweep: b32's oversize escalated (x4, then x16) before ruling buffer
-    # sizing out (the sweep cannot tell buffer sizing from graph capture at all)
-    assert doc["restarts_used"] == 9 and doc["restarts_full_sweep"] == 8
+    # cheap cells (dummy weights, 5 captured sizes, no warm-up) first where the question is
+    # only "does it crash": the frontier, b16's oversize and b64's max-bs experiments; real
+    # weights for b8 and b32 (no crash proves nothing), b32's eager control and its oversize
+    # (straight at x16: x4 could not change the verdict). 10 restarts, 4 of them real
+    (g,) = doc["groups"]
+    keys = [c["key"] for c in g["cells"]]
+    assert [k for k in keys if not k.endswith("+cheap")] == [
+        "b8-graph", "b32-graph", "b32-eager", "b32-graph+oversize[cuda_graph_custom_mask]x16"]
+    assert len(keys) == doc["restarts_used"] == 10 and doc["restarts_full_sweep"] == 8
+    assert v[(16,)]["cheap_cells"] == ["b16-graph",
+                                       "b16-graph+oversize[cuda_graph_custom_mask]"]
+    assert "cheap_cells" not in v[(32,)]
     run_dir = Path(doc["run_dir"])
+    # each verdict was journaled the moment it was final, b32's (the real cells) last
+    finals = [json.loads(x) for x in (run_dir / "journal.jsonl").read_text().splitlines()
+              if '"verdict_final"' in x]
+    assert [tuple(f["budgets"]) for f in finals][-1] == (32,) and len(finals) == 4
+    assert [f["final"]["after_cells"] for f in finals] == sorted(
+        f["final"]["after_cells"] for f in finals) and finals[0]["final"]["after_cells"] < 10
     assert (run_dir / "journal.jsonl").is_file() and list((run_dir / "logs").glob("*.log"))
     assert_clean(inv, site)
     # the session log of the run, git bisect style, and its replay agree with the run
@@ -77,10 +93,11 @@ def test_healthy_is_one_restart_and_exit_0(ssh_opts, sshd: object, tmp_path: Pat
                             "--budgets", "8,16,32,64", "--exit-protocol", "bisect")
     assert code == 0
     # b64 restarted and passing (medium: no memcheck on this host); the budgets below it
-    # assumed ok (not tested), low confidence
+    # assumed ok (not tested), low confidence; b64 ran cheap first (no crash), then real
     assert [(v["kind"], v["budgets"], v["confidence"], v["tested"]) for v in doc["verdicts"]] \
         == [("ok", [64], "medium", True), ("ok", [8, 16, 32], "low", False)]
-    assert doc["restarts_used"] == 1 and doc["status"] == "good"
+    assert [c["key"] for c in doc["groups"][0]["cells"]] == ["b64-graph+cheap", "b64-graph"]
+    assert doc["restarts_used"] == 2 and doc["status"] == "good"
     assert any("reverted leftover temporary patch ddprobe-oversize-" in n for n in doc["notes"])
     assert_clean(inv, site)
 
@@ -89,8 +106,10 @@ def test_kernel_scenario_is_a_kernel_verdict(sshd: object, tmp_path: Path, runs:
                                              capsys: pytest.CaptureFixture[str]) -> None:
     site = Site(sshd, tmp_path, scenario="kernel")
     inv = write_inventory(tmp_path, site)
+    # today's plan (every cell with the real weights): a garbage failure gains nothing cheap
     code, doc = bisect_json(capsys, inv, sshd.ssh_config, "--host", "gpu",  # type: ignore[attr-defined]
-                            "--budgets", "8,16,32,64", "--exit-protocol", "bisect")
+                            "--budgets", "8,16,32,64", "--exit-protocol", "bisect",
+                            "--no-cheap-cells")
     assert code == 1
     bad = [v for v in doc["verdicts"] if v["kind"] != "ok"]
     # b64 has its own eager control; b32, between two failures of one mode, is assumed
@@ -104,7 +123,8 @@ def test_late_threshold_names_the_buffer_and_a_confirmed_patch_is_kept(
     site = Site(sshd, tmp_path, scenario="late")
     inv = write_inventory(tmp_path, site)
     code, doc = bisect_json(capsys, inv, sshd.ssh_config, "--host", "gpu",  # type: ignore[attr-defined]
-                            "--budgets", "8,16,32,64", "--confirm-patch", "ddtestbed-custom-mask")
+                            "--budgets", "8,16,32,64", "--confirm-patch", "ddtestbed-custom-mask",
+                            "--no-cheap-cells")
     bad = [v for v in doc["verdicts"] if v["kind"] != "ok"]
     assert [(v["kind"], v["budgets"]) for v in bad] == [("buffer_sizing", [64])]
     assert bad[0]["buffer"]["attr"] == "cuda_graph_custom_mask"
@@ -152,7 +172,8 @@ def test_resume_after_sigkill_repeats_nothing(sshd: object, tmp_path: Path, runs
     env = dict(os.environ, DDPROBE_RUNS=str(runs), PYTHONPATH=str(REPO))
     proc = subprocess.Popen([sys.executable, "-m", "ddprobe", "-i", str(inv), "--ssh-config",
                              str(cfg), "bisect", "--host", "gpu", "--budgets", "8,16,32,64",
-                             "--tasks", TASKS], env=env, stdout=subprocess.DEVNULL,
+                             "--tasks", TASKS, "--no-cheap-cells"], env=env,
+                            stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     try:
         deadline = time.monotonic() + 120

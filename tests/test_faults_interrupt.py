@@ -68,7 +68,7 @@ def test_interrupt_at_launch_and_in_the_health_wait(sshd, tmp_path: Path, runs: 
     state = site.workdir / "server.json"
     # a slow start-up, so that the health wait lasts (the launch point does not wait)
     proc = start(inv, sshd.ssh_config, runs, "bisect", "--host", "gpu", "--budgets", "8,16",
-                 "--tasks", TASKS, DDTESTBED_STARTUP_SCALE="0.05")
+                 "--tasks", TASKS, "--no-cheap-cells", DDTESTBED_STARTUP_SCALE="0.05")
     until(state.exists, proc)
     if point == "health":
         time.sleep(1.0)

@@ -256,7 +256,8 @@ def test_mode_key_strips_measured_numbers_from_garbage() -> None:
 def test_plan_text_and_validation() -> None:
     lines = plan_lines(spec())
     assert "first round: b64-graph-bs64" in "\n".join(lines)
-    assert "the full sweep takes 8" in lines[-1]
+    assert "the full sweep takes 8" in lines[-2]
+    assert lines[-1].startswith("  time: about ")
     assert small_max_bs_for(64) == 16 and small_max_bs_for(None) == 8
     with pytest.raises(UsageError):
         BisectSpec((16, 8), Config(8))

@@ -2,24 +2,11 @@
 the verdicts are the same as with every cell at full cost (pure: simulated results)."""
 from __future__ import annotations
 
-from dataclasses import replace
+from planner_util import cheap_seed, seed, spec
 
-from planner_util import CUBLAS, GARBAGE, ILLEGAL, res, seed, spec
-
-from ddprobe.bisect.cells import PlannedCell
 from ddprobe.bisect.costs import CostModel
 from ddprobe.bisect.planner import simulate
 from ddprobe.bisect.verdicts import build_verdicts
-from ddprobe.results import CellResult
-
-
-def cheap_seed(c: PlannedCell) -> CellResult:
-    """The seed with dummy weights: the same crashes; anything that does not crash is garbage
-    (random weights), with acceptance near 1."""
-    r = seed(replace(c, cheap=False))
-    if c.cheap and r.outcome.value != "crash":
-        r = res(c, "garbage", GARBAGE)
-    return replace(r, cheap=c.cheap or None)
 
 
 def summary(vs: list) -> list[tuple]:
@@ -71,3 +58,15 @@ def test_cheap_cells_are_not_planned_when_they_would_not_save_time() -> None:
 def test_repeat_turns_cheap_cells_off() -> None:
     _, rounds = simulate(spec(cheap=True, repeat=2), cheap_seed)
     assert not any(c.cheap for r in rounds for c in r)
+
+
+def test_every_verdict_names_its_cheap_cells_and_says_what_they_showed() -> None:
+    p, _ = simulate(spec(cheap=True), cheap_seed)
+    vs = {v.budgets[0]: v for v in build_verdicts(p)}
+    assert vs[16].cheap_cells == ["b16-graph-bs64",
+                                  "b16-graph-bs64+oversize[cuda_graph_custom_mask]"]
+    assert vs[8].cheap_cells == [] and vs[32].cheap_cells == []  # real cells decided them
+    text = " ".join(e.summary for e in vs[16].evidence)
+    assert "b16 does not crash (no crash (cheap cell: dummy weights" in text
+    assert "passes" not in text.split("oversize")[-1]
+    assert vs[16].to_dict()["cheap_cells"] and "cheap_cells" not in vs[8].to_dict()

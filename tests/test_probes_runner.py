@@ -7,6 +7,7 @@ from probes_util import SglangShapedServer
 from ddprobe.probes import baseline_from_report, run_probes
 from ddprobe.probes.client import SRC_SPEC_ACCEPT_LENGTH, SRC_VERIFY_CT
 from ddprobe.probes.garbage import NOTE_ACCEPT_ONE
+from ddprobe.probes.runner import NOT_SENT
 from ddprobe.results import ProbeSummary
 
 FEW = ["reverse_words", "fizzbuzz", "flatten", "roman_to_int", "stack_class", "eval_rpn"]
@@ -145,3 +146,18 @@ class _Stopped:
 
     def server_close(self) -> None:
         pass
+
+
+def test_a_probe_told_the_server_died_stops_sending(sgl: SglangShapedServer) -> None:
+    # one task at a time; the first fails and `stop` says the server is gone: the other four
+    # are not sent (a cheap cell does not wait for seven more requests to a dead server)
+    sgl.behaviour.status = 500
+    asked: list[int] = []
+    report = run_probes(sgl.url, tasks=FEW[:5], concurrency=1,
+                        stop=lambda: asked.append(1) is None)
+    assert "HTTP 500" in report.results[0].reason and len(asked) == 1
+    assert [r.reason for r in report.results[1:]] == [NOT_SENT] * 4
+    assert [r.task_id for r in report.results] == list(FEW[:5])
+    # a server still alive (stop says False): every task is sent
+    report = run_probes(sgl.url, tasks=FEW[:3], concurrency=1, stop=lambda: False)
+    assert all("HTTP 500" in r.reason for r in report.results)

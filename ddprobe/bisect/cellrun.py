@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ddprobe import interrupt
 from ddprobe.bisect.cells import PlannedCell
+from ddprobe.bisect.cheap import CHEAP_PROBE_TOKENS, CheapSupport
 from ddprobe.bisect.reconnect import RETRIES_PER_CELL, reconnect
 from ddprobe.bisect.session import HostSession, revert_leftovers
 from ddprobe.cell.experiment import CellReporter, ProbeOptions, run_cell, run_sanitize_cell
@@ -69,6 +70,7 @@ class CellRunner:
         self.progress = progress
         self.on_note = on_note  # run-level notes (a reconnect): journaled and shown
         self.probe = probe or ProbeOptions()  # default: the whole coding suite
+        self.cheap: dict[str, CheapSupport] = {}  # group key -> how its cheap cells launch
 
     def run(self, s: HostSession, cell: PlannedCell, *, group: str) -> CellResult:
         """Run one planned cell. A result seen through a dropped connection is discarded:
@@ -121,7 +123,7 @@ class CellRunner:
                 except PatchError as e:
                     return self._finish(s, cell, error_cell(s.host, cell.config,
                                                             f"patch: {e}"), t0, [])
-            result = self._cell(s, cell, keep=applied)
+            result = self._cell(s, cell, keep=applied, group=group)
         except BaseException:
             with interrupt.shielded():
                 if patch is not None and not applied and s.r.connected:
@@ -140,7 +142,8 @@ class CellRunner:
                 revert_patch(s.r, pid, host=s.host)
         return self._finish(s, cell, result, t0, applied)
 
-    def _cell(self, s: HostSession, cell: PlannedCell, *, keep: list[str]) -> CellResult:
+    def _cell(self, s: HostSession, cell: PlannedCell, *, keep: list[str],
+              group: str) -> CellResult:
         log_dir = self.run_dir / "logs" if self.run_dir else None
         try:
             if cell.purpose == "sanitize":
@@ -148,6 +151,8 @@ class CellRunner:
                                          caches=s.caches)
             reporter = (_reporter(s.host.name, cell.key, self.progress)
                         if self.progress is not None else None)
+            if cell.cheap:
+                return self._cheap_cell(s, cell, group, log_dir, reporter, keep)
             return run_cell(s.r, s.host, cell.config, probe=self.probe, log_dir=log_dir,
                             reporter=reporter, lock=s.lock, caches=s.caches,
                             keep_patches=tuple(keep),
@@ -159,6 +164,23 @@ class CellRunner:
             if not s.r.connected:
                 raise  # not a result: CellRunner.run reconnects and runs the cell again
             return error_cell(s.host, cell.config, f"{type(e).__name__}: {e}", kind=cell.kind)
+
+    def _cheap_cell(self, s: HostSession, cell: PlannedCell, group: str, log_dir: Path | None,
+                    reporter: CellReporter | None, keep: list[str]) -> CellResult:
+        """The cell with dummy weights, few captured sizes, no warm-up and a probe that stops
+        once the server died; recorded under the planned config, marked cheap."""
+        sup = self.cheap.get(group)
+        if sup is None or not sup.available:
+            return error_cell(s.host, cell.config, "cheap cells are not available here")
+        probe = replace(self.probe, max_tokens=min(self.probe.max_tokens, CHEAP_PROBE_TOKENS),
+                        timeout=min(self.probe.timeout, 120.0), stop_when_dead=True)
+        res = run_cell(s.r, s.host, sup.config(cell.config), probe=probe, log_dir=log_dir,
+                       reporter=reporter, lock=s.lock, caches=s.caches,
+                       keep_patches=tuple(keep))
+        note = (f"ran cheap ({sup.what(cell.config)}, probes of {probe.max_tokens} tokens "
+                "that stop once the server died): a crash is this config's crash; no crash "
+                "proves nothing about ok vs garbage")
+        return replace(res, config=cell.config, cheap=True, notes=[*res.notes, note])
 
     def _finish(self, s: HostSession, cell: PlannedCell, res: CellResult, t0: float,
                 applied: list[str]) -> CellResult:

@@ -27,7 +27,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Final, Literal
 
+from ddprobe.errors import RefusedError
+from ddprobe.inventory import Host
+from ddprobe.remote import Remote
 from ddprobe.results import CellResult, Config, Outcome
+from ddprobe.server.caches import RunCaches
 
 # what a planned cell asks: ok-or-which-failure needs the real weights unless it crashes;
 # crash-or-not (an experiment on a crash mode) is answered by a cheap cell either way
@@ -72,6 +76,12 @@ class CheapSupport:
             out.append(NO_WARMUP)
         return tuple(out)
 
+    def captured(self) -> int | None:
+        """How many batch sizes a cheap graph cell captures (None: every default size)."""
+        if not (self.available and self.bs_flag and self.max_bs):
+            return None
+        return len(capture_list(self.max_bs, self.concurrency))
+
     def config(self, config: Config) -> Config:
         return replace(config, extra_args=(*config.extra_args, *self.args(config)))
 
@@ -110,3 +120,30 @@ def crashed(c: CellResult | None) -> bool:
 def crash_mode(mode: str | None) -> bool:
     """Is a failure mode (a `cells.mode_key`, or a ladder label `MODE @bN`) a crash?"""
     return bool(mode) and str(mode).startswith("crash ")
+
+
+def host_support(r: Remote, host: Host, base: Config, *, max_bs: int | None, concurrency: int,
+                 enabled: bool, caches: RunCaches) -> CheapSupport:
+    """Whether `host` runs cheap cells: the option and the inventory allow it, the install
+    defines the flags, and its own argument handling accepts a cheap launch (the preflight)."""
+    from ddprobe.server.launch import build_launch, check_launch, host_flags
+    from ddprobe.server.manager import get_manager
+    from ddprobe.server.preflight import preflight_launch
+    if not enabled:
+        return replace(OFF, note="cheap cells off (--no-cheap-cells)")
+    if not host.server.cheap_cells:
+        return replace(OFF, note=f"cheap cells off for {host.name} (inventory: "
+                                 "server.cheap_cells false)")
+    flags, why = host_flags(r, host, cache=caches.flags)
+    sup = support_from_flags(flags.names if flags is not None else None, max_bs=max_bs,
+                             concurrency=concurrency)
+    if not sup.available:
+        return replace(sup, note=why or sup.note)
+    cfg = sup.config(replace(base, graph=True))
+    try:
+        ln = check_launch(build_launch(host, cfg, flags, template=get_manager(r, host)
+                                       .template()), flags)
+        preflight_launch(r, host, ln)
+    except RefusedError as e:
+        return CheapSupport(False, f"the host's SGLang refuses a cheap launch: {e}")
+    return sup

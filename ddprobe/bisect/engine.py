@@ -40,8 +40,9 @@ class Plan(Protocol):
 
 # run: the run dir; server: a server's progress; plan, static: the plan and its evidence;
 # round, cell_start, cell_done, progress: the rounds; note: anything else a reader should know
+# verdict: a verdict that just became final (streaming.py)
 EventKind = Literal["run", "server", "plan", "static", "round", "cell_start", "cell_done",
-                    "progress", "note"]
+                    "progress", "note", "verdict"]
 
 
 @dataclass(frozen=True)
@@ -140,7 +141,8 @@ def replay_journal(plan: Plan, record: RunRecord | None, group_key: str,
 
 def drive(group: HostGroup, plan: Plan, sessions: dict[str, HostSession], runner: CellRunner,
           journal: Journal, *, on_event: EventSink | None = None, record: RunRecord | None = None,
-          purpose_note: Callable[[PlannedCell], str] | None = None) -> GroupRun:
+          purpose_note: Callable[[PlannedCell], str] | None = None,
+          after: Callable[[PlannedCell, CellResult], None] | None = None) -> GroupRun:
     run = GroupRun(group)
     replay_journal(plan, record, group.key, run)
     emit = on_event or (lambda e: None)
@@ -191,6 +193,8 @@ def drive(group: HostGroup, plan: Plan, sessions: dict[str, HostSession], runner
                 journal.cell(res)
                 plan.record(cell, res)
                 run.cells.append((cell, res))
+                if after is not None:  # e.g. the verdicts that just became final
+                    after(cell, res)
                 slowest = max(slowest, float(res.wall_s or 0.0))
                 emit(Event("cell_done", group.name, f"{s.host.name}: {cell.key}", {
                     "host": s.host.name, "cell": cell.key, "result": res}))

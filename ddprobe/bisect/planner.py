@@ -188,6 +188,14 @@ class Planner:
     def cheap_on(self) -> bool:
         return self.spec.options.cheap and self.spec.options.repeat == 1
 
+    def planned(self) -> dict[str, PlannedCell]:
+        """The cells that ran, a cheap run counted as its real cell (the one it answers)."""
+        out: dict[str, PlannedCell] = {}
+        for c in self.cells.values():
+            r = c.twin() if c.cheap else c
+            out.setdefault(r.base_key, r)
+        return out
+
     def obs(self, cell: PlannedCell | None) -> Obs:
         if cell is None:
             return Obs("none")

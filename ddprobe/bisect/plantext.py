@@ -11,7 +11,7 @@ from dataclasses import replace
 from ddprobe.bisect import latent
 from ddprobe.bisect.planner import BisectSpec, Planner
 from ddprobe.bisect.static import Suspect
-from ddprobe.bisect.synthetic import bounds
+from ddprobe.bisect.synthetic import bounds, time_bounds
 
 _PLACEHOLDER = Suspect(attr="<suspect buffer>", file="?", line=None, shape="?", scope="",
                        flags=(), tier=1)
@@ -67,8 +67,33 @@ def plan_lines(spec: BisectSpec, *, k: int = 1) -> list[str]:
                  f"for one failure threshold ({per})"
                  + (f" in at most {rounds} rounds" if k > 1 else "")
                  + f"; the full sweep takes {full}")
+    lines.append(_time_line(est_spec, k, full=len(b) * rep))
     if lat.enabled and lat.available:
         n = latent.max_cells(spec.suspects, b)
         lines.append(f"  plus the latent check: at most {n} memcheck cell(s), one restart "
                      "each, when it is triggered (counted in the restarts reported)")
     return lines
+
+
+def minutes(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds >= 90 else f"{seconds:.0f} s"
+
+
+def _time_line(spec: BisectSpec, k: int, *, full: int) -> str:
+    """The plan's estimated time (the cost model: the host's earlier cells, else defaults)."""
+    opts = spec.options
+    tb = time_bounds(spec, k=k)
+    worst = max(v for kk, v in tb.items() if kk != "none")
+    graph = opts.cost.estimate(graph=True, cheap=False)
+    eager = opts.cost.estimate(graph=False, cheap=False)
+    sweep = full * (graph.total + eager.total)
+    learned = sorted(set(graph.from_history) | set(eager.from_history))
+    src = (f"phases learned from this host's earlier cells: {', '.join(learned)}; the rest "
+           "defaults" if learned else "default phase times: no earlier cells of this host")
+    per = ", ".join(f"{kk} {minutes(v)}" for kk, v in tb.items() if kk != "none")
+    cheap = ("cheap cells where they save time (dummy weights for crash-or-not cells)"
+             if opts.cheap else "every cell with the real weights")
+    return (f"  time: about {minutes(tb['none'])} if every budget passes; at most "
+            f"{minutes(worst)} for one failure threshold ({per}); the full sweep about "
+            f"{minutes(sweep)}; a restart with graphs ~{minutes(graph.total)} ({cheap}; "
+            f"{src})")

@@ -17,7 +17,9 @@ from typing import Any
 
 from ddprobe.bisect.cellrun import CellRunner, probe_options
 from ddprobe.bisect.cells import PlannedCell
+from ddprobe.bisect.cheap import CheapSupport, host_support
 from ddprobe.bisect.compare import disagreements
+from ddprobe.bisect.costs import CostModel, host_history
 from ddprobe.bisect.engine import Event, EventSink, GroupRun, drive, is_restart
 from ddprobe.bisect.groups import HostGroup
 from ddprobe.bisect.ladder import Order
@@ -27,6 +29,7 @@ from ddprobe.bisect.plantext import plan_lines
 from ddprobe.bisect.preflight import PlanPreflight, plan_preflight
 from ddprobe.bisect.runframe import RunFrame, begin_run, now
 from ddprobe.bisect.session import HostSession, Opened, StaticEvidence, static_evidence
+from ddprobe.bisect.streaming import VerdictStream, journaled
 from ddprobe.bisect.verdicts import ExitProtocol, RunStatus, build_verdicts, exit_code, run_status
 from ddprobe.errors import ConfigError, UsageError
 from ddprobe.inventory import Host
@@ -54,6 +57,7 @@ class BisectRequest:
     latent_check: bool = True  # memcheck passing graph budgets when a buffer is suspect
     context_len: int | None = None  # sizes buffers for grep-buffers (else the server's/model's)
     thorough: bool = False  # restart every budget
+    cheap_cells: bool = True  # crash-or-not cells with dummy weights where the host allows
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -77,12 +81,16 @@ class BisectRequest:
 
     def spec(self, *, small_max_bs: int, suspects: Sequence[Any] = (),
              sanitize_available: bool = False, sanitize_note: str = "",
-             latent: LatentOptions | None = None) -> BisectSpec:
+             latent: LatentOptions | None = None,
+             cheap: CheapSupport | None = None, cost: CostModel | None = None) -> BisectSpec:
         opts = PlanOptions(order=self.order, repeat=self.repeat, sanitize=self.sanitize,
                            sanitize_available=sanitize_available, sanitize_note=sanitize_note,
                            confirm_patch=self.confirm_patch,
                            oversize_factor=self.oversize_factor, thorough=self.thorough,
-                           latent=latent or LatentOptions(enabled=self.latent_check))
+                           latent=latent or LatentOptions(enabled=self.latent_check),
+                           cheap=cheap is not None and cheap.available,
+                           cost=cost or CostModel(),
+                           cheap_captured=cheap.captured() if cheap is not None else None)
         return BisectSpec(tuple(self.budgets), self.base(), small_max_bs, tuple(suspects), opts)
 
 
@@ -100,6 +108,8 @@ class GroupOutcome:
     cells: list[tuple[PlannedCell, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     patch_kept: bool | None = None
+    # when each verdict became final (streaming.py): budgets, kind, after_cells, cells_s, ...
+    finals: list[dict[str, Any]] = field(default_factory=list)
 
 
 @dataclass
@@ -149,6 +159,7 @@ class BisectReport:
                         "rounds": g.rounds, "restarts": g.restarts,
                         "restarts_full_sweep": g.full_sweep, "suspects": g.suspects,
                         "patch_kept": g.patch_kept, "notes": g.notes,
+                        "verdicts_final": g.finals,
                         "cells": [{"key": pc.key, "purpose": pc.purpose, "host": c.host,
                                    "outcome": c.outcome.value} for pc, c in g.cells]}
                        for g in self.groups],
@@ -199,14 +210,22 @@ def run_bisect(hosts: Sequence[Host], req: BisectRequest, *, root: Path | None =
         for gp in groups:
             for line in plan_lines(gp.planner.spec, k=len(gp.group.hosts)):
                 frame.emit(Event("plan", gp.group.name, line))
+        seen = journaled(resume.dir / "journal.jsonl") if resume is not None else set()
+        streams = {gp.group.key: _stream(frame, gp, seen, several=len(groups) > 1)
+                   for gp in groups}
+
         def go(gp: _GroupPlan) -> Callable[[], GroupRun]:
             return lambda: drive(gp.group, gp.planner, opened.sessions, runner, frame.journal,
-                                 on_event=on_event, record=resume, purpose_note=_why)
+                                 on_event=on_event, record=resume, purpose_note=_why,
+                                 after=streams[gp.group.key])
 
         runs = frame.drive_groups(opened, [go(gp) for gp in groups])
         outcomes = [_outcome(frame, req, opened.sessions, gp, gr,
                              several_groups=len(groups) > 1)
                     for gp, gr in zip(groups, runs, strict=True)]
+        for o, gp in zip(outcomes, groups, strict=True):
+            o.finals = [{"budgets": v.budgets, "kind": v.label, **when}
+                        for v, when in streams[gp.group.key].order]
         if not req.keep_server:
             frame.stop_servers(opened.sessions)
         dis = disagreements(outcomes) if len(outcomes) > 1 else []
@@ -253,12 +272,43 @@ def _prepare_group(frame: RunFrame, req: BisectRequest, opened: Opened, g: HostG
     for n in st.notes:
         frame.note(n, g.name)
     san_ok, san_note = _sanitize_support(req, opened.sessions, g)
+    cheap = host_support(s0.r, s0.host, req.base(), max_bs=eff_bs,
+                         concurrency=runner.probe.concurrency,
+                         enabled=req.cheap_cells and req.repeat == 1, caches=s0.caches)
+    runner.cheap[g.key] = cheap
+    if cheap.available:
+        frame.note("cheap cells: crash-or-not cells run first with "
+                   f"{cheap.what(req.base())}" + (f" ({cheap.note})" if cheap.note else ""),
+                   g.name)
+    elif req.cheap_cells:
+        frame.note(f"cheap cells: not used ({cheap.note})", g.name)
+    cost = CostModel(host_history(frame.store.dir.parent, s0.host.name))
     planner = Planner(req.spec(small_max_bs=small_max_bs_for(eff_bs), suspects=st.suspects,
                                sanitize_available=san_ok, sanitize_note=san_note,
-                               latent=_latent_support(req, opened.sessions, g)))
+                               latent=_latent_support(req, opened.sessions, g),
+                               cheap=cheap, cost=cost))
     frame.emit(Event("static", g.name, _static_line(st),
                      {"suspects": [s.to_dict() for s in st.suspects]}))
     return _GroupPlan(g, st, planner)
+
+
+def _label(g: HostGroup, *, several: bool) -> str:
+    """A group's verdicts' host label: a lone host's name, else the group's."""
+    return g.name if several or len(g.hosts) > 1 else g.hosts[0].name
+
+
+def _stream(frame: RunFrame, gp: _GroupPlan, seen: set[Any], *,
+            several: bool) -> VerdictStream:
+    """The group's verdicts, each announced (event, journal) the moment it is final."""
+    def announce(v: Verdict, when: dict[str, Any]) -> None:
+        where = ",".join(f"b{b}" for b in v.budgets) or "-"
+        frame.emit(Event("verdict", gp.group.name,
+                         f"final verdict: {where}: {v.label} ({v.decided_by}, {v.confidence} "
+                         f"confidence) after {when['after_cells']} cell(s)",
+                         {"verdict": v.to_dict(), "final": when}))
+
+    return VerdictStream(gp.planner, host=_label(gp.group, several=several),
+                         append=frame.journal.append, announce=announce, seen=seen)
 
 
 def _journal_first_plan(frame: RunFrame, groups: Sequence[_GroupPlan]) -> None:
@@ -277,8 +327,7 @@ def _outcome(frame: RunFrame, req: BisectRequest, sessions: dict[str, HostSessio
              gp: _GroupPlan, gr: GroupRun, *, several_groups: bool) -> GroupOutcome:
     """One group's verdicts (a lone host's are labelled with its name) and counts."""
     g = gp.group
-    label = g.name if several_groups or len(g.hosts) > 1 else g.hosts[0].name
-    verdicts = build_verdicts(gp.planner, host=label)
+    verdicts = build_verdicts(gp.planner, host=_label(g, several=several_groups))
     kept = _keep_patch(frame, req, sessions, g, verdicts)
     return GroupOutcome(
         name=g.name, hosts=[h.name for h in g.hosts], identity=g.identity.to_dict(),

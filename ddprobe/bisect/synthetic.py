@@ -79,3 +79,19 @@ def bounds(spec: BisectSpec, *, k: int = 1, kinds: Sequence[DefectKind] = KINDS
             worst = (max(worst[0], r[0]), max(worst[1], r[1]))
         out[kind] = worst
     return out
+
+
+def seconds_for(spec: BisectSpec, at: int | None, kind: DefectKind, *, k: int = 1) -> float:
+    """The plan's expected seconds against one synthetic threshold (the cost model's
+    estimate of each cell it runs; with k hosts, the slowest cell of each round)."""
+    p, rounds = simulate(spec, threshold(spec, at, kind), k=k)
+    return sum(max(p.estimate(c) for c in r) for r in rounds)
+
+
+def time_bounds(spec: BisectSpec, *, k: int = 1, kinds: Sequence[DefectKind] = KINDS
+                ) -> dict[str, float]:
+    """Worst expected seconds over threshold positions, per kind; plus 'none' (all pass)."""
+    out = {"none": seconds_for(spec, None, "buffer", k=k)}
+    for kind in kinds:
+        out[kind] = max(seconds_for(spec, b, kind, k=k) for b in spec.budgets)
+    return out

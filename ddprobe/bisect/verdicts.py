@@ -170,7 +170,7 @@ def _cell_evidence(p: Planner, lad: LadderState, mode_budget: int,
         if d is not None:
             out.append(_ev("differential", d.summary, [p.frontier_cell(mode_budget), e],
                            differential=d.to_dict()))
-    ovs = [c for k, c in p.cells.items() if c.purpose == "oversize" and c.config == lad.config]
+    ovs = [c for c in p.planned().values() if c.purpose == "oversize" and c.config == lad.config]
     for c in sorted(ovs, key=lambda c: (c.factor or factor, -len(c.buffers))):
         o = p.obs(c)
         if not o.decided:
@@ -211,7 +211,7 @@ def _max_bs_evidence(p: Planner, m: PlannedCell, mode_budget: int, sig_mode: str
 
 def _verb(o: Obs, mode: str, good: str, bad: str, known: dict[str, int]) -> str:
     if o.status == GOOD:
-        return good
+        return "does not crash" if o.first is not None and o.first.cheap else good
     if o.status == BAD and o.mode != mode:
         like = f"like b{known[o.mode]}" if o.mode in known else "differently"
         return f"avoids this failure (then fails {like}, another failure mode)"
@@ -253,7 +253,7 @@ def _verdict_base(p: Planner, mp: ModePlan, idx: list[int]) -> tuple[Decision, l
     cell_ev = _cell_evidence(p, lad, b[first], sig_mode)
     ev += [e for e in cell_ev if e.kind == "eager"]
     oversize_ran = any(c.purpose == "oversize" and c.config == lad.config and p.obs(c).decided
-                       for c in p.cells.values())
+                       for c in p.planned().values())
     if oversize_ran or d.kind in ("graph_capture", "inconclusive") or (
             d.kind == "buffer_sizing" and not d.workspace):
         st = _static_evidence(p, lad, b)
@@ -278,7 +278,7 @@ def _control_evidence(p: Planner, mp: ModePlan, sig_mode: str) -> list[Evidence]
             what = {"eager": "without CUDA graphs", "oversize": "with the enlarged buffer",
                     "max_bs": f"with --cuda-graph-max-bs {cc.config.max_bs}"}[cc.purpose]
             out.append(_ev("control", f"b{b[i]}'s own control: {what} it "
-                           f"{'passes' if o.status == GOOD else 'fails'} "
+                           f"{_verb(o, '', 'passes', 'fails', {})} "
                            f"({describe(o.first)}), as at b{first}", [cc]))
     for i in mp.uncontrolled:
         out.append(_ev("control", f"b{b[i]}: its own control did not run "
@@ -527,7 +527,21 @@ def build_verdicts(p: Planner, *, host: str | None = None) -> list[Verdict]:
     out = oks + sorted(out, key=lambda v: min(v.budgets) if v.budgets else 0)
     out = latent.apply(out, st.row, p.spec.base, p.spec.suspects, p.spec.options.latent,
                        p.obs, host=host)
-    return [advice.finish(v) for v in out]
+    return [_with_cheap(p, advice.finish(v)) for v in out]
+
+
+def _with_cheap(p: Planner, v: Verdict) -> Verdict:
+    """The verdict with the cells of its evidence that ran cheap named (and said why that
+    is enough: only their crash, or an experiment's avoiding one, is used)."""
+    keys = {k for e in v.evidence for k in e.cells}
+    cheap = sorted(k for k in keys if k not in p.results and f"{k}+cheap" in p.results)
+    if not cheap:
+        return v
+    note = _ev("note", "ran cheap (dummy weights, the batch sizes the question needs, no "
+                       "warm-up): " + ", ".join(cheap) + "; only a crash, or an experiment "
+                       "avoiding one, is taken from them (`--no-cheap-cells`: real weights "
+                       "everywhere)", [f"{k}+cheap" for k in cheap])
+    return replace(v, cheap_cells=cheap, evidence=[*v.evidence, note])
 
 
 def run_status(verdicts: Sequence[Verdict]) -> RunStatus:

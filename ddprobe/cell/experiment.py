@@ -66,6 +66,7 @@ class ProbeOptions:
     tasks: tuple[str, ...] | None = None
     max_tokens: int = 512
     timeout: float = 300.0  # per request
+    stop_when_dead: bool = False  # end the probe once a request failed and the server died
 
 
 class CellReporter:
@@ -259,7 +260,8 @@ class _Cell:
         texts = self.baseline.texts if self.baseline is not None else None
         return run_probes(url, suite=o.suite, concurrency=o.concurrency, timeout=o.timeout,
                           baseline=texts, progress=progress,
-                          tasks=list(o.tasks) if o.tasks else None, max_tokens=o.max_tokens)
+                          tasks=list(o.tasks) if o.tasks else None, max_tokens=o.max_tokens,
+                          stop=(lambda: not self.rs.tail()) if o.stop_when_dead else None)
 
     def _served(self, report: ProbeReport, h: HealthResult, url: str) -> Classification:
         with self.timed("classify"):

@@ -2,7 +2,7 @@
 
     ddprobe bisect --host H --budgets 8,16,32,64 [--max-bs N] [--backend B] [--repeat N]
                    [--graph-first|--eager-first] [--confirm-patch PATCH] [--sanitize]
-                   [--no-latent-check]
+                   [--no-latent-check] [--no-cheap-cells]
                    [--plan] [--resume RUN_ID] [--exit-protocol bisect] [--json]
     ddprobe bisect log RUN_ID          the replayable session log (git bisect log format)
     ddprobe bisect replay FILE         re-derive the verdicts from a (possibly edited) log
@@ -108,6 +108,8 @@ class EventRenderer(common.LiveStatus):
                 self._counts()
             label = escape(str(e.data.get("label") or "Bisecting"))
             self._line(f"{grp}[bold]{label}:[/bold] {escape(e.text)}")
+        elif e.kind == "verdict":
+            self._line(f"{grp}[bold green]{escape(e.text)}[/bold green]")
         elif e.kind in ("plan", "static", "run", "round"):
             self._line(f"{grp}[dim]{escape(e.text)}[/dim]")
         else:
@@ -208,6 +210,12 @@ def register(app: typer.Typer) -> None:
         thorough: bool = typer.Option(False, "--thorough",
                                       help="Restart every budget (none is assumed ok from "
                                            "its neighbours): finds a failure at one budget."),
+        no_cheap_cells: bool = typer.Option(
+            False, "--no-cheap-cells",
+            help="Load the real weights in every cell (by default a cell whose question is "
+                 "only 'does it crash' runs first with --load-format dummy, the batch sizes "
+                 "it needs and no warm-up, where the host's SGLang accepts it; the inventory's "
+                 "server.cheap_cells: false does this per host)."),
         oversize_factor: int = typer.Option(4, "--oversize-factor", min=2, max=1024,
                                             help="Enlarge the suspect buffers by this factor "
                                                  "first (escalated to cover the static "
@@ -241,7 +249,8 @@ def register(app: typer.Typer) -> None:
                            latent_check=not no_latent_check, plan=plan,
                            context_len=context_len,
                            thorough=thorough, oversize_factor=oversize_factor,
-                           resume=resume, exit_protocol=protocol, tasks=tasks,
+                           cheap_cells=not no_cheap_cells, resume=resume,
+                           exit_protocol=protocol, tasks=tasks,
                            parallel=not no_parallel, keep_server=keep_server,
                            break_lock=break_lock, as_json=as_json, argv=ctx.args)
         except DdprobeError as e:
@@ -363,7 +372,7 @@ def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backen
             exit_protocol: ExitProtocol | None, context_len: int | None,
             tasks: str | None, parallel: bool, keep_server: bool, break_lock: bool,
             as_json: bool, argv: list[str], thorough: bool = False,
-            oversize_factor: int = 4) -> int:
+            oversize_factor: int = 4, cheap_cells: bool = True) -> int:
     from ddprobe.bisect.run import BisectRequest, load_resume, resume_request, run_bisect
     from ddprobe.report.terminal import render_bisect
     if graph_first and eager_first:
@@ -385,7 +394,8 @@ def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backen
                             confirm_patch=confirm_patch, parallel=parallel,
                             tasks=_tasks(tasks, DEFAULT_BISECT_TASKS), keep_server=keep_server,
                             latent_check=latent_check, context_len=context_len,
-                            thorough=thorough, oversize_factor=oversize_factor)
+                            thorough=thorough, oversize_factor=oversize_factor,
+                            cheap_cells=cheap_cells)
         hosts = common.hosts(host)
     if plan:
         _print_plan(req, hosts, as_json=as_json)
@@ -411,8 +421,16 @@ def _print_plan(req: BisectRequest, hosts: list[Host], *, as_json: bool) -> None
     latent = LatentOptions(enabled=req.latent_check, available=False,
                            note="if the host has compute-sanitizer: decided when the run "
                                 "gathers facts") if req.latent_check else None
+    from ddprobe.bisect.cheap import CheapSupport
+    from ddprobe.bisect.costs import CostModel, host_history
+    from ddprobe.store import runs_root
+    # cheap cells as the run would use them if the host's SGLang accepts them (checked when
+    # the run starts); the cost model from the first host's earlier cells
+    cheap = CheapSupport(req.cheap_cells and req.repeat == 1 and hosts[0].server.cheap_cells,
+                         bs_flag=True, max_bs=eff)
     spec = req.spec(small_max_bs=small_max_bs_for(eff), sanitize_available=False,
-                    sanitize_note="decided when the run gathers facts", latent=latent)
+                    sanitize_note="decided when the run gathers facts", latent=latent,
+                    cheap=cheap, cost=CostModel(host_history(runs_root(), hosts[0].name)))
     k = len(hosts) if req.parallel else 1
     lines = plan_lines(spec, k=k)
     from ddprobe.bisect.preflight import preview

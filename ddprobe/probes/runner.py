@@ -109,12 +109,16 @@ def run_probes(base_url: str, *, suite: str = "coding", concurrency: int = 8,
                progress: Callable[[TaskResult], None] | None = None,
                tasks: Sequence[str] | None = None, max_tokens: int = 512,
                accept_tokens: int = 128,
-               limits: SandboxLimits = SandboxLimits()) -> ProbeReport:
+               limits: SandboxLimits = SandboxLimits(),
+               stop: Callable[[], bool] | None = None) -> ProbeReport:
     """Blocking wrapper around `run_probes_async` (do not call from inside an event loop)."""
     return asyncio.run(run_probes_async(base_url, suite=suite, concurrency=concurrency,
                                         timeout=timeout, baseline=baseline, progress=progress,
                                         tasks=tasks, max_tokens=max_tokens,
-                                        accept_tokens=accept_tokens, limits=limits))
+                                        accept_tokens=accept_tokens, limits=limits, stop=stop))
+
+
+NOT_SENT: Final = "not sent: the server had died"
 
 
 async def run_probes_async(base_url: str, *, suite: str = "coding", concurrency: int = 8,
@@ -122,11 +126,14 @@ async def run_probes_async(base_url: str, *, suite: str = "coding", concurrency:
                            progress: Callable[[TaskResult], None] | None = None,
                            tasks: Sequence[str] | None = None, max_tokens: int = 512,
                            accept_tokens: int = 128,
-                           limits: SandboxLimits = SandboxLimits()) -> ProbeReport:
+                           limits: SandboxLimits = SandboxLimits(),
+                           stop: Callable[[], bool] | None = None) -> ProbeReport:
     """Probe `base_url` with a suite; `concurrency` tasks in flight at once.
 
     `max_tokens` bounds the chat answer (the code); `accept_tokens` bounds the /generate
     request that only measures acceptance (0: skip it), so it adds little load to the batch.
+    `stop`: asked (in a thread) after a task whose request failed; True (the server died)
+    ends the probe: the tasks still running or waiting are not sent (`NOT_SENT`).
     """
     s = load_suite(suite)
     todo = s.select(list(tasks) if tasks else None)
@@ -145,7 +152,10 @@ async def run_probes_async(base_url: str, *, suite: str = "coding", concurrency:
             return res
 
         t0 = time.perf_counter()
-        results = await asyncio.gather(*(one(t) for t in todo))
+        if stop is None:
+            results = list(await asyncio.gather(*(one(t) for t in todo)))
+        else:
+            results = await _until_stopped(todo, one, stop)
         wall = time.perf_counter() - t0
         info: dict[str, Any] | None
         try:
@@ -155,6 +165,30 @@ async def run_probes_async(base_url: str, *, suite: str = "coding", concurrency:
     summary = summarise(list(results), wall_s=wall, server_info=info, baseline=base)
     return ProbeReport(suite=s.name, base_url=base_url, results=tuple(results),
                        summary=summary, wall_s=wall, concurrency=concurrency, server_info=info)
+
+
+async def _until_stopped(todo: Sequence[CodingTask], one: Any,
+                         stop: Callable[[], bool]) -> list[TaskResult]:
+    """The tasks, until one fails and `stop()` says the server is gone: the rest not sent."""
+    running = {asyncio.ensure_future(one(t)): t for t in todo}
+    done_by_id: dict[str, TaskResult] = {}
+    pending = set(running)
+    while pending:
+        finished, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        failed = False
+        for f in finished:
+            r = f.result()
+            done_by_id[r.task_id] = r
+            failed = failed or bool(r.errors)
+        if failed and pending and await asyncio.to_thread(stop):
+            for f in pending:
+                f.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+            for f in pending:
+                t = running[f]
+                done_by_id[t.id] = TaskResult(t.id, False, NOT_SENT, errors=(NOT_SENT,))
+            break
+    return [done_by_id[t.id] for t in todo]
 
 
 async def _ask(client: ProbeClient, task: CodingTask, max_tokens: int, accept_tokens: int

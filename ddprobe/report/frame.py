@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from ddprobe.report.timing import csv_columns
 from ddprobe.results import CellResult, ProbeSummary, Verdict
 from ddprobe.store import RunRecord
 from ddprobe.untrusted import for_csv
@@ -56,7 +57,8 @@ def _row(rec: RunRecord, i: int, c: CellResult) -> dict[str, Any]:
             "probe_s": t.get("probe"), "total_s": t.get("total"),
             "patches": " ".join(c.patches), "kind": c.kind, "error": c.error or "",
             "started_at": c.started_at, "log_path": c.log_path or "",
-            **_verdict_columns(_verdict_of(rec, c.host, c.config.budget))}
+            **_verdict_columns(_verdict_of(rec, c.host, c.config.budget)),
+            **csv_columns(c)}
 
 
 def _probe_columns(p: ProbeSummary | None) -> dict[str, Any]:

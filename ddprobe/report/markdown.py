@@ -19,6 +19,7 @@ from ddprobe.report.style import (
     restarts_line,
     verdict_words,
 )
+from ddprobe.report.timing import markdown_rows
 from ddprobe.results import Verdict
 from ddprobe.store import RunRecord
 from ddprobe.untrusted import md_block, md_code, md_text
@@ -125,7 +126,8 @@ def _failing_cell(m: ReportModel, c: CellView) -> list[str]:
 
 def render_markdown(rec: RunRecord, model: ReportModel | None = None) -> str:
     m = model or build_model(rec)
-    out = _header(m) + _verdicts(m) + _matrices(m) + _cells(m) + _failing(m)
+    out = _header(m) + _verdicts(m) + _matrices(m) + _cells(m) + \
+        markdown_rows(list(enumerate(rec.cells, 1))) + _failing(m)
     if m.notes:
         out += ["## Notes", ""] + [f"- {_esc(n)}" for n in m.notes] + [""]
     return "\n".join(out)

@@ -29,6 +29,7 @@ from ddprobe.report.style import (
     verdict_rich,
     verdict_words,
 )
+from ddprobe.report.timing import summary_line
 from ddprobe.results import Verdict
 from ddprobe.safeconsole import SafeConsole
 from ddprobe.store import RunRecord
@@ -195,6 +196,9 @@ def render_bisect(rep: BisectReport, console: Console) -> None:
             out.print(f"   run: {v.next_command}")
     for d in rep.disagreements:
         out.print(f"[yellow]hosts disagree[/yellow] {escape(d['text'])}", markup=True)
+    line = summary_line([c for g in rep.groups for _, c in g.cells])
+    if line:
+        out.print(line)
     out.print(f"restarts: {rep.restarts_used} (this invocation {rep.restarts_now}) vs "
               f"{rep.restarts_full_sweep} for the full sweep (budgets x {{graph, eager}}); "
               f"rounds {rep.rounds}; wall {rep.wall_s:.1f} s; run dir {rep.run_dir}")

@@ -52,7 +52,7 @@ class CudaGraphRunnerCuda(CudaGraphRunner):
         runner = self.model_runner
         num_tokens = bs * self.num_tokens_per_bs
         runner.verify_gemms(num_tokens, capturing=True)
-        runner.clock.startup_sleep(runner.scenario.timing.capture_per_bs_s)
+        runner.clock.startup_sleep(runner.scenario.timing.capture_per_bs_s, "capture")
         metadata = runner.attn_backend.init_forward_metadata_capture_cuda_graph(bs)
         backend = runner.attn_backend
         ndt = self.num_tokens_per_bs

@@ -9,6 +9,7 @@ import threading
 import time
 
 SCHEDULER_THREAD = "scheduler-TP0"
+CLOCK_LINE = "Testbed clock: simulated"  # not an SGLang line: ddprobe never reads it
 
 
 class _RankPrefix(logging.Filter):
@@ -36,7 +37,11 @@ class SimClock:
     def __init__(self, scale: float, startup_scale: float) -> None:
         self.scale, self.startup_scale = scale, startup_scale
 
-    def startup_sleep(self, seconds: float) -> None:
+    def startup_sleep(self, seconds: float, what: str = "") -> None:
+        """Sleep a start-up duration (scaled). The testbed's own clock logs the unscaled
+        seconds (`CLOCK_LINE`), so a benchmark can add up a start-up at scale 1."""
+        if seconds > 0:
+            logging.getLogger(__name__).info(f"{CLOCK_LINE} {seconds:.3f} s {what}".rstrip())
         if seconds > 0 and self.startup_scale > 0:
             time.sleep(seconds * self.startup_scale)
 

@@ -126,7 +126,7 @@ class CudaGraphRunner:
         num_tokens = bs * self.num_tokens_per_bs
         # The recorded verify pass: its GEMMs run with the fixed graph workspace.
         runner.verify_gemms(num_tokens, capturing=True)
-        runner.clock.startup_sleep(runner.scenario.timing.capture_per_bs_s)
+        runner.clock.startup_sleep(runner.scenario.timing.capture_per_bs_s, f"capture bs {bs}")
         metadata = runner.attn_backend.init_forward_metadata_capture_cuda_graph(bs)
         return CapturedGraph(bs=bs, metadata=metadata, input_ids=self.input_ids)
 

@@ -69,7 +69,8 @@ class ModelRunner:
         # dummy weights are random values initialised on the device: no weights are read, and
         # every buffer (the weights' own included) has the same size as with real ones
         dummy = self.server_args.load_format == "dummy"
-        self.clock.startup_sleep(timing.load_s * (timing.dummy_load_fraction if dummy else 1.0))
+        self.clock.startup_sleep(timing.load_s * (timing.dummy_load_fraction if dummy else 1.0),
+                                 "weight load" + (" (dummy)" if dummy else ""))
         weights = int(self.scenario.model.weights_gib * _GIB)
         self.device.reserve(weights, "weights")
         self.weight_load_mem_usage = weights / _GIB

@@ -1,0 +1,60 @@
+"""Each verdict is announced (and journaled) the moment it is final, and a final verdict is
+the verdict the run ends with (pure: the planner on simulated results)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from planner_util import cheap_seed, seed, spec
+
+from ddprobe.bisect.planner import Planner
+from ddprobe.bisect.streaming import FINAL, VerdictStream, identity, journaled
+from ddprobe.bisect.verdicts import build_verdicts
+
+
+def run(p: Planner, oracle, stream: VerdictStream) -> list[str]:
+    keys = []
+    while cells := p.next_cells(1):
+        for c in cells:
+            p.record(c, oracle(c))
+            keys.append(c.key)
+            stream(c, oracle(c))
+    return keys
+
+
+def test_seed_verdicts_stream_in_the_order_they_are_decided(tmp_path: Path) -> None:
+    # expected: every frontier cell first (b64, b16, b8, b32, cheap then real where needed);
+    # then b8's ok (nothing left at b8), b16's buffer sizing and b64's workspace (their cheap
+    # experiments), b32's graph capture last (its real eager control and oversize)
+    lines: list[dict] = []
+    said = []
+    p = Planner(spec(cheap=True))
+    st = VerdictStream(p, host="h", append=lines.append,
+                       announce=lambda v, when: said.append((v.budgets, v.kind, when)))
+    keys = run(p, cheap_seed, st)
+    assert [(b, k) for b, k, _ in said] == [([8], "ok"), ([16], "buffer_sizing"),
+                                            ([64], "buffer_sizing"), ([32], "graph_capture")]
+    final = {identity(v): v.to_dict() for v in build_verdicts(p, host="h")}
+    assert len(lines) == len(final) == 4
+    for d in lines:  # each announced verdict is the one the run ends with, word for word
+        assert d["type"] == FINAL
+        body = {k: v for k, v in d.items() if k not in ("type", "final")}
+        assert body == final[identity(d)]
+    first_after = said[0][2]["after_cells"]
+    assert keys[first_after - 1] == "b32-graph-bs64"  # the frontier's last cell
+    assert said[-1][2]["after_cells"] == len(keys)
+    j = tmp_path / "journal.jsonl"
+    j.write_text("".join(json.dumps(d) + "\n" for d in lines[:2]))
+    assert journaled(j) == {identity(d) for d in lines[:2]}
+
+
+def test_a_resumed_run_does_not_announce_again() -> None:
+    p = Planner(spec())
+    first = VerdictStream(p, host="h", append=lambda d: None, announce=lambda v, w: None)
+    run(p, seed, first)
+    said = []
+    again = VerdictStream(p, host="h", append=lambda d: None,
+                          announce=lambda v, w: said.append(v), seen=first.seen)
+    c = p.frontier_cell(8)
+    again(c, seed(c))
+    assert said == [] and len(first.seen) == 4
