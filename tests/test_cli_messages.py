@@ -80,3 +80,30 @@ def test_hosts_check_says_host_key_and_auth(sshd: object, tmp_path: Path,
     assert rows["authfail"]["status"] == "auth", rows["authfail"]
     assert f"identity_file {tmp_path / 'no-such-key'} of host 'authfail' does not exist" in \
         rows["authfail"]["error"]
+
+
+@pytest.mark.ssh
+def test_probe_after_the_server_died_says_it_is_down(sshd: object, tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+    import signal
+    import time
+
+    from server_util import procs_with
+    site = Site(sshd, tmp_path, scenario="healthy")
+    inv = write_inventory(tmp_path, site)
+    g = ["-i", str(inv), "--ssh-config", str(sshd.ssh_config)]  # type: ignore[attr-defined]
+    assert main([*g, "server", "start", "--host", "gpu", "--budget", "8"]) == 0
+    pids = procs_with(f"--port\x00{site.port}\x00")
+    assert pids
+    for pid in pids:  # the server dies (OOM killer, a crash after start)
+        os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while procs_with(f"--port\x00{site.port}\x00") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    capsys.readouterr()
+    code = main([*g, "probe", "--host", "gpu", "--tasks", "2", "--timeout", "20"])
+    err = capsys.readouterr().err
+    assert code == int(ExitCode.SERVER), err
+    assert "gpu: the server is not running" in err and "ddprobe server logs --host gpu" in err
+    assert "ReadError" not in err and "ConnectError" not in err

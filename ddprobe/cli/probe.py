@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ddprobe.cli import common
-from ddprobe.errors import ConfigError, UsageError
+from ddprobe.errors import ConfigError, DdprobeError, ServerError, UsageError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.inventory import Host
 from ddprobe.probes.client import ProbeHTTPError
@@ -115,15 +115,21 @@ def register(app: typer.Typer) -> None:
             raise UsageError("give exactly one of --host or --url")
         base = _load_baseline(baseline) if baseline else None
         ids = list(common.task_words(tasks)) or None
-        with contextlib.ExitStack() as stack:
-            target = url or stack.enter_context(_server_url(common.one_host(host or "")))
-            report = _run_with_progress(target, suite=suite, concurrency=concurrency,
-                                        baseline=base, tasks=ids, max_tokens=max_tokens,
-                                        accept_tokens=accept_tokens, timeout=timeout,
-                                        show=sys.stderr.isatty() and not as_json)
-        if report.results and all(r.errors and not r.text for r in report.results):
-            raise ProbeHTTPError(report.base_url, "no answer to any probe: "
-                                 + report.results[0].reason)
+        h = common.one_host(host) if host else None
+        try:
+            with contextlib.ExitStack() as stack:
+                target = url or stack.enter_context(_server_url(h))  # type: ignore[arg-type]
+                report = _run_with_progress(target, suite=suite, concurrency=concurrency,
+                                            baseline=base, tasks=ids, max_tokens=max_tokens,
+                                            accept_tokens=accept_tokens, timeout=timeout,
+                                            show=sys.stderr.isatty() and not as_json)
+            if report.results and all(r.errors and not r.text for r in report.results):
+                raise ProbeHTTPError(report.base_url, "no answer to any probe: "
+                                     + report.results[0].reason)
+        except ProbeHTTPError:
+            if h is not None:
+                _raise_if_down(h)  # "the server is down" rather than httpx's ReadError
+            raise
         if save_baseline:
             Path(save_baseline).write_text(json.dumps(
                 {"suite": report.suite, "base_url": report.base_url,
@@ -134,6 +140,21 @@ def register(app: typer.Typer) -> None:
             _render(report)
         if not report.ok:
             raise typer.Exit(code=int(ExitCode.FAILED))
+
+
+def _raise_if_down(h: Host) -> None:
+    """No probe got an answer: when the host's server is not running, say so (and how to see
+    why), instead of the HTTP error a dead server's port gives."""
+    from ddprobe.server import get_manager
+    try:
+        with common.env().connect(h) as r:
+            st = get_manager(r, h).status()
+    except DdprobeError:
+        return  # the host itself is the problem: the probe's own error stands
+    if not st.running:
+        raise ServerError(f"{h.name}: the server is not running (it exited or was stopped); "
+                          f"its log: `ddprobe server logs --host {h.name}`, start it with "
+                          f"`ddprobe server start --host {h.name}`")
 
 
 def _run_with_progress(url: str, *, show: bool, **kw: object) -> ProbeReport:
