@@ -107,3 +107,22 @@ def test_probe_after_the_server_died_says_it_is_down(sshd: object, tmp_path: Pat
     assert code == int(ExitCode.SERVER), err
     assert "gpu: the server is not running" in err and "ddprobe server logs --host gpu" in err
     assert "ReadError" not in err and "ConnectError" not in err
+
+
+LOGS = Path(__file__).parent / "data" / "logs"
+
+
+def test_classify_of_an_acceptance_collapse_is_suspect(capsys: pytest.CaptureFixture[str]
+                                                       ) -> None:
+    # a real log (fastrl #4): no failure signature, accept len 1.00 on every decode line
+    collapse = str(LOGS / "fastrl-4-decode-accept-1.00.log")
+    assert main(["classify", collapse]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("outcome: suspect") and "ddprobe probe" in out, out
+    assert main(["classify", collapse, "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["outcome"] == "ok" and "acceptance collapsed" in doc["suspect"]
+    healthy = str(LOGS / "sglang-11830-healthy-startup.log")
+    assert main(["classify", healthy]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("outcome: ok") and "suspect" not in out

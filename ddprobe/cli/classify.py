@@ -37,11 +37,23 @@ def classify(
       kubectl logs sglang-0 | ddprobe classify - --json
     """
     v = classify_log(_read(path), package=package)
+    why = suspect(v)
     if as_json:
-        common.emit_json(v.to_dict())
+        common.emit_json({**v.to_dict(), "suspect": why})
     else:
-        _render(v)
+        _render(v, why)
     raise typer.Exit(int(EXIT[v.outcome]))
+
+
+def suspect(v: LogVerdict) -> str | None:
+    """Why an `ok` log is not a clean bill: its decode lines show acceptance collapsed to 1.0
+    with CUDA graphs on (the seed's garbage looked like that). The log alone cannot prove the
+    answers wrong (exit 0 stays): probing the server decides."""
+    d = v.decode
+    if v.outcome != "ok" or d is None or not getattr(d, "collapsed_with_graphs", False):
+        return None
+    return ("acceptance collapsed to 1.00 on every decode line with CUDA graphs on: the answers "
+            "may be garbage (a stale graph buffer looks like this); `ddprobe probe` decides")
 
 
 def _read(path: str) -> str:
@@ -62,10 +74,15 @@ def _read(path: str) -> str:
     return data.decode("utf-8", errors="replace")
 
 
-def _render(v: LogVerdict) -> None:
+def _render(v: LogVerdict, why: str | None = None) -> None:
     out = common.env().out
-    out.print(Text.assemble(("outcome: ", "bold"), (v.outcome, status_rich(v.outcome)),
-                            f"  (phase: {v.phase})"))
+    shown = "suspect" if why else v.outcome
+    out.print(Text.assemble(("outcome: ", "bold"), (shown, status_rich(v.outcome if not why
+                                                                          else "garbage")),
+                            f"  (phase: {v.phase}" + ("; no failure signature" if why else "")
+                            + ")"))
+    if why:
+        out.print(Text.assemble(("suspect: ", "bold yellow"), why))
     if v.signature is not None:
         out.print(Text.assemble(("signature: ", "bold"), clean(v.signature.id)))
         where = f"line {v.line_no}: " if v.line_no else ""
