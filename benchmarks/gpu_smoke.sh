@@ -6,10 +6,8 @@
 #   TRANSPORT=ssh STEPS="env tests facts latent differential" bash ...   # issue 12's run
 #
 # TRANSPORT=ssh (the default when .debs/ holds openssh-server): ddprobe reaches the host over a
-# real OpenSSH server on 127.0.0.1, started from Debian 12's packages unpacked with `dpkg -x`
-# (openssh-server, openssh-sftp-server, openssh-client for ssh-keygen, libnsl2, libtirpc3,
-# libwrap0; `UsePAM no`, `Subsystem sftp internal-sftp`): the device image has no sshd. No
-# `ssh` client is put on PATH, so ddprobe resolves the host with paramiko's config parser.
+# real OpenSSH server on 127.0.0.1 (benchmarks/loopback_sshd.sh: Debian 12's packages unpacked
+# with `dpkg -x`): the device image has no sshd.
 # Steps of issue 12: `latent` = `ddprobe bisect -b $BUDGETS` with the latent check (on by
 # default: the host's facts show compute-sanitizer); `differential` = `ddprobe run
 # --differential` at b8 and b16 on the `stale` scenario (defect (g): a stale scalar in the
@@ -55,50 +53,9 @@ SSHCFG=()
 HOSTLINE="host: localhost"
 TRANSPORTLINE="transport: local"
 if [ "$TRANSPORT" = ssh ]; then
-  # a real sshd on loopback from the unpacked Debian packages (see the header)
-  R=$WORK/openssh
-  mkdir -p "$R" "$WORK/sshlib" /run/sshd
-  for f in .debs/*.deb; do dpkg -x "$f" "$R" || exit 1; done
-  find "$R" \( -name 'libnsl*' -o -name 'libtirpc*' -o -name 'libwrap*' \) -exec cp -a {} "$WORK/sshlib/" \;
-  id sshd >/dev/null 2>&1 || useradd -r -M -s /usr/sbin/nologin sshd
-  KG() { LD_LIBRARY_PATH=$WORK/sshlib "$R/usr/bin/ssh-keygen" "$@"; }
-  KG -q -t ed25519 -N '' -f "$WORK/host_ed25519" && KG -q -t ed25519 -N '' -f "$WORK/client_ed25519" || exit 1
-  cp "$WORK/client_ed25519.pub" "$WORK/authorized_keys"; chmod 600 "$WORK/authorized_keys"
-  cat > "$WORK/sshd_config" <<EOF
-Port $SSH_PORT
-ListenAddress 127.0.0.1
-HostKey $WORK/host_ed25519
-PidFile $WORK/sshd.pid
-AuthorizedKeysFile $WORK/authorized_keys
-StrictModes no
-UsePAM no
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-AllowTcpForwarding yes
-PermitRootLogin yes
-MaxSessions 64
-MaxStartups 64:30:128
-Subsystem sftp internal-sftp
-LogLevel VERBOSE
-EOF
-  LD_LIBRARY_PATH=$WORK/sshlib "$R/usr/sbin/sshd" -t -f "$WORK/sshd_config" || exit 1
-  LD_LIBRARY_PATH=$WORK/sshlib setsid "$R/usr/sbin/sshd" -D -e -f "$WORK/sshd_config" \
-    2> "$WORK/sshd.log" < /dev/null &
-  for i in $(seq 50); do (echo > "/dev/tcp/127.0.0.1/$SSH_PORT") 2>/dev/null && break; sleep 0.1; done
-  echo "sshd: $(LD_LIBRARY_PATH=$WORK/sshlib "$R/usr/sbin/sshd" -V 2>&1 | head -1) on 127.0.0.1:$SSH_PORT"
-  echo "[127.0.0.1]:$SSH_PORT $(cut -d' ' -f1,2 "$WORK/host_ed25519.pub")" > "$WORK/known_hosts"
-  cat > "$WORK/ssh_config" <<EOF
-Host h200 h200-stale
-  HostName 127.0.0.1
-  Port $SSH_PORT
-  User root
-  IdentityFile $WORK/client_ed25519
-  IdentitiesOnly yes
-  UserKnownHostsFile $WORK/known_hosts
-  StrictHostKeyChecking yes
-EOF
-  SSHCFG=(--ssh-config "$WORK/ssh_config")
+  # a real sshd on loopback from the unpacked Debian packages (benchmarks/loopback_sshd.sh)
+  . benchmarks/loopback_sshd.sh
+  start_loopback_sshd "$WORK" "$SSH_PORT" h200 h200-stale || exit 1
   HOSTLINE="host: NAME"
   TRANSPORTLINE=""
 fi
@@ -299,6 +256,6 @@ banner "verify-pass timings from the server logs"
 grep -h "Verify pass on" "$WORK"/work-*/logs/*.log 2>/dev/null | sed 's/^\[[^]]*\] //' | sort | uniq -c | tail -40
 tar -czf "$OUT/runs.tgz" -C "$WORK" hosts.yaml $(cd "$WORK" && ls -d work-* sshd.log sshd_config 2>/dev/null) \
   $( [ -d runs ] && echo "-C $PWD runs" ) 2>/dev/null
-[ -f "$WORK/sshd.pid" ] && kill "$(cat "$WORK/sshd.pid")" 2>/dev/null
+[ "$TRANSPORT" = ssh ] && stop_loopback_sshd "$WORK"
 banner done
 

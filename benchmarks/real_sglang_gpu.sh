@@ -1,32 +1,47 @@
 #!/usr/bin/env bash
-# Real SGLang 0.5.11 on a GPU host, then ddprobe against it (issue 17, stages 2-3).
+# Real SGLang 0.5.11 on a GPU host, then ddprobe against it (issue 17, stages 2-3; the bisect).
 #
 #   WHL=/path/to/wheels OUT=/some/dir STEPS="env install model direct ddprobe" bash benchmarks/real_sglang_gpu.sh
+#   MODEL_SRC=/dir/of/memorized/model STEPS="env model facts bisect plant differential" ... # the bisect
 #
 # Wheels (all --no-deps, downloaded elsewhere for cp312 manylinux): sglang 0.5.11, a repacked
 # sglang-kernel 0.4.2 (flash_ops.abi3.so, sm100/, lib/mscclpp* and _mscclpp dropped: the
 # triton backend on sm_90 loads none of them; sgl_kernel imports flash_ops lazily, only from
 # sgl_kernel.flash_attn), what sglang's import chain needs beyond the image (fastapi 0.118,
 # starlette 0.48, pydantic, uvicorn, orjson, pyzmq, msgspec, setproctitle, pybase64, openai
-# 2.6.1, ipython, transformers 5.6.0 + tokenizers 0.22.2, jsonschema, soundfile, ...), and
-# paramiko/fabric for ddprobe. Also needed and not yet carried on the H200 (64 MiB per call):
+# 2.6.1, ipython, transformers 5.6.0 + tokenizers 0.22.2, jsonschema, soundfile,
 # flashinfer-python 0.6.8.post1 + apache-tvm-ffi 0.1.9 (srt/layers/attention/vision.py imports
-# flashinfer at module level). docs/gpu-results.md lists each wheel and how far a launch got.
+# flashinfer at module level), ...), and paramiko/fabric for ddprobe. docs/gpu-results.md lists
+# each wheel and how far each launch got.
 # Everything lands in /tmp/site (PYTHONPATH), the image's torch 2.11.0+cu130 / triton 3.6.0 stay.
-# The model is made here (benchmarks/make_tiny_llama.py: random weights, tokenizers-built BPE).
-# Speculative decoding without a trained drafter: --speculative-algorithm NGRAM, budget =
-# --speculative-num-draft-tokens. Output under $OUT: real.log (everything), server-*.log.
+# The model: MODEL_SRC (copied to MODEL), else made here (benchmarks/make_tiny_llama.py: random
+# weights; `--memorize 8` makes one that answers the coding suite's first 8 tasks, which is what
+# gives the bisect's coding probes a verdict that can fail).
+# Speculative decoding without a trained drafter: --speculative-algorithm NGRAM, budget b ->
+# --speculative-num-draft-tokens b+1. TRANSPORT=ssh (the default when .debs/ holds
+# openssh-server): ddprobe reaches the host over a real sshd on loopback
+# (benchmarks/loopback_sshd.sh); else the local transport.
+# Steps: env install model direct (sglang.launch_server by hand) ddprobe (facts, flags,
+# grep-buffers, `run` cells) facts (facts/flags/grep-buffers only) bisect (`bisect -b
+# $BISECT_BUDGETS --thorough`) plant (apply $PLANT with `ddprobe patch`, bisect, revert)
+# differential (`run --differential` at the top budget).
+# Output under $OUT: real.log (everything), server-*.log, *.json, runs.tgz; $OUT/DONE at the end.
 set -u -o pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/real-sglang-out}
 WHL=${WHL:-$PWD/.whl}
 STEPS=${STEPS:-"env install model direct ddprobe"}
+BISECT_BUDGETS=${BISECT_BUDGETS:-7,15}
+PLANT=${PLANT:-benchmarks/patches/sglang-0.5.11-plant-graph-positions.patch}
+if [ -z "${TRANSPORT:-}" ]; then
+  if ls "${DEBS:-.debs}"/openssh-server_*.deb >/dev/null 2>&1; then TRANSPORT=ssh; else TRANSPORT=local; fi
+fi
 TOTAL=${TOTAL:-540}
 PORT=${PORT:-30123}
 MODEL=${MODEL:-/tmp/tiny-llama}
 COMMON=(--attention-backend triton --sampling-backend pytorch --grammar-backend none
         --mem-fraction-static 0.5 --max-running-requests 8 --cuda-graph-max-bs 8
-        --context-length 2048 --skip-server-warmup)
+        --context-length 2048 --skip-server-warmup ${EXTRA_ARGS:-})
 mkdir -p "$OUT"
 exec > >(tee -a "$OUT/real.log") 2>&1
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
@@ -52,7 +67,11 @@ fi
 
 if step model; then
   banner model
-  python3 benchmarks/make_tiny_llama.py "$MODEL" 2>&1 | grep -v "Writing model" | tail -3
+  if [ -n "${MODEL_SRC:-}" ]; then
+    rm -rf "$MODEL"; cp -r "$MODEL_SRC" "$MODEL" && ls -la "$MODEL"
+  else
+    python3 benchmarks/make_tiny_llama.py "$MODEL" 2>&1 | grep -v "Writing model" | tail -3
+  fi
 fi
 
 # launch NAME ARGS...: start sglang.launch_server, wait for /health_generate, probe, stop
@@ -96,20 +115,33 @@ if step direct; then
   step direct && launch ngram-b8-eager --speculative-algorithm NGRAM --speculative-num-draft-tokens 8 --disable-cuda-graph
 fi
 
-if step ddprobe; then
-  banner ddprobe
+# the inventory (and the sshd) for every ddprobe step
+if step ddprobe || step facts || step bisect || step plant || step differential; then
+  banner "ddprobe inventory, transport $TRANSPORT"
   INV=$OUT/hosts.yaml
+  SSHCFG=()
+  HOSTLINE="host: localhost"
+  TRANSPORTLINE="transport: local"
+  if [ "$TRANSPORT" = ssh ]; then
+    SSHWORK=$(mktemp -d /tmp/ddprobe-sshd.XXXXXX); chmod 755 "$SSHWORK"
+    . benchmarks/loopback_sshd.sh
+    start_loopback_sshd "$SSHWORK" "${SSH_PORT:-2222}" h200 || exit 1
+    HOSTLINE="host: h200"
+    TRANSPORTLINE=""
+  fi
   cat > "$INV" <<EOF2
 hosts:
   h200:
-    host: localhost
-    transport: local
+    $HOSTLINE
+    $TRANSPORTLINE
     python: ${HOSTPY:-$(command -v python3)}
     package: sglang
     env:
       PYTHONPATH: /tmp/site
+      PATH: /usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
       NCCL_NVLS_ENABLE: '0'
       TORCH_SYMM_MEM_DISABLE_MULTICAST: '1'
+      NVSHMEM_DISABLE_NVLS: '1'
     server:
       port: $PORT
       model_path: $MODEL
@@ -119,13 +151,21 @@ hosts:
       max_bs: 8
       args: [$(printf "'%s', " "${COMMON[@]}" | sed 's/, $//' | sed "s/'--cuda-graph-max-bs', '8', //")]
       workdir: /tmp/ddprobe-work
-      health_timeout: 200
+      health_timeout: 240
 EOF2
   cat "$INV"
-  DD=(python3 -m ddprobe -i "$INV")
+  export DDPROBE_RUNS=$OUT/runs
+  DD=(python3 -m ddprobe -i "$INV" "${SSHCFG[@]}")
+  SUMMARY=(python3 benchmarks/summarise_ddprobe_json.py)
+fi
+
+if step ddprobe || step facts; then
   for c in "facts -H h200" "flags -H h200" "grep-buffers -H h200"; do
     banner "ddprobe $c"; timeout 120 "${DD[@]}" $c 2>&1 | tail -40
   done
+fi
+
+if step ddprobe; then
   for b in ${BUDGETS:-7 15}; do
     for g in --graph --no-graph; do
       step ddprobe || break
@@ -135,4 +175,48 @@ EOF2
     done
   done
 fi
+
+# run_bisect NAME ARGS...: ddprobe bisect -H h200 ARGS --json > $OUT/bisect-NAME.json, summarised
+run_bisect() {
+  local name=$1; shift
+  banner "ddprobe bisect -H h200 $* ($name)"
+  local t0=$SECONDS
+  timeout $(( $(left) - 10 )) "${DD[@]}" bisect -H h200 "$@" --break-lock --json \
+    >"$OUT/bisect-$name.json" 2>"$OUT/bisect-$name.err"
+  echo "bisect $name exit: $? after $(( SECONDS - t0 )) s"
+  tail -25 "$OUT/bisect-$name.err"
+  "${SUMMARY[@]}" bisect "$OUT/bisect-$name.json"
+  timeout 60 "${DD[@]}" report latest --format term 2>&1 | head -60
+}
+
+if step bisect; then
+  run_bisect clean -b "$BISECT_BUDGETS" --thorough --no-latent-check
+fi
+
+if step plant; then
+  banner "ddprobe patch apply $PLANT"
+  timeout 120 "${DD[@]}" patch apply "$PLANT" -H h200 --break-lock; echo "patch apply exit: $?"
+  step plant && run_bisect plant -b "$BISECT_BUDGETS" --no-latent-check
+  banner "ddprobe patch revert --all"
+  timeout 120 "${DD[@]}" patch revert --all -H h200 --break-lock; echo "patch revert exit: $?"
+  timeout 60 "${DD[@]}" patch status -H h200 2>&1 | tail -5
+fi
+
+if step differential; then
+  top=${BISECT_BUDGETS##*,}
+  banner "ddprobe run -H h200 -b $top --differential"
+  timeout $(( $(left) - 10 )) "${DD[@]}" run -H h200 -b "$top" --differential --stop-after \
+    --break-lock --json >"$OUT/differential-b$top.json" 2>"$OUT/differential-b$top.err"
+  echo "run --differential exit: $?"
+  tail -15 "$OUT/differential-b$top.err"
+  "${SUMMARY[@]}" differential "$OUT/differential-b$top.json"
+fi
+
+if [ -n "${SSHWORK:-}" ]; then
+  grep -c "Accepted publickey" "$SSHWORK/sshd.log" | sed 's/^/sshd logins accepted: /'
+  cp "$SSHWORK/sshd.log" "$OUT/" 2>/dev/null
+  stop_loopback_sshd "$SSHWORK"
+fi
 banner done
+tar -czf "$OUT/runs.tgz" -C "$OUT" $(cd "$OUT" && ls -d runs ddlogs server-*.log hosts.yaml sshd.log 2>/dev/null)
+touch "$OUT/DONE"
