@@ -22,7 +22,7 @@
 # openssh-server): ddprobe reaches the host over a real sshd on loopback
 # (benchmarks/loopback_sshd.sh); else the local transport.
 # Steps: env install model direct (sglang.launch_server by hand) ddprobe (facts, flags,
-# grep-buffers, `run` cells) facts (facts/flags/grep-buffers only) bisect (`bisect -b
+# grep-buffers, `run` cells) facts (facts and grep-buffers only) bisect (`bisect -b
 # $BISECT_BUDGETS --thorough`) plant (apply $PLANT with `ddprobe patch`, bisect, revert)
 # differential (`run --differential` at the top budget).
 # Output under $OUT: real.log (everything), server-*.log, *.json, runs.tgz; $OUT/DONE at the end.
@@ -32,7 +32,7 @@ OUT=${OUT:-$PWD/real-sglang-out}
 WHL=${WHL:-$PWD/.whl}
 STEPS=${STEPS:-"env install model direct ddprobe"}
 BISECT_BUDGETS=${BISECT_BUDGETS:-7,15}
-PLANT=${PLANT:-benchmarks/patches/sglang-0.5.11-plant-graph-positions.patch}
+PLANT=${PLANT:-benchmarks/patches/sglang-0.5.11-plant-graph-input-ids.patch}
 if [ -z "${TRANSPORT:-}" ]; then
   if ls "${DEBS:-.debs}"/openssh-server_*.deb >/dev/null 2>&1; then TRANSPORT=ssh; else TRANSPORT=local; fi
 fi
@@ -160,7 +160,9 @@ EOF2
 fi
 
 if step ddprobe || step facts; then
-  for c in "facts -H h200" "flags -H h200" "grep-buffers -H h200"; do
+  cmds=("facts -H h200" "grep-buffers -H h200")
+  step ddprobe && cmds+=("flags -H h200")
+  for c in "${cmds[@]}"; do
     banner "ddprobe $c"; timeout 120 "${DD[@]}" $c 2>&1 | tail -40
   done
 fi
