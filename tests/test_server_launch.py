@@ -44,6 +44,25 @@ def test_eagle_budget_maps_to_draft_tokens_plus_one() -> None:
                     "--attention-backend", "fa3", "--mem-fraction-static", "0.8"]
 
 
+def test_a_cell_without_max_bs_or_backend_gets_the_hosts_production_ones() -> None:
+    # a bisect/sweep cell leaves max bs and backend unset unless --max-bs/--backend are given;
+    # on the H200 (docs/gpu-results.md, 2026-12-02) its launch line then had no
+    # --cuda-graph-max-bs, and real SGLang 0.5.11 planned graphs up to bs 256, not the host's 8
+    h = eagle_host(algorithm="NGRAM", draft_model_path=None, steps=None, topk=None, max_bs=8,
+                   backend="triton")
+    args = server_args(h, Config(budget=15))
+    assert args[args.index("--cuda-graph-max-bs") + 1] == "8"
+    assert args[args.index("--attention-backend") + 1] == "triton"
+    # the cell's own values still win (the max-bs experiment, --backend)
+    args = server_args(h, Config(budget=15, max_bs=2, backend="fa3"))
+    assert args[args.index("--cuda-graph-max-bs") + 1] == "2"
+    assert args[args.index("--attention-backend") + 1] == "fa3"
+    assert args.count("--cuda-graph-max-bs") == 1 and args.count("--attention-backend") == 1
+    # a host without production values: no flag, the release's defaults
+    bare = server_args(eagle_host(max_bs=None, backend=None), Config(budget=15))
+    assert "--cuda-graph-max-bs" not in bare and "--attention-backend" not in bare
+
+
 def test_ddtree_budget_and_graph_off() -> None:
     h = eagle_host(algorithm="DDTREE", budget_flag="ddtree", steps=None, topk=None,
                    args=("--tp", "8"))

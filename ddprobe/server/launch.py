@@ -70,10 +70,15 @@ def server_args(host: Host, config: Config, flags: FlagSet | None = None) -> lis
     out += _budget_words(host, config)
     if not config.graph:
         out += graph_off_flags(flags)
-    if config.max_bs is not None:
-        out += [max_bs_flag(flags), str(config.max_bs)]
-    if config.backend:
-        out += ["--attention-backend", config.backend]
+    # unset in the cell: the host's production value (server.max_bs / server.backend), as
+    # `ddprobe run` does; a bisect or sweep cell otherwise ran the release's default max bs
+    # (256 on SGLang 0.5.11) and attention backend instead of the production ones
+    max_bs = config.max_bs if config.max_bs is not None else s.max_bs
+    if max_bs is not None:
+        out += [max_bs_flag(flags), str(max_bs)]
+    backend = config.backend or s.backend
+    if backend:
+        out += ["--attention-backend", backend]
     out += list(s.args) + list(config.extra_args)
     return out
 
