@@ -301,3 +301,17 @@ def test_a_stall_is_a_hang() -> None:
                         '(/usr/bin/python3.12)\n\nThread 4242 (idle): "MainThread"\n'
                         '    wait (threading.py:355)\n', 900)
     assert spy.signature is not None and spy.signature.kind == "hang" and spy.match is not None
+
+
+def test_a_program_missing_from_the_servers_path_is_infrastructure() -> None:
+    # real SGLang 0.5.11 on the H200 (docs/gpu-results.md, 2026-12-02): the NGRAM worker
+    # JIT-builds its corpus with tvm_ffi, which runs `ninja`; with ninja off the server's PATH
+    # every cell died at start-up, graph and eager alike, and bisect called it `kernel (high)`
+    from pathlib import Path
+    log = (Path(__file__).parent / "data" / "sglang-0.5.11-h200-ngram-no-ninja.log").read_text()
+    v = classify_dead(log, package="sglang", during="start-up")
+    assert v.outcome is Outcome.ERROR and v.signature is None
+    assert v.error is not None and "'ninja'" in v.error and "server.env PATH" in v.error
+    # a missing file named by its path is not a program lookup: still the server's crash
+    other = log.replace("'ninja'", "'/models/x/config.json'")
+    assert classify_dead(other, package="sglang", during="start-up").outcome is Outcome.CRASH
