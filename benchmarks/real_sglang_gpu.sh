@@ -138,7 +138,7 @@ hosts:
     package: sglang
     env:
       PYTHONPATH: /tmp/site
-      PATH: /usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+      PATH: $(dirname "${HOSTPY:-$(command -v python3)}"):/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
       NCCL_NVLS_ENABLE: '0'
       TORCH_SYMM_MEM_DISABLE_MULTICAST: '1'
       NVSHMEM_DISABLE_NVLS: '1'
@@ -207,7 +207,7 @@ fi
 if step differential; then
   top=${BISECT_BUDGETS##*,}
   banner "ddprobe run -H h200 -b $top --differential"
-  timeout $(( $(left) - 10 )) "${DD[@]}" run -H h200 -b "$top" --differential --stop-after \
+  timeout $(( $(left) - 10 )) "${DD[@]}" run -H h200 -b "$top" --differential --tasks "${TASKS:-8}" --stop-after \
     --break-lock --json >"$OUT/differential-b$top.json" 2>"$OUT/differential-b$top.err"
   echo "run --differential exit: $?"
   tail -15 "$OUT/differential-b$top.err"
