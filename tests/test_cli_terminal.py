@@ -118,7 +118,7 @@ def test_a_piped_bisect_verdict_table_honours_columns(monkeypatch: pytest.Monkey
     from ddprobe.report.terminal import render_bisect
     p, _ = simulate(spec(), seed)
     rep = type("Rep", (), {})()
-    rep.run_id, rep.budgets, rep.groups = "r", [8, 16, 32, 64], ["g"]
+    rep.run_id, rep.budgets, rep.groups = "r", [8, 16, 32, 64], [_group()]
     rep.verdicts = build_verdicts(p, host="h")
     rep.disagreements, rep.restarts_used, rep.restarts_now = [], 8, 8
     rep.restarts_full_sweep, rep.rounds, rep.wall_s, rep.run_dir = 8, 8, 1.0, "d"
@@ -130,3 +130,9 @@ def test_a_piped_bisect_verdict_table_honours_columns(monkeypatch: pytest.Monkey
     # kinds are never broken mid-word
     assert any("buffer_sizing" in ln for ln in table) and any("graph_capture" in ln
                                                               for ln in table)
+
+
+def _group() -> object:
+    """A finished group as render_bisect reads it (its cells: none here)."""
+    import types
+    return types.SimpleNamespace(name="g", cells=[])

@@ -51,7 +51,7 @@ def test_verdict_list_is_numbered_from_one(tmp_path: Path) -> None:
     p, _ = simulate(spec(), seed)
     vs = build_verdicts(p, host="h")
     rep = type("Rep", (), {})()
-    rep.run_id, rep.budgets, rep.groups, rep.verdicts = "r", [8, 16, 32, 64], ["g"], vs
+    rep.run_id, rep.budgets, rep.groups, rep.verdicts = "r", [8, 16, 32, 64], [_group()], vs
     rep.disagreements, rep.restarts_used, rep.restarts_now = [], 8, 8
     rep.restarts_full_sweep, rep.rounds, rep.wall_s, rep.run_dir = 8, 8, 1.0, "d"
     buf = io.StringIO()
@@ -84,3 +84,9 @@ def test_a_hostile_server_log_is_escaped_and_bounded(tmp_path: Path) -> None:
     assert len(fence) >= 4  # longer than the ``` inside the log
     assert block.count("\nline ") <= 40 and "line 4999" in block and "line 10\n" not in block
     assert "\x1b" not in md
+
+
+def _group() -> object:
+    """A finished group as render_bisect reads it (its cells: none here)."""
+    import types
+    return types.SimpleNamespace(name="g", cells=[])

@@ -139,6 +139,16 @@ def replay_journal(plan: Plan, record: RunRecord | None, group_key: str,
     run.resumed = len(run.cells)
 
 
+def _progress(plan: Plan, group: str) -> Event:
+    """The "restarts left" event (one restart per cell, as the plan's "restarts:" line counts
+    them): exact for a sweep's matrix, the worst case of the plan for a bisect."""
+    left, restarts = plan.remaining()
+    count = f"{restarts} restart{'' if restarts == 1 else 's'} left"
+    return Event("progress", group,
+                 count if plan.exact_count else f"at most {count} (worst case of the plan)",
+                 {"configs_left": left, "restarts_left": restarts, "label": plan.label})
+
+
 def drive(group: HostGroup, plan: Plan, sessions: dict[str, HostSession], runner: CellRunner,
           journal: Journal, *, on_event: EventSink | None = None, record: RunRecord | None = None,
           purpose_note: Callable[[PlannedCell], str] | None = None,
@@ -156,12 +166,7 @@ def drive(group: HostGroup, plan: Plan, sessions: dict[str, HostSession], runner
             cells = plan.next_cells(len(hosts))
             if not cells:
                 break
-            left, restarts = plan.remaining()
-            # one restart per cell: the plan's "restarts:" line counts the same thing
-            count = f"{restarts} restart{'' if restarts == 1 else 's'} left"
-            emit(Event("progress", group.name,
-                       count if plan.exact_count else f"at most {count} (worst case of the plan)",
-                       {"configs_left": left, "restarts_left": restarts, "label": plan.label}))
+            emit(_progress(plan, group.name))
             run.rounds += 1
             emit(Event("round", group.name, f"round {run.rounds}: " + ", ".join(
                 c.key for c in cells), {"round": run.rounds, "cells": [c.key for c in cells]}))

@@ -73,6 +73,21 @@ class EventRenderer(common.LiveStatus):
         with self._lock:
             self._render(e)
 
+    def _cell_done(self, e: Event, grp: str) -> None:
+        """A finished cell: its line (outcome, time) and the counts."""
+        from ddprobe.bisect.cells import describe
+        from ddprobe.report.style import outcome_rich
+        res = e.data.get("result")
+        color = outcome_rich(res.outcome.value if res is not None else "?")
+        secs = f" ({res.wall_s or 0:.0f} s)" if res is not None else ""
+        self.done += 1
+        if res is not None and res.wall_s:
+            self.cell_s.append(float(res.wall_s))
+        if e.group in self.left:
+            self.left[e.group] = max(0, self.left[e.group] - 1)
+        self._counts()
+        self._line(f"{grp}[{color}]{escape(e.text)}: {escape(describe(res))}[/{color}]{secs}")
+
     def _render(self, e: Event) -> None:
         # the group's name, unless the line starts with it already (a one-host group is
         # named after its host: "testbed testbed: b16-graph" said it twice)
@@ -88,20 +103,7 @@ class EventRenderer(common.LiveStatus):
             if not self.live:
                 self._line(f"{grp}running {escape(e.text)}")
         elif e.kind == "cell_done":
-            from ddprobe.bisect.cells import describe
-            from ddprobe.report.style import outcome_rich
-            res = e.data.get("result")
-            out = res.outcome.value if res is not None else "?"
-            color = outcome_rich(out)
-            secs = f" ({res.wall_s or 0:.0f} s)" if res is not None else ""
-            self.done += 1
-            if res is not None and res.wall_s:
-                self.cell_s.append(float(res.wall_s))
-            if e.group in self.left:
-                self.left[e.group] = max(0, self.left[e.group] - 1)
-            self._counts()
-            self._line(f"{grp}[{color}]{escape(e.text)}: {escape(describe(res))}[/{color}]"
-                       f"{secs}")
+            self._cell_done(e, grp)
         elif e.kind == "progress":
             if "configs_left" in e.data:
                 self.left[e.group] = int(e.data["configs_left"])

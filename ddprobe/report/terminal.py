@@ -158,19 +158,25 @@ def _wide(out: Console) -> Console:
                        highlight=False, soft_wrap=True)
 
 
-def render_bisect(rep: BisectReport, console: Console) -> None:
-    """A finished bisect: the verdict table, then each verdict numbered with its evidence."""
-    out = _wide(console)
-    t = Table(title=f"bisect {rep.run_id}: budgets {','.join(map(str, rep.budgets))}",
-              title_justify="left")
-    multi = len(rep.groups) > 1
-    # names and kinds are never cut or broken mid-word; the prose columns wrap at words
+def _verdict_table(title: str, multi: bool) -> Table:
+    """The verdict table's columns: names and kinds are never cut or broken mid-word; the
+    prose columns wrap at words."""
+    t = Table(title=title, title_justify="left")
     for c in (["hosts"] if multi else []) + ["budgets", "verdict", "what", "decided by",
                                               "confidence"]:
         if c in ("what", "decided by"):
             t.add_column(c, overflow="fold", ratio=3 if c == "what" else 1)
         else:
             t.add_column(c, no_wrap=True, overflow="fold")
+    return t
+
+
+def render_bisect(rep: BisectReport, console: Console) -> None:
+    """A finished bisect: the verdict table, then each verdict numbered with its evidence."""
+    out = _wide(console)
+    multi = len(rep.groups) > 1
+    t = _verdict_table(f"bisect {rep.run_id}: budgets {','.join(map(str, rep.budgets))}",
+                       multi)
     for v in rep.verdicts:
         color = verdict_rich(v.kind)
         row = ([v.host or ""] if multi else []) + [
