@@ -32,6 +32,7 @@ import argparse
 import json
 import os
 import re
+import socket
 import statistics
 import sys
 import tempfile
@@ -155,6 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tasks", default="2", help="coding tasks per probe (default 2)")
     ap.add_argument("--json", help="write every figure to this file")
     args = ap.parse_args(argv)
+    # this process's own testbed install and port: several benchmark processes can run at once
+    os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="ddprobe-ttv-data-")
+    with socket.socket() as sk:
+        sk.bind(("127.0.0.1", 0))
+        os.environ["DDPROBE_TESTBED_PORT"] = str(sk.getsockname()[1])
     exps = expectations(args.scenarios or None)
     head = (f"{'scenario':34} {'restarts t/c/s':>14} {'cheap':>5} {'1st t':>6} {'1st c':>6} "
             f"{'last t':>6} {'last c':>6} {'sweep':>6} {'c/t':>5} {'c/sw':>5} {'2xR':>6}  "

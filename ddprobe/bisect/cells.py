@@ -195,7 +195,7 @@ def describe(c: CellResult | None) -> str:
         if c.outcome is Outcome.CRASH and c.signature is not None:
             return f"crash {c.signature.id} (cheap cell: dummy weights)"
         if c.outcome not in (Outcome.ERROR, Outcome.REFUSED):
-            return "no crash (cheap cell: dummy weights, ok vs garbage not checked)"
+            return "cheap cell: no crash with dummy weights; ok vs garbage not checked"
     parts = [c.outcome.value]
     p = c.probes
     sig = c.signature

@@ -211,7 +211,7 @@ def _max_bs_evidence(p: Planner, m: PlannedCell, mode_budget: int, sig_mode: str
 
 def _verb(o: Obs, mode: str, good: str, bad: str, known: dict[str, int]) -> str:
     if o.status == GOOD:
-        return "does not crash" if o.first is not None and o.first.cheap else good
+        return "avoids this crash" if o.first is not None and o.first.cheap else good
     if o.status == BAD and o.mode != mode:
         like = f"like b{known[o.mode]}" if o.mode in known else "differently"
         return f"avoids this failure (then fails {like}, another failure mode)"
