@@ -7,18 +7,10 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    Progress,
-    SpinnerColumn,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-)
 from rich.text import Text
 
 from ddprobe.context import Context, current
@@ -92,9 +84,20 @@ def _duration(s: float) -> str:
         f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
 
 
+if TYPE_CHECKING:  # rich.progress is imported by the first live status (not by a completion)
+    from rich.progress import Progress, TaskID
+
+
 def live_progress(console: Console) -> tuple[Progress, TaskID]:
     """A started, transient spinner line on stderr. redirect_stdout=False: rich would otherwise
     move JSON written to stdout during the progress onto its console (REMOTE_AND_CI.md 5.1)."""
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
     p = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False),
                  BarColumn(bar_width=20), TextColumn("{task.fields[counts]}", markup=False),
                  TimeElapsedColumn(), console=console, transient=True, redirect_stdout=False,
