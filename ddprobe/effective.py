@@ -143,6 +143,22 @@ def from_server_args(info: Mapping[str, Any], *, source: str = "server_info") ->
     return EffectiveConfig(**kw)
 
 
+def capped_by_request_pool(eff: EffectiveConfig) -> EffectiveConfig:
+    """The batch sizes the graph runner really captures, from what ServerArgs plans.
+
+    SGLang's `get_batch_sizes_to_capture` (0.5.x) drops every planned bs above the request
+    pool, whose size is --max-running-requests when it is given (divided by the dp size, which
+    is taken as 1 here: with dp > 1 the pool is smaller still), and adds the pool size when the
+    plan ran past it. On the H200 (docs/gpu-results.md, 2026-12-02) ServerArgs planned 1..256
+    (51 sizes) and the server captured 1..8 with --max-running-requests 8. Without a max
+    running requests the pool is sized at load time: the list is left as planned.
+    """
+    bs, pool = eff.cuda_graph_bs, eff.max_running_requests
+    if not bs or not pool or pool < 1 or max(bs) <= pool:
+        return eff
+    return replace(eff, cuda_graph_bs=tuple(sorted({b for b in bs if b <= pool} | {pool})))
+
+
 def from_log(log: str) -> EffectiveConfig | None:
     """What the log alone says (the server died before /server_info answered), or None."""
     base = EffectiveConfig(source="log")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -149,3 +150,23 @@ def test_cells_record_what_the_testbed_server_runs(ssh_opts, make_host: Callable
     assert dead.effective.source == "preflight" and dead.effective.cuda_graph_max_bs == 64
     assert "cuda_graph_bs" in dead.effective.fields_from_log
     assert dead.effective.draft_tokens == 65
+
+
+def test_the_preflights_bs_list_is_cut_at_the_request_pool() -> None:
+    # the H200 run (docs/gpu-results.md, 2026-12-02): ServerArgs planned 1..256 (51 sizes) with
+    # --max-running-requests 8; the server's log said `Capture cuda graph bs [1, ..., 8]`
+    from ddprobe.effective import capped_by_request_pool
+    planned = (1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 24, 32, 256)
+    eff = EffectiveConfig(cuda_graph=True, cuda_graph_max_bs=256, cuda_graph_bs=planned,
+                          max_running_requests=8, source="preflight")
+    got = capped_by_request_pool(eff)
+    assert got.cuda_graph_bs == (1, 2, 3, 4, 5, 6, 7, 8) and got.max_captured_bs == 8
+    # a pool between two planned sizes is captured itself (SGLang appends it)
+    assert capped_by_request_pool(replace(eff, max_running_requests=11)).cuda_graph_bs == (
+        1, 2, 3, 4, 5, 6, 7, 8, 10, 11)
+    # nothing to cut, or nothing known: unchanged
+    for pool in (512, 256, None):
+        same = replace(eff, max_running_requests=pool)
+        assert capped_by_request_pool(same) == same
+    off = replace(eff, cuda_graph=False, cuda_graph_bs=None)
+    assert capped_by_request_pool(off) == off

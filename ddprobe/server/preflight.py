@@ -26,7 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ddprobe.effective import EffectiveConfig, from_server_args
+from ddprobe.effective import EffectiveConfig, capped_by_request_pool, from_server_args
 from ddprobe.errors import RefusedError, RemoteTimeout
 from ddprobe.hostside.client import call
 from ddprobe.hostside.errors import NoAnswerError
@@ -170,7 +170,7 @@ def _one(host: Host, item: dict[str, Any], entry: str, version: str | None) -> P
     if status == "ok" and isinstance(item.get("values"), dict):
         values = dict(item["values"])
         values.setdefault("version", version)
-        eff = from_server_args(values, source="preflight")
+        eff = capped_by_request_pool(from_server_args(values, source="preflight"))
         return PreflightResult("ok", eff, "", warnings, "", entry, version)
     what = f"{host.package} {version or '?'}"
     if status == "rejected":
