@@ -47,7 +47,8 @@ for name, argv in json.loads(sys.argv[1]).items():
             a = sa.prepare_server_args(base + [model if w == "{model}" else w for w in argv])
         r = {k: getattr(a, k) for k in ("speculative_algorithm", "speculative_num_steps",
              "speculative_eagle_topk", "speculative_num_draft_tokens", "cuda_graph_bs",
-             "cuda_graph_max_bs", "max_running_requests", "disable_cuda_graph")}
+             "cuda_graph_max_bs", "max_running_requests", "disable_cuda_graph", "load_format",
+             "speculative_draft_load_format", "skip_server_warmup")}
     except SystemExit as e:
         r = {"exit": e.code}
     except Exception as e:
@@ -67,12 +68,22 @@ CASES = {
     "maxbs64": ["--speculative-num-steps", "3", "--speculative-eagle-topk", "4",
                 "--speculative-num-draft-tokens", "16", "--cuda-graph-max-bs", "64"],
 }
+# a cheap cell's launch (ddprobe/bisect/cheap.py), with each speculative algorithm 0.5.11 has
+CHEAP = ["--load-format", "dummy", "--speculative-draft-load-format", "dummy",
+         "--cuda-graph-bs", "1", "2", "4", "8", "64", "--skip-server-warmup"]
+ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH")
+for _alg in ALGORITHMS:
+    CASES[f"cheap-{_alg}"] = ["--speculative-algorithm", _alg, "--speculative-num-steps", "3",
+                              "--speculative-eagle-topk", "4",
+                              "--speculative-num-draft-tokens", "16", *CHEAP] + (
+        [] if _alg == "NGRAM" else ["--speculative-draft-model-path", "{model}"])
 
 
 @pytest.fixture(scope="module")
 def real() -> dict:
     py = sglang_runtime_python()
-    cases = {k: (v if k == "ddtree" else EAGLE + ["{model}"] + v) for k, v in CASES.items()}
+    cases = {k: (v if k == "ddtree" or k.startswith("cheap-") else EAGLE + ["{model}"] + v)
+             for k, v in CASES.items()}
     p = subprocess.run([str(py), "-c", HOST_PROGRAM, json.dumps(cases)], capture_output=True, text=True,
                        timeout=600)
     line = next((ln for ln in p.stdout.splitlines() if ln.startswith("JSON")), None)
@@ -105,6 +116,19 @@ def test_captured_bs_list_stops_at_max_bs(real: dict) -> None:
     assert r["cuda_graph_bs"] == sorted(set(r["cuda_graph_bs"]))
     assert r["max_running_requests"] == 48  # reset for speculative decoding
     assert (r["speculative_eagle_topk"], r["speculative_num_draft_tokens"]) == (4, 16)
+
+
+@pytest.mark.parametrize("alg", ALGORITHMS)
+def test_a_cheap_launch_is_accepted_with_each_algorithm(real: dict, alg: str) -> None:
+    """Expected (from 0.5.11's server_args.py, read before running): --load-format dummy and
+    --speculative-draft-load-format dummy are kept as given; a --cuda-graph-bs list is kept and
+    sets the max bs to its largest entry (line 1388: `cuda_graph_max_bs = max(cuda_graph_bs)`),
+    so a cheap cell's buffers are sized by the same max bs as its real cell's."""
+    r = real[f"cheap-{alg}"]
+    assert "raised" not in r and "exit" not in r, r
+    assert (r["load_format"], r["speculative_draft_load_format"]) == ("dummy", "dummy")
+    assert r["cuda_graph_bs"] == [1, 2, 4, 8, 64] and r["cuda_graph_max_bs"] == 64
+    assert r["skip_server_warmup"] is True
 
 
 def test_static_flag_reader_matches_the_real_parser(real: dict) -> None:
@@ -180,4 +204,33 @@ def test_ddprobe_preflight_against_the_real_server_args(ssh_opts, model_dir: Pat
         # post-init may reset for speculative decoding): ddprobe.effective.capped_by_request_pool
         pool = eff.max_running_requests
         assert eff.cuda_graph_bs and max(eff.cuda_graph_bs) == (min(64, pool) if pool else 64)
+    clear_cache()
+
+
+def test_cheap_support_is_checked_by_the_real_argument_handling(ssh_opts,
+                                                                 model_dir: Path) -> None:
+    """Expected (before running): the install defines --load-format (with dummy),
+    --speculative-draft-load-format, --cuda-graph-bs and --skip-server-warmup, and its own
+    ServerArgs accepts the cheap launch of an EAGLE tree at max bs 64: cheap cells available,
+    with the draft flag, the short capture list and no warm-up. Without --device the
+    preflight cannot run the post-init here (no accelerator): then the flags alone decide."""
+    from ddprobe import remote
+    from ddprobe.bisect.cheap import host_support
+    from ddprobe.results import Config
+    from ddprobe.server.caches import RunCaches
+    from ddprobe.server.preflight import clear_cache
+    py = sglang_runtime_python()
+    clear_cache()
+    trees = _pf_host(py, model_dir, ("--device", "cuda"), topk=4)
+    with remote.connect(trees, ssh_opts) as r:
+        sup = host_support(r, trees, Config(budget=15, max_bs=64), max_bs=64, concurrency=8,
+                           enabled=True, caches=RunCaches())
+        assert sup.available, sup.note
+        assert (sup.draft_flag, sup.bs_flag, sup.warmup_flag) == (True, True, True)
+        assert sup.what(Config(budget=15, max_bs=64)) == (
+            "--load-format dummy --speculative-draft-load-format dummy "
+            "--cuda-graph-bs 1 2 4 8 64 --skip-server-warmup")
+        off = host_support(r, trees, Config(budget=15), max_bs=64, concurrency=8,
+                           enabled=False, caches=RunCaches())
+        assert not off.available and "--no-cheap-cells" in off.note
     clear_cache()
