@@ -2,6 +2,8 @@
 the verdicts are the same as with every cell at full cost (pure: simulated results)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from planner_util import cheap_seed, seed, spec
 
 from ddprobe.bisect.costs import CostModel
@@ -71,3 +73,17 @@ def test_every_verdict_names_its_cheap_cells_and_says_what_they_showed() -> None
         "not checked)" in text
     assert "passes" not in text.split("oversize")[-1]
     assert vs[16].to_dict()["cheap_cells"] and "cheap_cells" not in vs[8].to_dict()
+
+
+def test_below_a_pass_or_a_failure_that_is_no_crash_frontier_cells_run_real() -> None:
+    # a kernel defect garbling every budget from 16 up, graphs or not (no crash anywhere):
+    # only the top budget, with nothing known above it, is tried cheap; below b64's garbage
+    # (and below a pass) a crash is unlikely, so the real cell runs first
+    from ddprobe.bisect.synthetic import threshold
+    s = spec(cheap=True)
+    sim = threshold(s, 16, "kernel")
+    _, rounds = simulate(s, lambda c: replace(sim(c), cheap=c.cheap or None))
+    keys = [c.key for r in rounds for c in r]
+    assert [k for k in keys if k.endswith("+cheap")] == ["b64-graph-bs64+cheap"], keys
+    _, rounds = simulate(s, threshold(s, None, "kernel"))  # everything passes: 1 cheap + b64
+    assert [c.key for r in rounds for c in r] == ["b64-graph-bs64+cheap", "b64-graph-bs64"]

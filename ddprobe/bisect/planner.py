@@ -226,9 +226,24 @@ class Planner:
             return 0.0
         if cell.purpose in ("oversize", "max_bs"):
             return 1.0 if crash_mode(cell.mode) else 0.0
-        if cell.purpose == "frontier" or (cell.purpose == "eager" and crash_mode(cell.mode)):
+        if cell.purpose == "frontier":
+            return self._crash_prior(cell.config.budget)
+        if cell.purpose == "eager" and crash_mode(cell.mode):
             return 0.5
         return 0.0
+
+    def _crash_prior(self, budget: int) -> float:
+        """The chance a frontier budget crashes, from the nearest budget above it that ran:
+        failures grow with the budget (the search's own premise) and one failure mode spans
+        neighbouring budgets, so below a pass, or below a failure that is no crash, a crash is
+        unlikely (0.05); below a crash, likely (0.75); with nothing above known, even (0.5)."""
+        for b in (x for x in self.spec.budgets if x > budget):
+            o = self.obs(self.frontier_cell(b))
+            if o.status == GOOD:
+                return 0.05
+            if o.status == BAD:
+                return 0.75 if crashed(o.first) else 0.05
+        return 0.5
 
     def estimate(self, cell: PlannedCell) -> float:
         """Expected seconds of the cell as it would be run next (cheap or real)."""
