@@ -87,3 +87,28 @@ def test_below_a_pass_or_a_failure_that_is_no_crash_frontier_cells_run_real() ->
     assert [k for k in keys if k.endswith("+cheap")] == ["b64-graph-bs64+cheap"], keys
     _, rounds = simulate(s, threshold(s, None, "kernel"))  # everything passes: 1 cheap + b64
     assert [c.key for r in rounds for c in r] == ["b64-graph-bs64+cheap", "b64-graph-bs64"]
+
+
+def test_the_inventory_turns_cheap_cells_off_per_host(tmp_path) -> None:
+    from ddprobe.bisect.cheap import host_support
+    from ddprobe.errors import ConfigError
+    from ddprobe.inventory import load_inventory
+    from ddprobe.results import Config
+    from ddprobe.server.caches import RunCaches
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text("hosts:\n  a:\n    host: a.example\n    server:\n      cheap_cells: false\n"
+                   "  b:\n    host: b.example\n")
+    hosts = load_inventory(inv)
+    a, b = hosts.get("a"), hosts.get("b")
+    assert (a.server.cheap_cells, b.server.cheap_cells) == (False, True)
+    # decided before the host is contacted (no connection is needed to say no)
+    sup = host_support(None, a, Config(8), max_bs=64, concurrency=8, enabled=True,  # type: ignore[arg-type]
+                       caches=RunCaches())
+    assert not sup.available and "server.cheap_cells false" in sup.note
+    inv.write_text("hosts:\n  a:\n    host: a.example\n    server:\n      cheap_cells: maybe\n")
+    try:
+        load_inventory(inv)
+    except ConfigError as e:
+        assert "cheap_cells" in str(e) and ":5" in str(e)
+    else:
+        raise AssertionError("a non-boolean cheap_cells was accepted")
