@@ -23,6 +23,8 @@ import gzip
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from planner_util import BUDGETS, CUBLAS, GARBAGE, ILLEGAL, MASK
 from sources_util import tb_buffer_report
 
@@ -239,7 +241,9 @@ def test_unavailable_plan_line_says_why() -> None:
 
 # -- end to end on the CPU testbed, with a compute-sanitizer stand-in on the host's PATH ------
 
-def test_bisect_on_the_cpu_testbed_memchecks_the_passing_budget(tmp_path: Path) -> None:
+@pytest.mark.parametrize("cheap", [False, True])
+def test_bisect_on_the_cpu_testbed_memchecks_the_passing_budget(tmp_path: Path,
+                                                               cheap: bool) -> None:
     """Expected (CPU seed: b16 crashes with an illegal address, so only b8 passes): one
     memcheck cell at b8 after the graph row, clean (the stand-in runs the server and prints
     memcheck's banner and a clean summary), so `ok` b8 "memcheck clean at b8"; the restart
@@ -257,9 +261,18 @@ def test_bisect_on_the_cpu_testbed_memchecks_the_passing_budget(tmp_path: Path) 
     exe.write_text(STAND_IN)
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     host = sanitize_host(install_prefix(tmp_path / "site"), tmp_path, bindir)
-    rep = run_bisect([host], BisectRequest(budgets=BUDGETS, tasks=("2",), cheap_cells=False),
+    rep = run_bisect([host], BisectRequest(budgets=BUDGETS, tasks=("2",), cheap_cells=cheap),
                      root=tmp_path / "runs", opts=RemoteOptions())  # a local host
     keys = [pc.key for g in rep.groups for pc, _ in g.cells]
+    if cheap:
+        # cheap cells: the memcheck cell too runs first with dummy weights; clean there proves
+        # nothing, so the real one runs, and the verdicts are today's
+        assert [k for k in keys if "+sanitize" in k] == ["b8-graph+sanitize+cheap",
+                                                         "b8-graph+sanitize"], keys
+        got = {tuple(v.budgets): v for v in rep.verdicts}
+        assert what(got[(8,)]) == "passes with CUDA graphs; memcheck clean at b8"
+        assert got[(16,)].kind == "buffer_sizing" and got[(32,)].kind == "graph_capture"
+        return
     assert [k for k in keys if k.endswith("+sanitize")] == ["b8-graph+sanitize"], keys
     assert keys[-1] == "b8-graph+sanitize" or keys.index("b8-graph+sanitize") > keys.index(
         "b32-graph")

@@ -112,3 +112,14 @@ def test_the_inventory_turns_cheap_cells_off_per_host(tmp_path) -> None:
         assert "cheap_cells" in str(e) and ":5" in str(e)
     else:
         raise AssertionError("a non-boolean cheap_cells was accepted")
+
+
+def test_thorough_with_cheap_cells_goes_down_from_the_top() -> None:
+    # every budget restarted, all pass: b64 cheap (nothing known), then b32, b16, b8 real
+    # (below a pass a crash is unlikely); today's plan restarts the same four
+    from ddprobe.bisect.synthetic import threshold
+    s = spec(cheap=True, thorough=True)
+    _, rounds = simulate(s, threshold(s, None, "kernel"))
+    assert [c.key for r in rounds for c in r] == [
+        "b64-graph-bs64+cheap", "b64-graph-bs64", "b32-graph-bs64", "b16-graph-bs64",
+        "b8-graph-bs64"]

@@ -217,6 +217,11 @@ class Planner:
             return None
         if cell.purpose in ("oversize", "max_bs") and crash_mode(cell.mode):
             return Obs(GOOD, None, rs, len(rs))
+        if cell.purpose == "sanitize" and cell.mode == latent.LATENT_MODE:
+            # a memcheck cell: writes past a buffer are the config's; clean proves nothing
+            o = observe(rs, 1)
+            if latent.judge(cell.twin(), o, self.spec.suspects).status == latent.DIRTY:
+                return o
         return None
 
     def question_is_cheap(self, cell: PlannedCell) -> float:
@@ -230,6 +235,8 @@ class Planner:
             return self._crash_prior(cell.config.budget)
         if cell.purpose == "eager" and crash_mode(cell.mode):
             return 0.5
+        if cell.purpose == "sanitize" and cell.mode == latent.LATENT_MODE:
+            return 0.5  # the latent check's memcheck cell: invalid writes decide it
         return 0.0
 
     def _crash_prior(self, budget: int) -> float:
@@ -373,7 +380,10 @@ class Planner:
         for i, o in enumerate(st.row.obs):
             if o.status == PENDING:
                 needed.append(self.frontier_cell(st.row.budgets[i]))
-        needed += [self.frontier_cell(st.row.budgets[i]) for i in st.needed_frontier]
+        # largest first with cheap cells: a budget below a known pass is unlikely to crash, so
+        # its real cell runs without a cheap try (`_crash_prior`)
+        extra = reversed(st.needed_frontier) if self.cheap_on else iter(st.needed_frontier)
+        needed += [self.frontier_cell(st.row.budgets[i]) for i in extra]
         need_idx, spec_idx = probes(st.row, k)
         needed += [self.frontier_cell(st.row.budgets[i]) for i in need_idx]
         spec += [self.frontier_cell(st.row.budgets[i]) for i in spec_idx]
