@@ -351,7 +351,12 @@ def _phase_of_following_traceback(cat: Catalogue, lines: list[str], idx: int) ->
     start = next((i for i in range(idx, min(idx + 12, len(lines))) if _TB_HEADER in lines[i]),
                  None)
     if start is None:
-        return "startup"
+        # a stack dump (py-spy's `Thread N (idle): "MainThread"`, faulthandler's): its
+        # indented frames say where the server was
+        end = idx + 1
+        while end < len(lines) and end - idx < 400 and lines[end].startswith((" ", "\t")):
+            end += 1
+        return _phase_at(cat, lines, end - 1) if end - 1 > idx else "startup"
     end = start + 1
     while end < len(lines) and end - idx < 400 and (
             lines[end].startswith((" ", "\t")) or _TB_HEADER in lines[end]):
