@@ -234,3 +234,42 @@ def test_cheap_support_is_checked_by_the_real_argument_handling(ssh_opts,
                            enabled=False, caches=RunCaches())
         assert not off.available and "--no-cheap-cells" in off.note
     clear_cache()
+
+
+# ---- 0.5.21-0.5.23: the release's own parser against the static reader, both ways ----------
+# Expected (written before the run): 0.5.2x builds most of its parser from dataclass fields
+# with `Arg(...)` metadata (srt/arg_groups/fields/*.py, add_cli_args_from_dataclass), fields
+# declared with Arg(action=argparse.BooleanOptionalAction) add --no-NAME (12 in 0.5.23, e.g.
+# --no-enable-tf32-matmul), plus the add_argument calls in server_args.py: the static reader
+# finds exactly the option strings the real parser defines, none missing, none extra.
+PARSER_PROGRAM = r'''
+import argparse, json, sglang.srt.server_args as sa
+p = argparse.ArgumentParser(); sa.ServerArgs.add_cli_args(p)
+print("JSON" + json.dumps({"file": sa.__file__,
+                          "options": sorted(s for a in p._actions for s in a.option_strings)}))
+'''
+
+
+@pytest.mark.parametrize("version", ["0.5.21", "0.5.22", "0.5.23"])
+def test_static_flags_match_the_real_parser_of_0_5_2x(version: str) -> None:
+    from realsglang import sglang_args_python
+
+    from ddprobe.sources.flagsrc import parse_flags
+    py = sglang_args_python(version)
+    p = subprocess.run([str(py), "-c", PARSER_PROGRAM], capture_output=True, text=True,
+                       timeout=600)
+    line = next((ln for ln in p.stdout.splitlines() if ln.startswith("JSON")), None)
+    assert line, f"the release's add_cli_args failed (rc {p.returncode}): {p.stderr[-2000:]}"
+    doc = json.loads(line[4:])
+    root = Path(doc["file"]).parent.parent
+    assert f"sglang-{version}-args" in str(root)  # this venv's sglang, not the runtime's 0.5.11
+    texts = {str(f.relative_to(root)): f.read_text() for f in [
+        root / "srt" / "server_args.py", *(root / "srt" / "arg_groups").rglob("*.py")]}
+    flags = parse_flags(texts, package="sglang", version=version)
+    static = {n for f in flags.flags for n in f.names}
+    real = set(doc["options"]) - {"-h", "--help"}
+    assert sorted(real - static) == []  # missing from the static reader
+    assert sorted(static - real) == []  # the static reader's extras
+    if version == "0.5.23":
+        assert "--no-enable-tf32-matmul" in real
+        flags.check(["--no-enable-tf32-matmul", "--enable-tf32-matmul"])
