@@ -11,7 +11,9 @@ Expected, written before the run:
   no `?` for the entry point it never learned.
 - server.backend triton and no --backend: the suspects come from the triton backend's files
   and the runners only (no flashinfer_backend.py / flashattention_backend.py), and a note says
-  which backend and why.
+  which backend and why; the verify mask is cleared by a note with both numbers (b8: its
+  layout needs 64 x 9 x (4094 + 9) = 2,363,328 at seq_len 4094, 64 x 9 x (4096 + 9) =
+  2,364,480 allocated).
 """
 from __future__ import annotations
 
@@ -61,6 +63,12 @@ def test_plan_on_real_0523_static_refusal_and_the_configured_backend(
     assert "speculative_hook.py" in pf["assumption"]
     assert any("static evidence from the buffers of backend triton (the host's "
                "server.backend: triton" in n for n in pv["notes"]), pv["notes"]
+    # 0.5.23's verify mask is no suspect, and the plan says by which comparison
+    assert ("cleared by size vs use: _verify_mask.buffer (srt/layers/attention/verify_mask.py:"
+            in " ".join(pv["notes"]))
+    assert any("needs 2,363,328 elements at seq_len 4094 for b8, 2,364,480 allocated" in n
+               for n in pv["notes"]), pv["notes"]
+    assert "_verify_mask.buffer" not in {s["attr"] for s in pv["suspects"]}
     files = {s["file"] for s in pv["suspects"]}
     assert files and not files & {"srt/layers/attention/flashinfer_backend.py",
                                   "srt/layers/attention/flashattention_backend.py"}, files

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from ddprobe import interrupt
 from ddprobe.bisect.groups import HostGroup, group_hosts, why_apart
-from ddprobe.bisect.static import Suspect, evidence_backend, find_suspects
+from ddprobe.bisect.static import Suspect, cleared, evidence_backend, find_suspects
 from ddprobe.errors import DdprobeError, PatchError, RemoteError
 from ddprobe.facts import Facts, gather_facts
 from ddprobe.inventory import Host
@@ -252,6 +252,7 @@ def host_static_evidence(r: Remote, host: Host, *, budgets: Sequence[int], max_b
     except DdprobeError as e:
         return StaticEvidence(None, (), (f"grep-buffers failed on {host.name}: {e}",))
     notes: list[str] = [f"static evidence from the buffers of backend {read} ({why})"]
+    notes += [f"cleared by size vs use: {c}" for c in cleared(rep)]
     notes += [n for n in rep.notes if n.startswith("--attention-backend ")]
     ok: list[Suspect] = []
     for sus in find_suspects(rep):

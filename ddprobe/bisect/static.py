@@ -172,6 +172,25 @@ def _arg_value(argv: Sequence[str], flag: str) -> str | None:
     return None
 
 
+def cleared(report: BufferReport | None) -> list[str]:
+    """The captured buffers that are not suspects because their size was compared with their
+    use's layout and holds it at every budget: one line each, with both numbers (at the
+    largest budget) and the seq_len the layout was evaluated at."""
+    if report is None:
+        return []
+    out: list[str] = []
+    for r in report.rows:
+        if r.status != "found" or not r.demand or r.phase not in _CAPTURED_PHASES or not r.sizes:
+            continue
+        if any(z.short_by or z.demand_elements is None or z.elements is None for z in r.sizes):
+            continue
+        z = r.sizes[-1]
+        out.append(f"{r.attr} ({r.file}:{r.line}): its use's layout needs {z.demand_elements:,} "
+                   f"elements at seq_len {z.seq_len} for b{z.budget}, {z.elements:,} allocated"
+                   f" (holds at every budget)")
+    return out
+
+
 def size_line(s: Suspect, budgets: Sequence[int] | None = None) -> str:
     """`b8: 1.1 MiB, b16: 1.1 MiB (short by 4,096)` for the evidence text."""
     parts = []
