@@ -5,6 +5,8 @@ The sshd fixture never silently skips: if sshd is missing it installs openssh-se
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import getpass
 import os
 import shutil
@@ -257,7 +259,26 @@ def sshd_noisy(sshd_factory: Callable[..., SshServer]) -> SshServer:
     return sshd_factory("noisy", sftp=_sftp_server(), setup=setup)
 
 
+@contextlib.contextmanager
+def cache_lock(name: str) -> Iterator[None]:
+    """Hold CACHE/.<name>.lock (flock) while one entry of the test cache is checked or built:
+    pytest-xdist workers, and test sessions run side by side, never build one entry twice at
+    once (a second waits, then finds it ready)."""
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with open(CACHE / f".{name}.lock", "a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 def _wheel(version: str) -> Path:
+    with cache_lock(f"wheel-{version}"):
+        return _wheel_unlocked(version)
+
+
+def _wheel_unlocked(version: str) -> Path:
     wheels = CACHE / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     for src in (wheels, Path("/tmp/wheels")):
@@ -273,6 +294,11 @@ def _wheel(version: str) -> Path:
 
 def make_sglang_venv(version: str) -> Path:
     """A cached venv with the real sglang wheel installed --no-deps; returns its python."""
+    with cache_lock(f"venv-{version}"):
+        return _make_sglang_venv(version)
+
+
+def _make_sglang_venv(version: str) -> Path:
     venv = CACHE / "venvs" / f"sglang-{version}"
     py = venv / "bin" / "python"
     marker = venv / ".ddprobe-ready"
@@ -384,8 +410,13 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def _session_basetemp(request: pytest.FixtureRequest,
                       tmp_path_factory: pytest.TempPathFactory) -> None:
-    """Where this session's hosts and servers live: what makes a server this session's own."""
-    request.config.stash[_BASETEMP].append(tmp_path_factory.getbasetemp())
+    """Where this session's hosts and servers live: what makes a server this session's own.
+    The built-in testbed host (installed and run under $XDG_DATA_HOME/ddprobe/testbed) lives
+    there too: sessions side by side (pytest-xdist workers, other runs on the machine) never
+    share its workdir, lock or server record, and none touches the user's ~/.local/share."""
+    base = tmp_path_factory.getbasetemp()
+    request.config.stash[_BASETEMP].append(base)
+    os.environ["XDG_DATA_HOME"] = str(base / "xdg-data")
 
 
 @pytest.hookimpl(tryfirst=True)

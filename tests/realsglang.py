@@ -24,6 +24,12 @@ def sglang_runtime_python() -> Path:
         pytest.skip("DDPROBE_NO_SGLANG_VENV is set")
     if os.environ.get("DDPROBE_SGLANG_VENV"):
         return Path(os.environ["DDPROBE_SGLANG_VENV"])
+    from conftest import cache_lock
+    with cache_lock(f"venv-{VERSION}-runtime"):
+        return _runtime_python()
+
+
+def _runtime_python() -> Path:
     from conftest import CACHE, _wheel
     venv = CACHE / "venvs" / f"sglang-{VERSION}-runtime"
     py, marker = venv / "bin" / "python", venv / ".ddprobe-ready"

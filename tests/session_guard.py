@@ -8,7 +8,10 @@ Expected behaviour (written before the code; tests/test_session_guard.py checks 
   when the variable is not set, the session picks a free loopback port and sets it in
   os.environ in `pytest_configure`, before any test or ddprobe reads it (ddprobe reads it when
   it builds the built-in host, never at import); the processes the tests start inherit it. A
-  port set by the caller (CI, an engineer's shell) is kept as it is.
+  port set by the caller (CI, an engineer's shell) is kept as it is. A port that a session
+  chose (it says so in $DDPROBE_TESTBED_PORT_CHOSEN) is not the caller's: a session that inherits
+  it (a pytest-xdist worker of that session, a pytest run inside a test) chooses its own, so
+  workers running side by side never serve the built-in testbed on one port.
 * Leaks. At session end (after every fixture's teardown) the session stops the server
   processes (`ddtestbed.launch_server`, `sglang.launch_server`) that it started and that are
   still running, and prints a warning naming each (pid, port, command). "It started" means:
@@ -35,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 PORT_VAR = "DDPROBE_TESTBED_PORT"
+CHOSEN_VAR = "DDPROBE_TESTBED_PORT_CHOSEN"  # the port a test session chose itself
 SESSION_VAR = "DDPROBE_TEST_SESSION"
 SERVER_MODULES = ("ddtestbed.launch_server", "sglang.launch_server")
 
@@ -46,12 +50,13 @@ def free_port() -> int:
 
 
 def choose_testbed_port(environ: MutableMapping[str, str]) -> int | None:
-    """Set PORT_VAR to a free port when it is unset or empty; the port chosen, or None when
-    the caller's choice stands."""
-    if environ.get(PORT_VAR):
+    """Set PORT_VAR to a free port when it is unset, empty or another session's choice (see
+    CHOSEN_VAR); the port chosen, or None when the caller's choice stands."""
+    given = environ.get(PORT_VAR)
+    if given and given != environ.get(CHOSEN_VAR):
         return None
     port = free_port()
-    environ[PORT_VAR] = str(port)
+    environ[PORT_VAR] = environ[CHOSEN_VAR] = str(port)
     return port
 
 

@@ -13,6 +13,7 @@ import pwd
 import shutil
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
@@ -47,12 +48,20 @@ def test_no_payload_leaks_anything(backend, tmp_path, monkeypatch):
 
 def _sandbox_user() -> tuple[int, Path]:
     name = "ddprobe-sbxtest"
-    try:
-        pw = pwd.getpwnam(name)
-    except KeyError:
-        subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
-                        "/usr/sbin/nologin", name], check=True, capture_output=True)
-        pw = pwd.getpwnam(name)
+    for attempt in range(50):
+        try:
+            pw = pwd.getpwnam(name)
+            break
+        except KeyError:
+            pass
+        # a session beside this one (an xdist worker) may be adding the same user: useradd
+        # then fails (exists, or /etc/passwd locked) and the next look finds it
+        res = subprocess.run(["useradd", "--system", "--no-create-home", "--shell",
+                              "/usr/sbin/nologin", name], capture_output=True, text=True)
+        if res.returncode not in (0, 9, 10) or attempt == 49:
+            raise AssertionError(f"useradd {name} failed ({res.returncode}): {res.stderr}")
+        if res.returncode != 0:
+            time.sleep(0.1)
     home = Path("/home") / f"{name}-{uuid.uuid4().hex[:6]}"
     home.mkdir(parents=True)
     os.chown(home, pw.pw_uid, pw.pw_gid)

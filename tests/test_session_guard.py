@@ -38,6 +38,14 @@ def test_an_unset_port_is_chosen_free_and_a_set_one_is_kept() -> None:
     empty = {session_guard.PORT_VAR: ""}
     assert session_guard.choose_testbed_port(empty) is not None
     assert empty[session_guard.PORT_VAR].isdigit()
+    # a port another session chose (an xdist worker inherits its controller's) is replaced
+    inherited = dict(empty)
+    port = session_guard.choose_testbed_port(inherited)
+    assert port is not None and inherited[session_guard.PORT_VAR] == str(port)
+    assert inherited[session_guard.CHOSEN_VAR] == str(port)
+    # a caller's port beside an outer session's marker is the caller's
+    assert session_guard.choose_testbed_port({session_guard.PORT_VAR: "31999",
+                                              session_guard.CHOSEN_VAR: "31998"}) is None
     # this very session went through the same code: its variable is set (by the caller or by it)
     assert os.environ[session_guard.PORT_VAR].isdigit()
     assert len(os.environ[session_guard.SESSION_VAR]) == 32
