@@ -118,3 +118,13 @@ def test_property_make_format_parse_apply_reverse(a: list[str], b: list[str], tr
     p = parse_patch(format_patch(Patch("prop", (fp,))))
     assert apply_patch(p, {"m.py": old})["m.py"] == new
     assert apply_patch(p, {"m.py": new}, reverse=True)["m.py"] == old
+
+
+def test_a_zero_line_hunk_followed_by_no_newline_is_a_patch_text_error() -> None:
+    """Expected: `@@ -1,0 +1,0 @@` then `\\ No newline at end of file` (the marker has no line
+    to belong to) is PatchTextError naming the file, hunk and line, never an IndexError."""
+    text = ("# id: zero-hunk\n--- a/srt/x.py\n+++ b/srt/x.py\n@@ -1,0 +1,0 @@\n"
+            "\\ No newline at end of file\n")
+    with pytest.raises(PatchTextError, match=r"srt/x\.py: hunk 1 .*No newline") as e:
+        parse_patch(text, source="zero.patch")
+    assert e.value.line == 5

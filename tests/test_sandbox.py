@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from ddprobe.probes import sandbox
 from ddprobe.probes.sandbox import (SandboxLimits, run_code, run_code_async, run_files_async,
                                     run_tests)
 
@@ -350,3 +351,14 @@ def test_unprivileged_user_gets_user_namespace_isolation() -> None:
             assert "blocked" in data["out"] and "refused" in data["out"]
     finally:
         shutil.rmtree(d, ignore_errors=True)
+
+
+def test_the_bubblewrap_probe_runs_once_for_many_sandboxes() -> None:
+    """Expected: five sandbox runs (each with a fresh random uid when root) probe bubblewrap
+    once: the cache is keyed on what the probe's outcome depends on, never the uid drawn."""
+    if shutil.which("bwrap", path=sandbox._SYSTEM_PATH) is None:
+        pytest.skip("bubblewrap is not installed (apt install bubblewrap)")
+    sandbox._BWRAP_OK.clear()
+    for _ in range(5):
+        assert run_code("print(1)\n").ok
+    assert len(sandbox._BWRAP_OK) == 1, sandbox._BWRAP_OK

@@ -251,6 +251,10 @@ def _parse_hunk(lines: Sequence[str], i: int, number: int, source: str, path: st
         n_new += tag in " +"
         i += 1
     if i < len(lines) and lines[i].startswith("\\"):
+        if not body:
+            raise PatchTextError(
+                f"{path}: hunk {number} ({header.strip()}) has a '\\ No newline' marker "
+                "with no line before it", source=source, line=i + 1, path=path, hunk=number)
         last = body[-1]
         body[-1] = HunkLine(last.tag, last.text, True)
         i += 1

@@ -146,16 +146,19 @@ async def run_files_async(files: Mapping[str, str], argv: Sequence[str], *,
         shutil.rmtree(spawn.workdir, ignore_errors=True)
 
 
-def _secret_pipe(secret: str | None) -> tuple[int | None, int | None]:
+def _secret_pipe(secret: str | None) -> int | None:
+    """The read end of a pipe holding `secret` (written and closed), or None."""
     if secret is None:
-        return None, None
+        return None
     r, w = os.pipe()
     os.write(w, secret.encode())  # far below the pipe buffer: never blocks
     os.close(w)
-    return r, None
+    return r
 
 
-_BWRAP_OK: dict[tuple[str, int | None], str | None] = {}
+# whether bubblewrap runs here, per (bwrap, as a switched uid or not, interpreter): what the
+# probe's outcome depends on. Never the uid itself: a fresh one is drawn for every sandbox run.
+_BWRAP_OK: dict[tuple[str, bool, str], str | None] = {}
 
 
 def local_backend() -> tuple[str, str | None]:
@@ -178,7 +181,7 @@ def choose_backend(spawn: _Spawn) -> tuple[str, str | None]:
     bwrap = shutil.which("bwrap", path=_SYSTEM_PATH)
     if bwrap is None:
         return "namespaces", "bubblewrap not installed (apt install bubblewrap): own namespaces"
-    key = (bwrap, spawn.uid)
+    key = (bwrap, spawn.uid is not None, spawn.python)
     if key not in _BWRAP_OK:
         _BWRAP_OK[key] = _bwrap_probe(bwrap, spawn)
     problem = _BWRAP_OK[key]
@@ -272,7 +275,7 @@ def _bwrap_args(spawn: _Spawn, files: dict[str, str], argv: list[str], limits: S
         fds.append(_memfd(text))
         args += ["--perms", "0600", "--file", str(fds[-1]), os.path.join(spawn.workdir, name)]
     env = _child_env(spawn)
-    nonce_fd, _ = _secret_pipe(secret)
+    nonce_fd = _secret_pipe(secret)
     if nonce_fd is not None:
         fds.append(nonce_fd)
         env[_NONCE_ENV] = str(nonce_fd)
@@ -395,7 +398,7 @@ def _launcher_exit(status: dict[str, Any], proc: asyncio.subprocess.Process
 async def _run(spawn: _Spawn, files: dict[str, str], argv: list[str],
                limits: SandboxLimits, secret: str | None = None) -> SandboxResult:
     env = _child_env(spawn)
-    nonce_fd, _ = _secret_pipe(secret)
+    nonce_fd = _secret_pipe(secret)
     if nonce_fd is not None:
         env[_NONCE_ENV] = str(nonce_fd)
     status_r, status_w = os.pipe()
