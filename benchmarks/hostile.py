@@ -42,7 +42,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 import hostile_payloads  # noqa: E402
 import hostile_server  # noqa: E402
 
-from ddprobe import untrusted as hosttext  # noqa: E402
+from ddprobe import untrusted  # noqa: E402
 
 ROWS: list[tuple[str, str, str, str]] = []  # family, payload, leaked, note
 ESC_BYTES = re.compile("[\x1b\x07\x9b\x9d\x90\u202e]")
@@ -129,17 +129,17 @@ def format_rows() -> None:
         row("formats", "JUnit XML 1.0 (every illegal char)", 0)
     except ET.ParseError as e:
         row("formats", "JUnit XML 1.0 (every illegal char)", 1, str(e))
-    cell = hosttext.for_csv(FORMAT_TEXT)
+    cell = untrusted.for_csv(FORMAT_TEXT)
     buf = io.StringIO()
     csv.writer(buf).writerow([cell])
     back = next(csv.reader(io.StringIO(buf.getvalue())))
     bad = int(len(back) != 1) + int(bool(ESC_BYTES.search(cell))) + int(cell[:1] in "=+-@")
     row("formats", "CSV cell (controls, formula)", bad)
-    md = hosttext.md_text(FORMAT_TEXT)
+    md = untrusted.md_text(FORMAT_TEXT)
     bad = int("<script" in md) + int(bool(ESC_BYTES.search(md))) + int("\n" in md) + int(
         bool(re.search(r"(?<!\\)\|", md)))
     row("formats", "markdown cell (HTML, pipes, controls)", bad)
-    doc = hosttext.dumps_json({"t": FORMAT_TEXT})
+    doc = untrusted.dumps_json({"t": FORMAT_TEXT})
     try:
         doc.encode("utf-8")
         json.loads(doc)
@@ -147,7 +147,7 @@ def format_rows() -> None:
     except (UnicodeEncodeError, ValueError):
         bad = 1
     row("formats", "JSON (lone surrogates)", bad)
-    term = hosttext.clean(FORMAT_TEXT)
+    term = untrusted.clean(FORMAT_TEXT)
     row("formats", "terminal text (clean)", len(ESC_BYTES.findall(term)))
 
 
@@ -158,7 +158,7 @@ def name_rows() -> None:
     bad_hosts = ["../../..", "../../../../tmp/x", "/etc/passwd", "..", "a/../../b", "h\x00x"]
     escaped = 0
     for h in bad_hosts:
-        p = (runs / f"{hosttext.file_part(h)}-b8-graph.log").resolve()
+        p = (runs / f"{untrusted.file_part(h)}-b8-graph.log").resolve()
         escaped += int(runs.resolve() not in p.parents)
     row("names", f"host names leaving runs/ ({len(bad_hosts)})", escaped)
     accepted = 0

@@ -7,7 +7,7 @@ nor be read as markup, whatever the caller forgot.
   every piece of host text).
 * every string rendered (a table cell, a printed str) is cleaned before rich parses it, and
   every segment rendered, from any renderable (tables, panels, the live status line), has the
-  escape sequences and controls of `hosttext.clean` removed; rich's own control segments
+  escape sequences and controls of `untrusted.clean` removed; rich's own control segments
   (cursor moves of a live display) and styles are emitted separately and are untouched.
 """
 from __future__ import annotations

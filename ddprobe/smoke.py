@@ -8,8 +8,8 @@ reasons outside the config (infrastructure), 7 refused config, 8 crash, 9 garbag
 11 hang. With several hosts or budgets the most severe wins, in this order: crash, hang,
 garbage, degraded, refused, server, unreachable.
 
-JUnit (REMOTE_AND_CI.md section 5.2): one <testsuite> per host, test cases facts / flags /
-cell / probes (per budget); a failed assertion about the server is <failure>, an
+JUnit (docs/notes/remote-and-ci.md section 5.2): one <testsuite> per host, test cases facts /
+flags / cell / probes (per budget); a failed assertion about the server is <failure>, an
 infrastructure problem (SSH, unreachable, server-start timeout) is <error>, a check that could
 not run because an earlier one failed is <skipped>; <system-out> holds the server log's tail
 and the suite's <properties> the package versions and GPU facts.

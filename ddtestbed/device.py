@@ -4,7 +4,7 @@ Why simulate memory at all: the planted buffer-sizing defect must behave like th
 On a GPU with PyTorch's caching allocator an out-of-bounds kernel write that stays inside the
 cudaMalloc'ed segment silently corrupts whatever lives next to the buffer; only a write past
 the segment faults with `CUDA error: an illegal memory access was encountered`
-(see shared/docs/GPU_NOTES.md). So:
+(see docs/notes/gpu-notes.md). So:
 
 * tensors are views into *segments*, allocated with PyTorch's rules (small requests share
   2 MiB segments, 1-10 MiB ones share 20 MiB segments, larger ones get their own segment

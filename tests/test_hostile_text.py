@@ -17,7 +17,7 @@ import xml.etree.ElementTree as ET
 import pytest
 from rich.text import Text
 
-from ddprobe import untrusted as hosttext
+from ddprobe import untrusted
 from ddprobe.cli import main
 from ddprobe.safeconsole import make_console
 
@@ -41,18 +41,18 @@ BAD = ("\x1b", "\x07", "\x9b", "\x9d", "\r", "\u202e", "\u2066", "\x08")
 
 @pytest.mark.parametrize("name", sorted(HOSTILE))
 def test_clean_removes_every_control(name):
-    out = hosttext.clean(HOSTILE[name])
+    out = untrusted.clean(HOSTILE[name])
     assert not any(b in out for b in BAD), repr(out)
-    assert hosttext.is_clean(out)
+    assert untrusted.is_clean(out)
 
 
 def test_clean_keeps_the_text_around_sequences():
-    assert hosttext.clean(HOSTILE["csi_colour"]) == "red"
-    assert hosttext.clean(HOSTILE["osc0_title"]) == "ab"
-    assert hosttext.clean(HOSTILE["osc_unterminated"]) == "keep"  # payload not leaked
-    assert hosttext.clean(HOSTILE["cr_overwrite"]) == "rm -rf /\nsafe text"
-    assert hosttext.clean("tab\tand\nnewline") == "tab\tand\nnewline"
-    assert hosttext.clean("ünïcødé ✓ 中文") == "ünïcødé ✓ 中文"
+    assert untrusted.clean(HOSTILE["csi_colour"]) == "red"
+    assert untrusted.clean(HOSTILE["osc0_title"]) == "ab"
+    assert untrusted.clean(HOSTILE["osc_unterminated"]) == "keep"  # payload not leaked
+    assert untrusted.clean(HOSTILE["cr_overwrite"]) == "rm -rf /\nsafe text"
+    assert untrusted.clean("tab\tand\nnewline") == "tab\tand\nnewline"
+    assert untrusted.clean("ünïcødé ✓ 中文") == "ünïcødé ✓ 中文"
 
 
 def _render(obj, markup_text=None) -> str:
@@ -92,7 +92,7 @@ def test_console_keeps_its_own_styles_on_a_terminal():
 
 def test_excerpt_is_bounded_and_says_so():
     big = ("line \x1b[31mred\x1b[0m\n" * 100_000)
-    ex = hosttext.excerpt(big, max_chars=2000, max_lines=20)
+    ex = untrusted.excerpt(big, max_chars=2000, max_lines=20)
     assert len(ex) < 2200 and ex.count("\n") <= 21
     assert ex.startswith("[... ") and "left out" in ex and "\x1b" not in ex
 
@@ -117,31 +117,31 @@ def test_junit_parses_with_every_illegal_character(tmp_path):
 
 
 def test_csv_and_json_of_hostile_text():
-    row = hosttext.for_csv("=HYPERLINK(\"http://evil\")\x1b[31m\nsecond")
+    row = untrusted.for_csv("=HYPERLINK(\"http://evil\")\x1b[31m\nsecond")
     assert row.startswith("'=") and "\n" not in row and "\x1b" not in row
-    assert hosttext.for_csv("-1.5") == "-1.5" and hosttext.for_csv(3) == 3
+    assert untrusted.for_csv("-1.5") == "-1.5" and untrusted.for_csv(3) == 3
     buf = io.StringIO()
     csv.writer(buf).writerow([row])
     assert next(csv.reader(io.StringIO(buf.getvalue())))[0] == row
-    doc = hosttext.dumps_json({"k\udcff": ["bad \udcfe byte", "ok 😀"]})
+    doc = untrusted.dumps_json({"k\udcff": ["bad \udcfe byte", "ok 😀"]})
     doc.encode("utf-8")  # strict UTF-8 round trip
     assert json.loads(doc) == {"k\ufffd": ["bad \ufffd byte", "ok 😀"]}
 
 
 def test_markdown_of_hostile_text():
-    t = hosttext.md_text("<img src=x onerror=alert(1)> | [x](javascript:1) `c`\x1b[31m\nz")
+    t = untrusted.md_text("<img src=x onerror=alert(1)> | [x](javascript:1) `c`\x1b[31m\nz")
     assert "<img" not in t and "\\|" in t and "\\[x\\]" in t and "\x1b" not in t
     assert "\n" not in t
-    code = hosttext.md_code("a``b")
+    code = untrusted.md_code("a``b")
     assert code == "```a``b```"
 
 
 def test_file_part_never_leaves_a_directory():
     for bad in ("../../..", "..", ".", "/etc/passwd", "a/../../b", "h\x00x", "~root", ""):
-        p = hosttext.file_part(bad)
+        p = untrusted.file_part(bad)
         assert "/" not in p and not p.startswith(".") and p not in ("", ".", "..")
-    assert hosttext.file_part("gpu-a") == "gpu-a"
-    assert hosttext.file_part("a/b") != hosttext.file_part("a_b")
+    assert untrusted.file_part("gpu-a") == "gpu-a"
+    assert untrusted.file_part("a/b") != untrusted.file_part("a_b")
 
 
 def _fake_install(tmp_path, version_line: str):
@@ -231,4 +231,4 @@ def test_failing_test_reason_is_cleaned_and_bounded(tmp_path):
         hostile_server.stop(proc)
     r = rep.results[0]
     assert not r.passed and "RuntimeError" in r.reason
-    assert len(r.reason) <= 240 and hosttext.is_clean(r.reason)
+    assert len(r.reason) <= 240 and untrusted.is_clean(r.reason)

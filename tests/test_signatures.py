@@ -1,6 +1,6 @@
 """Failure signatures on real log text.
 
-The error strings are quoted exactly from ../shared/docs/FIELD_NOTES.md section 2 (each case
+The error strings are quoted exactly from docs/notes/crash-signatures.md (each case
 names its thread), SGLang's own sources (log lines of the 0.4.10-0.5.23 wheels) and the
 compute-sanitizer output captured on an H200 (../shared/data/h200/). The log framing around
 them (timestamps, [TP0] prefixes, pids) is what SGLang/vLLM/torch print, and is varied between
@@ -39,7 +39,7 @@ def _sglang_log(body: str, *, stamp: str = "2026-05-01 10:00:0", tp: str = "TP0"
                           f"{line}\n" for line in body.splitlines())
 
 
-# --- FIELD_NOTES section 2, one case per thread ------------------------------------------
+# --- docs/notes/crash-signatures.md, one case per thread ------------------------------------------
 
 SERVING = ("Capture cuda graph end. Time elapsed: 31.02 s. mem usage=2.10 GB. avail mem=40.00 GB.\n"
            "The server is fired up and ready to roll!\n"

@@ -382,7 +382,7 @@ def _below_baseline(report: ProbeReport, baseline: Baseline | None,
 
 def excerpt(log: str, sig: Signature | None, *, lines: int = 25) -> list[str]:
     """The log's tail, with the signature's line first when the tail does not show it."""
-    # cleaned: the excerpt goes to journals, reports, JUnit and the terminal (hosttext.py)
+    # cleaned: the excerpt goes to journals, reports, JUnit and the terminal (ddprobe/untrusted.py)
     all_lines = [ln.rstrip() for ln in clean(log).splitlines() if ln.strip()]
     tail = all_lines[-lines:]
     if sig is not None and sig.line and not any(sig.line in ln for ln in tail):

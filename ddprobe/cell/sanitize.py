@@ -8,7 +8,7 @@
 Steps: lock -> build the config's launch with the server module (flags checked as for any cell)
 -> prefix it with `compute-sanitizer --tool memcheck --print-limit N` and set
 PYTORCH_NO_CUDA_MEMORY_CACHING=1 (under PyTorch's caching allocator an overrun stays inside one
-cudaMalloc'ed segment and memcheck sees nothing; see shared/docs/GPU_NOTES.md) -> restart ->
+cudaMalloc'ed segment and memcheck sees nothing; see docs/notes/gpu-notes.md) -> restart ->
 wait for health -> send ONE request -> let the server die or finish -> stop -> parse the log
 (`ddprobe.cell.memcheck.parse_memcheck`) -> name the buffer: the grep-buffers row whose evaluated
 size, for the running config, equals the "nearest allocation ... of size N bytes". When a row's

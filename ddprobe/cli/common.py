@@ -90,7 +90,8 @@ if TYPE_CHECKING:  # rich.progress is imported by the first live status (not by 
 
 def live_progress(console: Console) -> tuple[Progress, TaskID]:
     """A started, transient spinner line on stderr. redirect_stdout=False: rich would otherwise
-    move JSON written to stdout during the progress onto its console (REMOTE_AND_CI.md 5.1)."""
+    move JSON written to stdout during the progress onto its console
+    (docs/notes/remote-and-ci.md 5.1)."""
     from rich.progress import (
         BarColumn,
         Progress,

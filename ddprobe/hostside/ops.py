@@ -23,7 +23,7 @@ import time
 if "OpError" not in globals():  # read standalone; on a host common.py's text comes first
     from ddprobe.hostside.common import OpError, _mkdirs, _read_json, _write_json, main
 
-# REMOTE_AND_CI.md section 3.6: a background job under a non-interactive `sh -c` is not a
+# docs/notes/remote-and-ci.md section 3.6: a background job under a non-interactive `sh -c` is not a
 # group leader, so `setsid` does not fork and `$$` of the inner shell is the new session and
 # process-group id. All three streams are redirected so the SSH channel is never held open.
 # The pgid is written to a temp file and renamed, so a reader never sees half a number.
