@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import session_guard
+import xdist_groups
 from probes_util import SglangShapedServer
 from server_util import tb_host, tb_prefix  # noqa: F401 - fixtures for every test
 
@@ -402,8 +403,11 @@ _LEFT = pytest.StashKey[list[session_guard.ServerProc]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "xdist_group(name): the tests of one group run on one "
+                            "pytest-xdist worker (`-n 4 --dist loadgroup`)")
     session_guard.choose_testbed_port(os.environ)
     session_guard.new_session_token(os.environ)
+    xdist_groups.configure(config)
     config.stash[_BASETEMP] = []
 
 
@@ -443,3 +447,20 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter,
 def sglang_wheel() -> Callable[[str], Path]:
     """The real SGLang wheel of a version (cached; downloaded from the registry on first use)."""
     return _wheel
+
+
+
+# ----- pytest-xdist (`-n 4 --dist loadgroup`: tests/xdist_groups.py) ---------------------------
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    xdist_groups.collected(config, items)
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    return xdist_groups.make_scheduler(config, log)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    xdist_groups.unconfigure(config)

@@ -99,7 +99,10 @@ def test_classify_cli_terminal_output_and_a_missing_file(
 
 # --- replay through real cells ---------------------------------------------------------------
 
-REPLAYED = [(c, linger) for c in CORPUS for linger in lingers(c)]
+# both lingers of one log on one pytest-xdist worker: the test compares them (`cells`)
+REPLAYED = [pytest.param(c, linger, marks=pytest.mark.xdist_group(f"corpus-{c.name}"),
+                         id=f"{c.name}-linger{linger:g}")
+            for c in CORPUS for linger in lingers(c)]
 
 
 @pytest.fixture(scope="module")
@@ -107,8 +110,7 @@ def cells() -> Iterator[dict[tuple[str, float], CellResult]]:
     yield {}
 
 
-@pytest.mark.parametrize("case,linger", REPLAYED,
-                         ids=[f"{c.name}-linger{linger:g}" for c, linger in REPLAYED])
+@pytest.mark.parametrize("case,linger", REPLAYED)
 def test_replayed_through_a_run_cell(case: CorpusLog, linger: float, tmp_path: Path,
                                      cells: dict[tuple[str, float], CellResult]) -> None:
     cell = run_replay(case, tmp_path / "work", linger=linger)
