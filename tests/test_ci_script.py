@@ -44,3 +44,17 @@ def test_ci_installs_every_program_the_tests_run() -> None:
         used |= set(re.findall(r'subprocess\.(?:run|Popen|check_output)\(\s*\["([\w.-]+)"', src))
     missing = sorted(used - progs - OPTIONAL)
     assert missing == [], f".ci/run does not install {missing}: add them to PROGRAMS"
+
+
+def test_pre_commit_runs_every_check_of_the_gate() -> None:
+    """Expected: each check line of .ci/gate (`python -m ...` or `python .ci/...`, not the
+    install) is the entry of a local hook in .pre-commit-config.yaml, run on the whole tree."""
+    import yaml
+    gate = [ln.split("#", 1)[0].strip() for ln in (ROOT / ".ci" / "gate").read_text().splitlines()]
+    checks = [ln for ln in gate if ln.startswith("python ") and " pip " not in f" {ln} "]
+    assert len(checks) >= 4, checks
+    cfg = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
+    hooks = [h for r in cfg["repos"] if r["repo"] == "local" for h in r["hooks"]]
+    entries = {h["entry"] for h in hooks}
+    assert [c for c in checks if c not in entries] == []
+    assert all(h["pass_filenames"] is False for h in hooks)
