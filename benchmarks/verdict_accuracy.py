@@ -7,8 +7,11 @@ Runs `ddprobe bisect` on the built-in (local) testbed host for each expectation,
 side by side per scenario: right / wrong / inconclusive budgets (and how many were assumed, not
 restarted), the confidence of each wrong one, and the restarts used vs the full sweep
 (budgets x {graph, eager}) vs the minimum an oracle that knows the truth needs under ddprobe's
-evidence rules (`ddtestbed.expect.minimum_restarts` says how it is derived). The last
-lines are the totals. Every figure is measured in this one run.
+evidence rules, the graph-vs-eager comparisons included (`ddtestbed.expect.minimum_restarts`
+says how it is derived). The last lines are the totals, the budgets called ok whose graph
+output differs from eager (the stale scalar's truth), the graph_capture verdicts on a
+nondeterministic server and the runs over 1.2x their minimum. Every figure is measured in this
+one run.
 """
 from __future__ import annotations
 
@@ -28,6 +31,21 @@ from ddprobe.bisect.run import BisectRequest, run_bisect  # noqa: E402
 from ddprobe.inventory import builtin_testbed  # noqa: E402
 from ddprobe.remote import RemoteOptions  # noqa: E402
 from ddtestbed.expect import Expectation, expectations, grade, minimum_restarts  # noqa: E402
+from ddtestbed.scenario import load_scenario  # noqa: E402
+
+
+def corrupt_ok(exp: Expectation, verdicts: list) -> int:
+    """Budgets called ok whose graph output differs from eager (the stale scalar's truth)."""
+    st = load_scenario(exp.scenario).defects.stale_scalar.min_draft_tokens
+    return sum(1 for v in verdicts if v.kind == "ok" for b in v.budgets
+               if st is not None and b + 1 >= st)
+
+
+def nondet_capture(exp: Expectation, verdicts: list) -> int:
+    """Budgets called graph_capture on a server whose greedy output is nondeterministic."""
+    if not load_scenario(exp.scenario).defects.nondeterministic.every:
+        return 0
+    return sum(len(v.budgets) for v in verdicts if v.kind == "graph_capture")
 
 
 def request(exp: Expectation, tasks: str) -> BisectRequest:
@@ -65,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     print(head)
     print("-" * len(head))
     tot = {"right": 0, "wrong": 0, "inconclusive": 0, "assumed": 0, "used": 0, "sweep": 0,
-           "min": 0}
+           "min": 0, "corrupt_ok": 0, "nondet_gc": 0, "over": 0}
     t0 = time.monotonic()
     for exp in exps:
         graded, rep = run_one(exp, root, args.tasks)
@@ -87,10 +105,16 @@ def main(argv: list[str] | None = None) -> int:
         tot["used"] += used
         tot["sweep"] += sweep
         tot["min"] += mn
+        tot["corrupt_ok"] += corrupt_ok(exp, rep.verdicts)  # type: ignore[attr-defined]
+        tot["nondet_gc"] += nondet_capture(exp, rep.verdicts)  # type: ignore[attr-defined]
+        tot["over"] += int(mn > 0 and used > 1.2 * mn)
     print("-" * len(head))
     print(f"{'total (' + str(len(exps)) + ' runs)':38} {tot['right']:>5} {tot['wrong']:>5} "
           f"{tot['inconclusive']:>7} {tot['assumed']:>7} {tot['used']:>8} {tot['sweep']:>5} "
           f"{tot['min']:>4} {tot['used'] / max(1, tot['min']):>5.2f}")
+    print(f"budgets called ok whose graph output differs from eager: {tot['corrupt_ok']}; "
+          f"graph_capture verdicts on nondeterminism: {tot['nondet_gc']}; runs over 1.2x "
+          f"the minimum: {tot['over']}")
     print(f"wall {time.monotonic() - t0:.0f} s; runs under {root}")
     return 0 if tot["wrong"] == 0 else 1
 

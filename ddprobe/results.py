@@ -17,7 +17,7 @@ from ddprobe.effective import EffectiveConfig
 # string. Where one comes in (a journal, a run dir, a flag), `known()` checks it.
 # why the planner wanted a cell (PlannedCell.purpose, CellResult.purpose)
 Purpose = Literal["frontier", "eager", "oversize", "max_bs", "sanitize", "confirm", "sweep",
-                  "smoke"]
+                  "smoke", "compare"]
 CellKind = Literal["cell", "sanitize"]  # CellResult.kind: a probe cell or a memcheck cell
 # a verdict's diagnosis (Verdict.kind) and how sure it is
 VerdictKind = Literal["buffer_sizing", "graph_capture", "kernel", "config_error",
@@ -26,7 +26,8 @@ VERDICT_KINDS: Final[tuple[VerdictKind, ...]] = get_args(VerdictKind)
 Confidence = Literal["high", "medium", "low"]
 # why a verdict is inconclusive or not restarted (Verdict.reason; "" for a decided one)
 VerdictReason = Literal["", "preload", "preload-graph", "eager-differs", "graph-undecided",
-                        "no-evidence", "unfinished", "assumed", "infrastructure"]
+                        "no-evidence", "unfinished", "assumed", "infrastructure",
+                        "nondeterministic", "not-decisive"]
 # what a piece of evidence rests on (Evidence.kind): an experiment's cells (frontier, eager,
 # control, oversize, max_bs, sanitize, memcheck, latent, patch, differential), the log
 # (signature), the sources (static), or the run itself (assumed, repeat, refused, skip, note)
@@ -37,7 +38,7 @@ EvidenceKind = Literal["frontier", "eager", "control", "oversize", "max_bs", "sa
 AdviceKind = Literal["works", "works_assumed", "kernel", "graph_capture", "workspace", "buffer",
                      "inconclusive", "unstarted", "flaky", "config_error", "assumed",
                      "infrastructure", "latent", "latent_foreign", "diverged",
-                     "nondeterministic", "fixed"]
+                     "nondeterministic", "fixed", "works_unchecked"]
 
 class UnknownValue(ValueError):
     """A value read from outside (a journal, a flag) that its vocabulary does not hold. The
@@ -398,11 +399,14 @@ class Verdict:
     latent: bool = False  # found by the latent check: the cells pass, memcheck does not
     cheap_cells: list[str] = field(default_factory=list)  # its cells that ran cheap
     advice: Advice | None = None  # next_step and next_command as data (None: an old journal)
+    inferred: bool = False  # latent, inferred from what the experiments proved (not measured)
 
     @property
     def label(self) -> str:
         """The kind as shown: `buffer_sizing (latent)` for a latent fault."""
-        return f"{self.kind} (latent)" if self.latent else self.kind
+        if self.latent:
+            return f"{self.kind} (latent, inferred)" if self.inferred else f"{self.kind} (latent)"
+        return self.kind
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -412,6 +416,8 @@ class Verdict:
             del d["cheap_cells"]  # written only when some ran cheap (older readers: absent)
         if self.advice is None:
             del d["advice"]  # as journals without it were written
+        if not self.inferred:
+            del d["inferred"]
         return d
 
     @classmethod

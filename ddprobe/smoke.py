@@ -22,7 +22,7 @@ import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Final
 
@@ -31,6 +31,7 @@ from ddprobe.errors import ConfigError, DdprobeError, RefusedError, RemoteError,
 from ddprobe.exitcodes import ExitCode, for_outcome
 from ddprobe.facts import Facts, gather_facts
 from ddprobe.inventory import Host
+from ddprobe.probes import differential
 from ddprobe.remote import RemoteOptions, connect
 from ddprobe.report import write_reports
 from ddprobe.results import CellResult, Config, Outcome
@@ -148,8 +149,10 @@ def _tail(c: CellResult) -> str:
 def smoke_host(host: Host, configs: Sequence[Config], *, opts: RemoteOptions,
                caches: RunCaches, log_dir: Path | None,
                probe: Any = None, baseline: Any = None,
-               on_cell: Callable[[CellResult], None] | None = None) -> HostSmoke:
-    """Run the smoke checks on one host (never raises for the host's own problems)."""
+               on_cell: Callable[[CellResult], None] | None = None,
+               compare: bool = True) -> HostSmoke:
+    """Run the smoke checks on one host (never raises for the host's own problems).
+    `compare`: the graph cell's greedy output against eager (`differential b N` case)."""
     t0 = time.monotonic()
     hs = HostSmoke(host.name, timestamp=utc_stamp())
     cls = f"ddprobe.{host.name}"
@@ -158,7 +161,7 @@ def smoke_host(host: Host, configs: Sequence[Config], *, opts: RemoteOptions,
 
     def skip_rest(why: str) -> None:
         for c in configs:
-            for n in ("flags", "cell", "probes"):
+            for n in ("flags", "cell", "probes", *(("differential",) if compare else ())):
                 hs.cases.append(Case(f"{n} b{c.budget}", f"{cls}.{c.key}", "skipped", why))
 
     try:
@@ -182,7 +185,7 @@ def smoke_host(host: Host, configs: Sequence[Config], *, opts: RemoteOptions,
             codes: list[int] = []
             for cfg in configs:
                 codes.append(_one(r, host, cfg, hs, flags, why, log_dir, probe, baseline,
-                                  on_cell, caches))
+                                  on_cell, caches, compare))
             hs.exit_code = worst(codes)
     except RemoteError as e:
         if facts_case.status == "pass" and not hs.properties:
@@ -197,8 +200,10 @@ def smoke_host(host: Host, configs: Sequence[Config], *, opts: RemoteOptions,
 
 def _one(r: Any, host: Host, cfg: Config, hs: HostSmoke, flags: Any, why: str,
          log_dir: Path | None, probe: Any, baseline: Any,
-         on_cell: Callable[[CellResult], None] | None, caches: RunCaches) -> int:
-    """One production config: the flags check, the cell, its probes (three cases)."""
+         on_cell: Callable[[CellResult], None] | None, caches: RunCaches,
+         compare: bool = True) -> int:
+    """One production config: the flags check, the cell, its probes, and its greedy output
+    against eager (four cases)."""
     cls = f"ddprobe.{host.name}.{cfg.key}"
     b = cfg.budget
     flags_case = Case(f"flags b{b}", cls)
@@ -206,18 +211,23 @@ def _one(r: Any, host: Host, cfg: Config, hs: HostSmoke, flags: Any, why: str,
     stopped = _check_flags(flags_case, host, cfg, flags, why)
     if stopped is not None:
         code, reason = stopped
-        hs.cases += [Case(f"{n} b{b}", cls, "skipped", reason) for n in ("cell", "probes")]
+        hs.cases += [Case(f"{n} b{b}", cls, "skipped", reason) for n in ("cell", "probes",
+                     *(("differential",) if compare else ()))]
         return code
-    cell = _cell(r, host, cfg, log_dir, probe, baseline, caches)
+    cell = _cell(r, host, cfg, log_dir, probe, baseline, caches, keep_answers=compare)
     hs.cells.append(cell)
     if on_cell is not None:
         on_cell(cell)
+    diff_case = _differential(r, host, cfg, cell, hs, log_dir, probe, baseline, on_cell,
+                              caches) if compare else None
     cases = _Cases(flags_case,
                    Case(f"cell b{b}", cls, time=float(cell.timings.get("restart", 0.0))
                         + float(cell.timings.get("health", 0.0)), output=_tail(cell)),
                    Case(f"probes b{b}", cls, time=float(cell.timings.get("probe", 0.0)),
                         output=_metrics(cell)))
     hs.cases += [cases.cell, cases.probes]
+    if diff_case is not None:
+        hs.cases.append(diff_case)
     mark = _MARKS.get(cell.outcome)
     if mark is not None:
         mark(cases, cell, cell.signature.id if cell.signature else "")
@@ -247,9 +257,51 @@ def _check_flags(case: Case, host: Host, cfg: Config, flags: Any, why: str
     return None
 
 
+def _differential(r: Any, host: Host, cfg: Config, cell: CellResult, hs: HostSmoke,
+                  log_dir: Path | None, probe: Any, baseline: Any,
+                  on_cell: Callable[[CellResult], None] | None, caches: RunCaches) -> Case:
+    """The graph cell's greedy output against eager at the same budget: a stored eager
+    baseline's answers where one is given (the eager cell is paid once), else an eager cell
+    now. A divergence makes the graph cell garbage; the case names the first diverging
+    position."""
+    case = Case(f"differential b{cfg.budget}", f"ddprobe.{host.name}.{cfg.key}")
+    texts = getattr(baseline, "texts", None)
+    # a baseline's answers may already have made the cell garbage (they differ): compare them
+    if cell.outcome not in (Outcome.OK, Outcome.DEGRADED) and not (
+            texts and cell.outcome is Outcome.GARBAGE and cell.answers):
+        case.status, case.message = "skipped", f"the graph cell is {cell.outcome.value}"
+        return case
+    t = time.monotonic()
+    if texts:
+        eager: Any = differential.Side(getattr(baseline, "key", "") or "baseline",
+                                       texts=dict(texts), graph=False)
+        d = differential.compare(differential.side_of(cell), eager)
+        if d.status == differential.DIVERGED:
+            differential.mark_garbage(cell, d)
+    else:
+        ec = _cell(r, host, replace(cfg, graph=False), log_dir, probe, None, caches,
+                   keep_answers=True)
+        hs.cells.append(ec)
+        if on_cell is not None:
+            on_cell(ec)
+        if ec.outcome is not Outcome.OK:
+            case.status, case.type = "error", "eager"
+            case.message = f"the eager cell could not give a reference: {ec.outcome.value}" + \
+                (f" ({ec.error})" if ec.error else "")
+            return case
+        d = differential.apply(cell, ec)
+    case.time = time.monotonic() - t
+    case.output = d.summary
+    if d.status == differential.DIVERGED:
+        case.status, case.type, case.message = "failure", "divergence", d.summary
+    elif d.status == differential.INCOMPARABLE:
+        case.status, case.message = "skipped", d.summary
+    return case
+
+
 def _cell(r: Any, host: Host, cfg: Config, log_dir: Path | None, probe: Any, baseline: Any,
-          caches: RunCaches) -> CellResult:
-    kw: dict[str, Any] = {"log_dir": log_dir, "caches": caches}
+          caches: RunCaches, *, keep_answers: bool = False) -> CellResult:
+    kw: dict[str, Any] = {"log_dir": log_dir, "caches": caches, "keep_answers": keep_answers}
     if probe is not None:
         kw["probe"] = probe
     if baseline is not None:
@@ -319,7 +371,7 @@ _MARKS: Final[dict[Outcome, Callable[[_Cases, CellResult, str], None]]] = {
 def run_smoke(hosts: Sequence[Host], *, opts: RemoteOptions, budgets: Sequence[int] = (),
               probe: Any = None, baseline: Any = None, root: Path | None = None,
               argv: Sequence[str] = (), on_cell: Callable[[CellResult], None] | None = None,
-              caches: RunCaches | None = None) -> SmokeReport:
+              caches: RunCaches | None = None, compare: bool = True) -> SmokeReport:
     """The smoke check on every host (in parallel); the run lands in runs/<run-id>/.
     `opts`: how to reach the hosts; `caches`: the run's (a fresh one when none is given)."""
     caches = caches if caches is not None else RunCaches()
@@ -333,7 +385,8 @@ def run_smoke(hosts: Sequence[Host], *, opts: RemoteOptions, budgets: Sequence[i
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(hosts)))) as pool:
         futs = [pool.submit(smoke_host, h, cs, opts=opts, caches=caches,
                             log_dir=store.dir / "logs", probe=probe,
-                            baseline=baseline, on_cell=on_cell) for h, cs in plans]
+                            baseline=baseline, on_cell=on_cell, compare=compare)
+                for h, cs in plans]
         results = [f.result() for f in futs]
     for hs in results:
         for c in hs.cells:

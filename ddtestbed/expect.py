@@ -17,7 +17,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
-from .scenario import SCENARIO_DIR, bundled_scenarios
+from .scenario import SCENARIO_DIR, bundled_scenarios, load_scenario
 
 _LINE = re.compile(r"^#\s*expect:\s*(?P<flags>.*?)\s*=>\s*(?P<truth>.*)$")
 
@@ -109,7 +109,14 @@ def minimum_restarts(exp: Expectation) -> int:
     known: kernel 1 (eager control), buffer sizing 1 (one oversize at a curing factor, or the
     smaller max bs), graph capture 2 (eager control + one oversize at the escalated factor),
     anything else 2 (a config every budget refuses: 0). Every other restarted failing budget of a decided run: its own control
-    (1); the largest budget counts as restarted."""
+    (1); the largest budget counts as restarted.
+
+    The graph-vs-eager comparison: one eager cell at the budget the advice keeps (the last
+    passing one below the first failure; the largest when nothing fails); a silent divergence
+    (the stale scalar: graph passes, output differs) is found by the eager cell at each of its
+    restarted budgets, which is also its diagnosis's eager control, plus one eager repeat per
+    such run; a nondeterministic server's row is searched with a graph and an eager cell per
+    budget, plus one repeat."""
     b = exp.budgets
     kinds = {x: exp.truth[x].kinds[0] for x in b}
     if all(k == "config_error" for k in kinds.values()):
@@ -134,13 +141,39 @@ def minimum_restarts(exp: Expectation) -> int:
         ok_below = any(kinds[x] == "ok" for x in b if x < fails[0])
         info = 1 + math.ceil(math.log2(len(b))) if kinds[b[-1]] != "ok" else 1
         frontier = max(info, len(runs) + int(ok_below))
-    n = frontier
+    sc = load_scenario(exp.scenario)
+    if sc.defects.nondeterministic.every and all(kinds[x] == "inconclusive" for x in b):
+        # every comparison differs: the search for the first budget, a graph and an eager
+        # cell each, then eager repeated once (it differs from itself)
+        return 2 * (1 + math.ceil(math.log2(len(b)))) + 1
+    n = frontier + _comparisons(b, kinds, fails)
     for run in runs:
         k = kinds[run[0]]
         n += {"kernel": 1, "buffer_sizing": 1, "graph_capture": 2}.get(k, 1 if k ==
                                                                         "inconclusive" else 2)
         if k == "inconclusive":
             continue
+        if k == "graph_capture" and _silent(sc, run):
+            n += 1  # a divergence: eager repeated once before the diagnosis counts
         others = run[1:] if thorough else [x for x in run[1:] if x == b[-1]]
         n += len(others)
     return n
+
+
+def _comparisons(b: tuple[int, ...], kinds: dict[int, str], fails: list[int]) -> int:
+    """Eager cells the comparison of the kept passing budget needs (0 or 1)."""
+    oks = [x for x in b if kinds[x] == "ok"]
+    if not oks:
+        return 0
+    if not fails:
+        return 1
+    return 1 if any(x < fails[0] for x in oks) else 0
+
+
+def _silent(sc: object, run: list[int]) -> bool:
+    """The run's graph cells pass but their output differs from eager (the stale scalar
+    alone: no crash or garbage defect strikes there first)."""
+    d = sc.defects  # type: ignore[attr-defined]
+    st = d.stale_scalar.min_draft_tokens
+    cap = d.graph_capture.max_wave_tokens
+    return st is not None and all(x + 1 >= st and (cap is None or x + 1 <= cap) for x in run)

@@ -198,16 +198,18 @@ class TargetModel:
         return self._start
 
     def sample(self, ctx: Context, extra: Sequence[int], temperature: float, seed: int,
-               flip_ties: int = 0) -> int:
+               flip_ties: int = 0, salt: int = 0) -> int:
         """Sampled next token: the greedy one, or with a temperature-dependent probability an
         alternative. Keyed on (seed, absolute position), so verification stays lossless.
         `flip_ties` N > 0: logits perturbed (a stale scale): at one near tie in N (by
-        position) the runner-up wins, even greedily."""
+        position) the runner-up wins, even greedily; `salt` != 0 picks other positions (a
+        reduction order of its own)."""
         greedy = self.next_token(ctx, extra)
         if flip_ties > 0:
             alt = self.near_tie(ctx, extra)
             position = ctx.prefix_len + len(extra)
-            if alt is not None and int(_mix01((_TIE, position)) * flip_ties) == 0:
+            key = (_TIE, salt, position) if salt else (_TIE, position)
+            if alt is not None and int(_mix01(key) * flip_ties) == 0:
                 return alt
         if temperature <= 0.0:
             return greedy

@@ -131,6 +131,15 @@ class StaleScalarDefect:
 
 
 @dataclass(frozen=True)
+class NondeterministicDefect:
+    """(h) a reduction order that varies run to run (split-K, atomics), in eager and graph
+    alike: near-tie tokens flip at one position in `every`, chosen afresh by each server
+    process, so two runs of one config can differ. 0: deterministic."""
+
+    every: int = 0
+
+
+@dataclass(frozen=True)
 class Defects:
     buffer_sizing: BufferSizingDefect = field(default_factory=BufferSizingDefect)
     graph_capture: GraphCaptureDefect = field(default_factory=GraphCaptureDefect)
@@ -138,6 +147,7 @@ class Defects:
     kernel: KernelDefect = field(default_factory=KernelDefect)
     stale_scalar: StaleScalarDefect = field(default_factory=StaleScalarDefect)
     eager_only: EagerOnlyDefect = field(default_factory=EagerOnlyDefect)
+    nondeterministic: NondeterministicDefect = field(default_factory=NondeterministicDefect)
     hang: str | None = None  # "load": never listens; "warmup": listens, never healthy
     hang_budget: int | None = None  # "warmup" hang only at this budget (draft tokens - 1)
     startup: str | None = None  # "import" | "nccl": dies before the weights are loaded
@@ -254,6 +264,7 @@ _SUBSECTIONS: dict[tuple[str, str], type] = {
     ("Defects", "kernel"): KernelDefect,
     ("Defects", "stale_scalar"): StaleScalarDefect,
     ("Defects", "eager_only"): EagerOnlyDefect,
+    ("Defects", "nondeterministic"): NondeterministicDefect,
 }
 _OPTIONAL_TYPES: dict[tuple[str, str], tuple[type, ...]] = {
     ("BufferSizingDefect", "default_num_draft_tokens"): (int,),
@@ -290,6 +301,9 @@ def _check(s: Scenario, path: str) -> Scenario:
     for name in ("context_len", "vocab_size", "hidden_size", "num_layers", "num_heads"):
         if getattr(s.model, name) <= 0:
             raise bad(f"'model.{name}' must be > 0", f"model.{name}")
+    if s.defects.nondeterministic.every < 0:
+        raise bad("'defects.nondeterministic.every' must be >= 0",
+                  "defects.nondeterministic.every")
     if s.defects.stale_scalar.every < 1:
         raise bad("'defects.stale_scalar.every' must be >= 1", "defects.stale_scalar.every")
     k = s.defects.kernel

@@ -11,6 +11,7 @@ import itertools
 import pytest
 from planner_util import MASK, seed
 
+from ddprobe.bisect.agreement import AgreementOptions
 from ddprobe.bisect.planner import BisectSpec, Planner, PlanOptions
 from ddprobe.bisect.static import Suspect
 from ddprobe.bisect.synthetic import KINDS, threshold
@@ -104,8 +105,12 @@ def test_four_hosts_counter_never_rises() -> None:
 def test_the_search_free_bound_is_an_upper_bound_of_the_exact_count() -> None:
     p = Planner(_spec())
     first = bound(p)
-    # 4 budgets x (frontier + O, O2, E, M + a control of its own): the exact search's fallback
-    assert first == 24
+    # 4 budgets x (frontier + O, O2, E, M + a control of its own): the exact search's fallback;
+    # with the graph-vs-eager comparison, + an eager cell per budget and one divergence mode
+    # (its eager repeat and a diagnosis: 1 + 4)
+    assert first == 24 + 4 + 1 + 4
+    off = Planner(_spec(agreement=AgreementOptions(enabled=False)))
+    assert bound(off) == 24
     assert p.remaining()[0] <= first
 
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+from ddprobe.bisect.agreement import AgreementOptions
 from ddprobe.bisect.cells import PlannedCell
 from ddprobe.bisect.ladder import escalation, needed_factor
 from ddprobe.bisect.planner import BisectSpec, PlanOptions, simulate
@@ -33,6 +34,8 @@ HANG = Signature("hang", "not healthy before the deadline (startup)")
 
 def spec(budgets: tuple[int, ...] = (8, 16, 32, 64), *, suspects: tuple[Suspect, ...] = (MASK,),
          max_bs: int = 64, **opts: object) -> BisectSpec:
+    # these matrices give no answers: the graph-vs-eager comparison is tested apart
+    opts.setdefault("agreement", AgreementOptions(enabled=False))
     return BisectSpec(budgets, Config(budgets[0], max_bs=max_bs), small_max_bs=max(1, max_bs // 4),
                       suspects=suspects, options=PlanOptions(**opts))  # type: ignore[arg-type]
 

@@ -63,4 +63,6 @@ def test_scenario_verdicts_match_the_header(exp: Expectation, tmp_path: Path) ->
         # stated above low confidence
         if not g.tested:
             assert g.confidence == "low", f"b{g.budget}: untested at {g.confidence}"
-    assert rep.restarts_used <= rep.restarts_full_sweep + 2
+    # beyond the sweep: escalated oversizes, the kept budget's eager comparison and a
+    # divergence's eager repeat (stale-capture, two graph-capture modes: 13 for a sweep of 8)
+    assert rep.restarts_used <= rep.restarts_full_sweep + 5

@@ -71,9 +71,12 @@ def test_ok_at_the_production_budget(sshd: object, prefix: Path, tmp_path: Path,
     doc = json.loads(capsys.readouterr().out.split("\n}\n")[0] + "\n}")
     assert code == 0 and doc["exit_code"] == 0
     assert cases(root) == {"facts": "pass", "flags b8": "pass", "cell b8": "pass",
-                           "probes b8": "pass"}
+                           "probes b8": "pass", "differential b8": "pass"}
     (suite,) = root.findall("testsuite")
-    assert suite.get("name") == "gpu" and suite.get("tests") == "4"
+    assert suite.get("name") == "gpu" and suite.get("tests") == "5"
+    diff = next(tc for tc in root.iter("testcase") if tc.get("name") == "differential b8")
+    assert "greedy answers identical" in (diff.findtext("system-out") or "")
+    assert [c["config"]["graph"] for c in doc["hosts"][0]["cells"]] == [True, False]
     assert suite.get("failures") == "0" and suite.get("errors") == "0"
     props = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert props["ddtestbed.version"] and props["python"]
@@ -89,6 +92,7 @@ def test_crash_garbage_exit_8_and_9(sshd: object, prefix: Path, tmp_path: Path, 
     assert code == int(ExitCode.CRASH)
     c = cases(root)
     assert c["cell b16"] == "failure:crash" and c["probes b16"] == "skipped"
+    assert c["differential b16"] == "skipped"  # no output to compare
     code, root = smoke(tmp_path, sshd, prefix, "--budgets", "8,32")
     assert code == int(ExitCode.GARBAGE)
     c = cases(root)
@@ -135,9 +139,10 @@ def test_unreachable_exit_4_and_junit_error(tmp_path: Path, runs: Path, sshd: ob
     root = ET.parse(junit).getroot()
     c = cases(root)
     assert c["facts"] == "error:unreachable"
-    assert {k for k, v in c.items() if v == "skipped"} == {"flags b8", "cell b8", "probes b8"}
+    assert {k for k, v in c.items() if v == "skipped"} == {"flags b8", "cell b8", "probes b8",
+                                                           "differential b8"}
     # junit-10.xsd has `skipped` on each <testsuite>, not on <testsuites>
-    assert root.get("errors") == "1" and root.find("testsuite").get("skipped") == "3"
+    assert root.get("errors") == "1" and root.find("testsuite").get("skipped") == "4"
     assert root.get("skipped") is None
 
 
@@ -148,6 +153,39 @@ def test_no_production_budget_is_a_usage_error(tmp_path: Path, sshd: object,
     code = main(["-i", str(inv), "smoke", "--host", "nob"])
     assert code == int(ExitCode.USAGE)
     assert "no production budget" in capsys.readouterr().err
+
+
+def test_a_diverging_node_fails_with_the_first_diverging_position(
+        sshd: object, prefix: Path, tmp_path: Path, runs: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Expected (stale scalar from b16: coding passes, a few greedy tokens differ with graphs):
+    exit 9 (garbage), `probes b16` still passes, `differential b16` fails with the task and
+    the first diverging token of /generate in its message; with a stored eager baseline no
+    eager cell runs and the divergence is still found (texts: the first differing char);
+    --no-compare passes (exit 0) and has no differential case."""
+    code, root = smoke(tmp_path, sshd, prefix, "--budgets", "16", scenario="stale")
+    doc = json.loads(capsys.readouterr().out.split("\n}\n")[0] + "\n}")
+    assert code == int(ExitCode.GARBAGE)
+    c = cases(root)
+    assert c["differential b16"] == "failure:divergence", c
+    fail = next(tc for tc in root.iter("testcase") if tc.get("name") == "differential b16")
+    msg = fail.find("failure").get("message") or ""
+    assert "greedy answers differ; first: " in msg and "token " in msg and "of /generate" in msg
+    graph, eager = doc["hosts"][0]["cells"]
+    assert graph["outcome"] == "garbage" and eager["config"]["graph"] is False
+    # a stored eager baseline (the eager cell above): no eager cell this time
+    base = tmp_path / "eager.json"
+    base.write_text(json.dumps(eager))
+    code, root = smoke(tmp_path, sshd, prefix, "--budgets", "16", "--baseline", str(base),
+                       scenario="stale")
+    doc = json.loads(capsys.readouterr().out.split("\n}\n")[0] + "\n}")
+    assert code == int(ExitCode.GARBAGE)
+    assert [x["config"]["graph"] for x in doc["hosts"][0]["cells"]] == [True]
+    fail = next(tc for tc in root.iter("testcase") if tc.get("name") == "differential b16")
+    assert "char " in (fail.find("failure").get("message") or "")
+    code, root = smoke(tmp_path, sshd, prefix, "--budgets", "16", "--no-compare",
+                       scenario="stale")
+    assert code == 0 and "differential b16" not in cases(root)
 
 
 def test_worst_exit_code_order() -> None:

@@ -62,11 +62,19 @@ def _works(a: Advice) -> str:
     return head if a.first_bad is None else f"{head}; b{a.first_bad} is the first failing one"
 
 
+def _unchecked(a: Advice) -> str:
+    head = (f"budgets up to {_budget(a)} pass with CUDA graphs, but an out-of-bounds write "
+            f"from b{a.at} up is possible and unchecked (it would not crash here): {a.decide}")
+    return head if a.first_bad is None else f"{head}; b{a.first_bad} is the first failing one"
+
+
 def _sentence(a: Advice) -> str:
     k = a.kind
     b = a.at
     if k == "works":
         return _works(a)
+    if k == "works_unchecked":
+        return _unchecked(a)
     if k == "kernel":
         return (f"the kernel or algorithm is wrong at b{b} without CUDA graphs: try another "
                 f"--attention-backend at b{b}, {_keep(a, ' meanwhile')}, and report it "

@@ -167,7 +167,8 @@ class CellRunner:
                             reporter=reporter, lock=s.lock, caches=s.caches,
                             keep_patches=tuple(keep),
                             # for the graph-vs-eager differential
-                            keep_answers=cell.purpose in ("frontier", "eager", "sweep"))
+                            keep_answers=cell.purpose in ("frontier", "eager", "sweep",
+                                                          "compare", "oversize", "max_bs"))
         except LockedError:
             raise
         except RemoteError as e:

@@ -63,6 +63,8 @@ class PlannedCell:
             k += f"+patch[{patch_name(self.patch)}]"
         if self.purpose == "sanitize":
             k += "+sanitize"
+        if self.purpose == "compare":  # the eager cell again, to compare its answers
+            k += "+again"
         if self.cheap:
             k += "+cheap"
         return k

@@ -316,6 +316,11 @@ def _note_unavailable(ok: Verdict, row: Row, t: Trigger, opts: LatentOptions) ->
                            "memcheck) would decide",
                            latent="off" if not opts.enabled else NOT_RUN, why=why))
     ok.confidence = "medium" if ok.confidence == "high" else ok.confidence
+    if ok.advice is not None and ok.advice.kind == "works":
+        # never "works" while a latent write is possible and unchecked: say what decides it
+        ok.advice.kind, ok.advice.at = "works_unchecked", b[t.first]
+        ok.advice.decide = ("a sanitize cell (compute-sanitizer memcheck: `ddprobe bisect ... "
+                            "--sanitize` on a host that has it) would decide")
 
 
 def _fold_into_ok(verdicts: list[Verdict], ok: Verdict, row: Row, t: Trigger,

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from ddprobe.bisect import latent
+from ddprobe.bisect import agreement, latent
 from ddprobe.bisect.cells import (
     BAD,
     GOOD,
@@ -65,6 +65,8 @@ class PlanOptions:
     oversize_factor: int = 4
     latent: latent.LatentOptions = field(default_factory=latent.LatentOptions)
     thorough: bool = False  # restart every budget (none is assumed ok)
+    # graph vs eager at the passing budgets kept (agreement.py); --no-compare turns it off
+    agreement: agreement.AgreementOptions = field(default_factory=agreement.AgreementOptions)
     # cheap cells (cheap.py) where the host supports them and the question allows; the cost
     # model picks them (and orders the cells) by expected time to a decision
     cheap: bool = False
@@ -122,6 +124,7 @@ class PlanState:
     extras: tuple[PlannedCell, ...]  # sanitize / confirm cells (after a mode is decided)
     modes: tuple[ModePlan, ...] = ()
     needed_frontier: tuple[int, ...] = ()  # budgets to restart before the verdicts hold
+    compare: tuple[PlannedCell, ...] = ()  # graph-vs-eager comparisons due (agreement.py)
 
 
 def control_cell(lad: LadderState, cfg: Config, served: int | None,
@@ -197,6 +200,16 @@ class Planner:
         return out
 
     def obs(self, cell: PlannedCell | None) -> Obs:
+        """What a cell's results say; a passing graph cell whose output differs from its
+        eager comparison's fails (agreement.judge_graph): a frontier cell, and an experiment
+        on a divergence (its cure is output equal to eager's, not a pass)."""
+        o = self._obs(cell)
+        if cell is not None and agreement.judged(cell, self.spec.options.agreement):
+            return agreement.judge_graph(o, self._obs(agreement.eager_cell(
+                self.spec.base, cell.config.budget)), strict=cell.purpose != "frontier")
+        return o
+
+    def _obs(self, cell: PlannedCell | None) -> Obs:
         if cell is None:
             return Obs("none")
         real = observe(self.results.get(cell.base_key, ()), self.spec.options.repeat)
@@ -280,10 +293,11 @@ class Planner:
         crash = row_obs.first
         suspects = tuple(rank_by_traceback(self.spec.suspects, crash.log_excerpt)) \
             if crash is not None else self.spec.suspects
-        return diagnose(LadderInput(mode, cfg, row_obs.first, suspects,
-                                    self.spec.small_max_bs, opts.order, opts.oversize_factor,
-                                    self.obs, name=name,
-                                    escalate_first=self.cheap_on and not crash_mode(mode)))
+        lad = diagnose(LadderInput(mode, cfg, row_obs.first, suspects,
+                                   self.spec.small_max_bs, opts.order, opts.oversize_factor,
+                                   self.obs, name=name,
+                                   escalate_first=self.cheap_on and not crash_mode(mode)))
+        return agreement.gate(lad, self.obs, opts.agreement)
 
     def _mode_plans(self, row: Row, mode: str, idx: list[int]) -> list[ModePlan]:
         """The mode's diagnosis at its first budget, then one control per other restarted
@@ -323,10 +337,13 @@ class Planner:
         plans: list[ModePlan] = []
         extras: list[PlannedCell] = []
         opts = self.spec.options
+        compare = agreement.planned(row, self.spec.base, opts.agreement, self.obs)
         for mode, idx in row.modes().items():
             first = idx[0]
             if row.obs[first].status != BAD or not row.settled_below(first):
                 continue
+            if compare and agreement.is_divergence(mode):
+                continue  # its first budget may still move down: compare first
             plans.extend(self._mode_plans(row, mode, idx))
         for mp in plans:
             lad = mp.ladder
@@ -341,7 +358,7 @@ class Planner:
         extras += latent.planned(row, self.spec.base, self.spec.suspects, opts.latent,
                                  self.obs)
         return PlanState(row, tuple(mp.ladder for mp in plans), tuple(extras), tuple(plans),
-                         self._frontier_needed(row, plans))
+                         self._frontier_needed(row, plans), tuple(compare))
 
     def _frontier_needed(self, row: Row, plans: Sequence[ModePlan]) -> tuple[int, ...]:
         """Budgets to restart beyond the binary search: every budget with --thorough; the
@@ -384,6 +401,7 @@ class Planner:
         # its real cell runs without a cheap try (`_crash_prior`)
         extra = reversed(st.needed_frontier) if self.cheap_on else iter(st.needed_frontier)
         needed += [self.frontier_cell(st.row.budgets[i]) for i in extra]
+        needed += st.compare  # a divergence moves the frontier: before the search goes on
         need_idx, spec_idx = probes(st.row, k)
         needed += [self.frontier_cell(st.row.budgets[i]) for i in need_idx]
         spec += [self.frontier_cell(st.row.budgets[i]) for i in spec_idx]
@@ -421,7 +439,7 @@ class Planner:
         """Cells that are needed for sure right now (not speculative)."""
         st = self.state()
         need_idx, _ = probes(st.row, 0)
-        return (len(need_idx) + len(st.needed_frontier) + len(st.extras)
+        return (len(need_idx) + len(st.needed_frontier) + len(st.extras) + len(st.compare)
                 + sum(len(mp.ladder.needed) + len(mp.pending) for mp in st.modes))
 
     def remaining(self) -> tuple[int, int]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from ddprobe.bisect import latent
+from ddprobe.bisect import agreement, latent
 from ddprobe.bisect.planner import BisectSpec, Planner
 from ddprobe.bisect.static import Suspect
 from ddprobe.bisect.synthetic import bounds, time_bounds
@@ -52,6 +52,7 @@ def plan_lines(spec: BisectSpec, *, k: int = 1) -> list[str]:
                         f" (not available: {spec.options.sanitize_note or 'no support'})"))
     lat = spec.options.latent
     lines.append(latent.plan_line(lat, spec.suspects, b))
+    lines.append(agreement.plan_line(spec.options.agreement))
     first = Planner(spec).next_cells(k)
     lines.append("  first round: " + ", ".join(c.key for c in first))
     est_spec = spec if spec.suspects else replace(spec, suspects=(_PLACEHOLDER,))

@@ -8,6 +8,7 @@ side and the report lists where their answers disagree. Every cell is journaled 
 """
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
@@ -15,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ddprobe.bisect.agreement import AgreementOptions
 from ddprobe.bisect.cellrun import CellRunner, probe_options
 from ddprobe.bisect.cells import PlannedCell
 from ddprobe.bisect.cheap import CheapSupport, host_support
@@ -34,7 +36,7 @@ from ddprobe.bisect.verdicts import ExitProtocol, RunStatus, build_verdicts, exi
 from ddprobe.errors import ConfigError, UsageError
 from ddprobe.inventory import Host
 from ddprobe.remote import RemoteOptions
-from ddprobe.results import Config, UnknownValue, Verdict, known
+from ddprobe.results import CellResult, Config, UnknownValue, Verdict, known
 from ddprobe.server.caches import RunCaches
 from ddprobe.sources.patches import apply_patch, load_patch
 from ddprobe.store import RunRecord, find_run, load_run
@@ -58,6 +60,8 @@ class BisectRequest:
     context_len: int | None = None  # sizes buffers for grep-buffers (else the server's/model's)
     thorough: bool = False  # restart every budget
     cheap_cells: bool = True  # crash-or-not cells with dummy weights where the host allows
+    compare: bool = True  # graph vs eager at the passing budgets kept (agreement.py)
+    baseline: str | None = None  # a stored eager cell (`ddprobe run --json`): its answers
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -79,6 +83,22 @@ class BisectRequest:
         return Config(budget=self.budgets[0] if self.budgets else 1, graph=True,
                       max_bs=self.max_bs, backend=self.backend, extra_args=self.extra_args)
 
+    def agreement(self) -> AgreementOptions:
+        """The comparison's options; the baseline's answers read from its file."""
+        if not self.baseline:
+            return AgreementOptions(enabled=self.compare)
+        try:
+            doc = json.loads(Path(self.baseline).read_text(encoding="utf-8"))
+            cell = CellResult.from_dict(doc)
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ConfigError(f"not a cell from `ddprobe run --json` ({type(e).__name__}: "
+                              f"{e})", path=self.baseline, key="--baseline") from None
+        if not cell.answers:
+            raise ConfigError("the baseline cell kept no answers (run it with --keep-answers)",
+                              path=self.baseline, key="--baseline")
+        return AgreementOptions(enabled=self.compare, baseline=dict(cell.answers),
+                                baseline_key=cell.config.key)
+
     def spec(self, *, small_max_bs: int, suspects: Sequence[Any] = (),
              sanitize_available: bool = False, sanitize_note: str = "",
              latent: LatentOptions | None = None,
@@ -90,7 +110,8 @@ class BisectRequest:
                            latent=latent or LatentOptions(enabled=self.latent_check),
                            cheap=cheap is not None and cheap.available,
                            cost=cost or CostModel(),
-                           cheap_captured=cheap.captured() if cheap is not None else None)
+                           cheap_captured=cheap.captured() if cheap is not None else None,
+                           agreement=self.agreement())
         return BisectSpec(tuple(self.budgets), self.base(), small_max_bs, tuple(suspects), opts)
 
 

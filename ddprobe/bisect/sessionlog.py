@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, get_args
 
+from ddprobe.bisect.agreement import AgreementOptions
 from ddprobe.bisect.cells import BAD, GOOD, REFUSED, PlannedCell, describe, status_of
 from ddprobe.bisect.ladder import Order
 from ddprobe.bisect.planner import DEFAULT_SMALL_MAX_BS, BisectSpec, Planner, PlanOptions
@@ -393,7 +394,9 @@ def _start(args: list[str], path: str, line: int) -> Session:
     try:
         opts = PlanOptions(order=known(Order, str(opt.get("--order", "auto")), "order"),
                            repeat=int(opt.get("--repeat", 1)),
-                           confirm_patch=opt.get("--confirm-patch"))
+                           confirm_patch=opt.get("--confirm-patch"),
+                           # a session log's good/bad carry no answers to compare
+                           agreement=AgreementOptions(enabled=False))
         spec = BisectSpec(budgets, base, int(opt.get("--small-max-bs", DEFAULT_SMALL_MAX_BS)),
                           sus, opts)
     except (DdprobeError, UnknownValue) as e:

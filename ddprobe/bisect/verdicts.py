@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
-from ddprobe.bisect import advice, latent
+from ddprobe.bisect import advice, agreement, capacity, latent
 from ddprobe.bisect.cells import BAD, FLAKY, GOOD, REFUSED, SKIP, Obs, PlannedCell, Status, describe
 from ddprobe.bisect.ladder import Decision, LadderState
 from ddprobe.bisect.planner import ModePlan, Planner
@@ -314,8 +314,14 @@ def _mode_advice(p: Planner, mp: ModePlan, d: Decision,
                                         note="the workaround, on its own")
         return a, None
     if d.kind in ("kernel", "graph_capture"):
-        a.kind = d.kind
+        a.kind = "diverged" if d.kind == "graph_capture" and agreement.is_divergence(
+            mp.ladder.mode) else d.kind
         return a, None
+    if d.reason in ("nondeterministic", "not-decisive"):
+        a.kind = "nondeterministic"
+        a.command = advice.host_cmd(host, ("run",), "--budget", str(b[first]), "--differential",
+                                    f"--extra={differential.DETERMINISTIC_FLAG}",
+                                    note="graph vs eager with deterministic inference")
     if d.kind != "buffer_sizing":
         return a, None
     sus = {s.attr: s for s in p.spec.suspects}
@@ -476,10 +482,16 @@ def _ok_verdicts(p: Planner, host: str | None) -> list[Verdict]:
     top = below[-1] if below else goods[0]
     ev = [_ev("frontier", f"b{b[top]} passes with CUDA graphs "
               f"({describe(row.obs[top].first)})", [p.frontier_cell(b[top])])]
+    ag = p.spec.options.agreement
+    for text, cells, det in agreement.ok_evidence(row, p.spec.base, ag, p.obs,
+                                                  p.frontier_cell):
+        ev.append(_ev("differential", text, cells, differential=det.get("differential")))
     adv = Advice("works", keep=b[top], first_bad=None if f is None else b[f])
+    unsure = agreement.unconfirmed(row, p.spec.base, ag, p.obs)
     out = [Verdict(kind="ok", budgets=[b[i] for i in goods], signature=None, outcome="ok",
-                   confidence="high", decided_by="frontier search", evidence=ev,
-                   host=host, advice=adv)]
+                   confidence="medium" if unsure else "high",
+                   decided_by="frontier search",
+                   evidence=ev, host=host, advice=adv)]
     assumed = [i for i in row.assumed_good if i < top and i not in memchecked]
     if assumed:
         names = ", ".join(f"b{b[i]}" for i in assumed)
@@ -525,6 +537,7 @@ def build_verdicts(p: Planner, *, host: str | None = None) -> list[Verdict]:
     if not oks and not st.row.modes() and not out:
         out.append(_skip_verdict(p, host))
     out = oks + sorted(out, key=lambda v: min(v.budgets) if v.budgets else 0)
+    out = capacity.infer(p, out, host)
     out = latent.apply(out, st.row, p.spec.base, p.spec.suspects, p.spec.options.latent,
                        p.obs, host=host)
     return [_with_cheap(p, advice.finish(v)) for v in out]

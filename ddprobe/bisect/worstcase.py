@@ -141,7 +141,24 @@ def bound(p: Planner) -> int:
     left += sum(1 for c in st.extras if not p.obs(c).decided)
     left += _latent_left(p, st)
     left += full * sum(1 for m in st.row.modes() if m not in started)
+    left += _compare_left(p, st, full)
     return left * opts.repeat
+
+
+def _compare_left(p: Planner, st: PlanState, full: int) -> int:
+    """The graph-vs-eager comparison's cells (agreement.py): an eager cell per untested budget
+    and per passing one not yet compared (each may become the kept one), and a divergence
+    mode's eager repeat and diagnosis."""
+    from ddprobe.bisect import agreement
+    if not p.spec.options.agreement.enabled:
+        return 0
+    row = st.row
+    untested = sum(len(g.untested) for g in row.gaps)
+    uncompared = sum(1 for i, o in enumerate(row.obs) if o.status == "good" and not p.obs(
+        agreement.eager_cell(p.spec.base, row.budgets[i])).decided)
+    if not (untested or uncompared or st.compare):
+        return 0
+    return untested + uncompared + 1 + full
 
 
 def _latent_left(p: Planner, st: PlanState) -> int:

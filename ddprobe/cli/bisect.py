@@ -203,6 +203,15 @@ def register(app: typer.Typer) -> None:
         sanitize: bool = typer.Option(False, "--sanitize",
                                       help="A compute-sanitizer cell per crash mode, when "
                                            "the host has it."),
+        no_compare: bool = typer.Option(
+            False, "--no-compare",
+            help="Do not compare the passing graph budgets kept with eager (by default the "
+                 "largest passing budget and the kept one run again without CUDA graphs and "
+                 "a divergence of the greedy output fails the budget)."),
+        baseline: Optional[str] = typer.Option(
+            None, "--baseline", help="A stored eager cell (`ddprobe run --no-graph "
+                                     "--keep-answers --json`): where graph and eager differ, "
+                                     "eager is checked against it too."),
         plan: bool = typer.Option(False, "--plan", help="Print the plan, the preflight of "
                                   "every budget and the static suspects, and exit (no "
                                   "restart)."),
@@ -254,7 +263,8 @@ def register(app: typer.Typer) -> None:
                            cheap_cells=not no_cheap_cells, resume=resume,
                            exit_protocol=protocol, tasks=tasks,
                            parallel=not no_parallel, keep_server=keep_server,
-                           break_lock=break_lock, as_json=as_json, argv=ctx.args)
+                           break_lock=break_lock, as_json=as_json, argv=ctx.args,
+                           compare=not no_compare, baseline=baseline)
         except DdprobeError as e:
             if protocol == "bisect":
                 raise typer.Exit(_protocol_exit(e, as_json=as_json)) from None
@@ -374,7 +384,8 @@ def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backen
             exit_protocol: ExitProtocol | None, context_len: int | None,
             tasks: str | None, parallel: bool, keep_server: bool, break_lock: bool,
             as_json: bool, argv: list[str], thorough: bool = False,
-            oversize_factor: int = 4, cheap_cells: bool = True) -> int:
+            oversize_factor: int = 4, cheap_cells: bool = True, compare: bool = True,
+            baseline: str | None = None) -> int:
     from ddprobe.bisect.run import BisectRequest, load_resume, resume_request, run_bisect
     from ddprobe.report.terminal import render_bisect
     if graph_first and eager_first:
@@ -397,7 +408,7 @@ def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backen
                             tasks=_tasks(tasks, DEFAULT_BISECT_TASKS), keep_server=keep_server,
                             latent_check=latent_check, context_len=context_len,
                             thorough=thorough, oversize_factor=oversize_factor,
-                            cheap_cells=cheap_cells)
+                            cheap_cells=cheap_cells, compare=compare, baseline=baseline)
         hosts = common.hosts(host)
     if plan:
         _print_plan(req, hosts, as_json=as_json)

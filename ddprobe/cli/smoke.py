@@ -50,9 +50,15 @@ def register(app: typer.Typer) -> None:
             None, "--baseline", help="A known-good cell (`ddprobe run --json` output): tok/s "
                                      "below its ratio is degraded (exit 10), answers that "
                                      "differ are garbage."),
+        no_compare: bool = typer.Option(
+            False, "--no-compare",
+            help="Do not compare the graph cell's greedy output with eager (by default an "
+                 "eager cell at the same budget, or the --baseline's answers; a divergence "
+                 "fails the smoke as garbage, exit 9)."),
         as_json: bool = common.JsonOpt,
     ) -> None:
-        """CI smoke check: facts, flags, one graph cell at the production budget, probes."""
+        """CI smoke check: facts, flags, one graph cell at the production budget, probes,
+        its greedy output against eager."""
         hosts = common.hosts(host)
         bs = parse_ints(budgets, "--budgets") if budgets else ()
         probe = probe_options(common.task_words(tasks))
@@ -67,6 +73,7 @@ def register(app: typer.Typer) -> None:
             base = load_baseline(baseline)
         rep = run_smoke(hosts, opts=common.env().remote_options, caches=common.env().caches,
                         budgets=bs, probe=probe, baseline=base, on_cell=progress,
+                        compare=not no_compare,
                         argv=["smoke", "--host", host])
         if junit is not None:
             try:

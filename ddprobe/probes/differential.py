@@ -218,11 +218,18 @@ def compare(graph: Side, eager: Side) -> Differential:
 def apply(graph_cell: Any, eager_cell: Any) -> Differential:
     """Compare two kept cells and, on a decisive divergence, make the graph cell `garbage`
     (signature `garbage: graph-eager divergence`), in place. Returns the comparison."""
-    from ddprobe.results import Outcome, Signature
     d = compare(side_of(graph_cell), side_of(eager_cell))
-    graph_cell.differential = d.to_dict()
     eager_cell.differential = {"graph_cell": d.graph_cell, "status": d.status,
                                "summary": d.summary}
+    mark_garbage(graph_cell, d)
+    return d
+
+
+def mark_garbage(graph_cell: Any, d: Differential) -> None:
+    """Record the comparison on the graph cell and, on a decisive divergence, make it
+    `garbage` (signature `garbage: graph-eager divergence`), in place."""
+    from ddprobe.results import Outcome, Signature
+    graph_cell.differential = d.to_dict()
     if d.status == DIVERGED and graph_cell.outcome in (Outcome.OK, Outcome.DEGRADED):
         graph_cell.outcome = Outcome.GARBAGE
         first = d.diverged[0]
@@ -230,7 +237,6 @@ def apply(graph_cell: Any, eager_cell: Any) -> Differential:
         graph_cell.notes.append(
             f"the greedy output with CUDA graphs differs from eager at {first.where} of "
             f"{first.task} although acceptance and coding passed")
-    return d
 
 
 def evidence(graph_cell: Any, eager_cell: Any) -> Differential | None:
@@ -257,4 +263,5 @@ def pairs(cells: Sequence[Any]) -> list[tuple[Any, Any]]:
 
 
 __all__ = ["DIVERGED", "Differential", "Divergence", "INCOMPARABLE", "NOT_DECISIVE", "SAME",
-           "Side", "apply", "bounded", "compare", "escape", "evidence", "pairs", "side_of"]
+           "Side", "apply", "bounded", "compare", "escape", "evidence", "mark_garbage", "pairs",
+           "side_of"]

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Sequence
 
@@ -19,6 +20,9 @@ from ..speculative.ddtree import accept
 from ..utils import SimClock, sleep_forever
 from .cuda_graph_runner import CudaGraphRunner
 from .forward_batch_info import ForwardBatch
+
+# defect (h)'s reduction order: one per server process, so two runs of a config can differ
+_SALT = 1 + int.from_bytes(os.urandom(4), "little")
 
 logger = logging.getLogger(__name__)
 _GIB = 1 << 30
@@ -144,6 +148,7 @@ class ModelRunner:
         # the draft tree ends (the bonus token), so acceptance is unchanged
         flip = self.scenario.defects.stale_scalar.every \
             if abs(self.verify_logit_scale - LIVE_LOGIT_SCALE) > 1e-6 else 0
+        nondet = self.scenario.defects.nondeterministic.every
         preds = []
         for req_rows, (temperature, seed), tree in zip(rows, forward_batch.sampling,
                                                        forward_batch.trees):
@@ -154,6 +159,12 @@ class ModelRunner:
                 last = nodes[-1] if nodes else 0
                 seen, path = req_rows[last]
                 pred[last] = target.sample(target.context(seen), path, temperature, seed, flip)
+            if nondet:  # this process's reduction order, graph or eager
+                nodes, _ = accept(tree, pred)
+                last = nodes[-1] if nodes else 0
+                seen, path = req_rows[last]
+                pred[last] = target.sample(target.context(seen), path, temperature, seed, nondet,
+                                           salt=_SALT)
             preds.append(pred)
         return preds, graph, bs
 

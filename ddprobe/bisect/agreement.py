@@ -1,0 +1,236 @@
+"""A pass is not a pass until graph output equals eager (pure: no I/O).
+
+A graph cell whose coding tests and acceptance pass can still be silently wrong: a stale
+scalar captured into the graph flips a few greedy tokens (TensorRT-LLM #17110). So the budgets
+a verdict calls ok and advises keeping are compared with an eager cell at the same budget,
+token by token (`ddprobe.probes.differential`):
+
+* which budgets (`targets`): the largest passing graph budget and the one the advice keeps
+  (the last passing below the first failing one), restarted ones only; when one diverges it
+  fails, the frontier search goes on, and the new ones are compared in turn;
+* a divergence (`judge_graph`) makes the graph cell fail as `garbage: graph-eager divergence`
+  (a copy: the journal keeps what the server did), so it is a failure mode like any other and
+  its diagnosis (ladder.py) runs at its first budget, where the eager cell is its control;
+* which side is wrong (`gate`): before that diagnosis counts, the eager cell is repeated there.
+  Eager disagreeing with itself is nondeterminism (`inconclusive`, never graph_capture); a
+  backend without a deterministic mode cannot make a divergence decisive (`inconclusive`);
+  with a stored baseline (`--baseline`), eager differing from it is said too.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Final
+
+from ddprobe.bisect.cells import BAD, GOOD, SKIP, Obs, PlannedCell
+from ddprobe.bisect.frontier import Row
+from ddprobe.bisect.ladder import Decision, LadderState
+from ddprobe.probes import differential
+from ddprobe.results import CellResult, Config, Outcome, Signature
+
+COMPARE_MODE: Final = "compare"  # the mode of the comparison's eager cells
+DIVERGENCE: Final = "graph-eager divergence"  # the Signature.key of a diverged graph cell
+
+
+@dataclass(frozen=True)
+class AgreementOptions:
+    enabled: bool = True  # --no-compare turns it off
+    baseline: Mapping[str, str] | None = field(default=None, compare=False)  # task -> text
+    baseline_key: str = ""  # the baseline cell's config key
+
+
+def eager_cell(base: Config, budget: int) -> PlannedCell:
+    return PlannedCell(replace(base, budget=budget, graph=False), "eager", COMPARE_MODE)
+
+
+def repeat_cell(cfg: Config) -> PlannedCell:
+    """The eager cell again (a separate experiment: its answers are compared with the
+    first's)."""
+    return PlannedCell(replace(cfg, graph=False), "compare", COMPARE_MODE)
+
+
+def is_divergence(mode: str | None) -> bool:
+    return bool(mode) and DIVERGENCE in str(mode)
+
+
+def judged(cell: PlannedCell, opts: AgreementOptions) -> bool:
+    """Is the cell's pass judged by its output against eager's at its budget?"""
+    if not opts.enabled or cell.cheap or not cell.config.graph:
+        return False
+    return cell.purpose == "frontier" or (cell.purpose in ("oversize", "max_bs") and
+                                          is_divergence(cell.mode))
+
+
+def compare(graph: CellResult | None, eager: CellResult | None) -> differential.Differential:
+    if graph is None or eager is None:
+        return differential.Differential(differential.INCOMPARABLE, 0, note="a cell did not run")
+    return differential.compare(differential.side_of(graph), differential.side_of(eager))
+
+
+def compare_eager(a: CellResult, b: CellResult) -> differential.Differential:
+    """Two eager runs of one config, compared as the differential compares graph with eager."""
+    sa, sb = differential.side_of(a), differential.side_of(b)
+    d = differential.compare(replace(sa, graph=None), replace(sb, graph=None))
+    if d.status == differential.NOT_DECISIVE:  # two eager runs: any difference is decisive
+        d = replace(d, status=differential.DIVERGED)
+    return d
+
+
+def _diverged(d: differential.Differential) -> bool:
+    return d.status in (differential.DIVERGED, differential.NOT_DECISIVE)
+
+
+def judge_graph(raw: Obs, eager: Obs, *, strict: bool = False) -> Obs:
+    """The graph cell's observation once compared with eager: a divergence fails it.
+    `strict` (an experiment on a divergence): output that cannot be compared is no cure."""
+    if raw.status != GOOD or eager.status != GOOD:
+        return raw
+    g = raw.first
+    d = compare(g, eager.first)
+    if strict and d.status == differential.INCOMPARABLE:
+        return Obs(SKIP, None, raw.results, raw.reps_done)
+    if g is None or not _diverged(d):
+        return raw
+    bad = replace(g, outcome=Outcome.GARBAGE, notes=[*g.notes],
+                  signature=Signature("garbage", DIVERGENCE, d.summary[:500]),
+                  differential=d.to_dict())
+    return Obs(BAD, f"garbage garbage: {DIVERGENCE}", (bad,), raw.reps_done)
+
+
+def targets(row: Row) -> list[int]:
+    """Indices to compare now: the largest restarted passing budget and the kept one."""
+    goods = [i for i, o in enumerate(row.obs) if o.status == GOOD]
+    out = set(goods[-1:])
+    keep = row.last_good_below_frontier
+    if keep is not None:
+        out.add(keep)
+    return sorted(out)
+
+
+def planned(row: Row, base: Config, opts: AgreementOptions,
+            obs: Callable[[PlannedCell], Obs]) -> list[PlannedCell]:
+    """The comparison cells due now (largest budget first: a divergence there moves the
+    frontier search the most)."""
+    if not opts.enabled:
+        return []
+    cells = [eager_cell(base, row.budgets[i]) for i in reversed(targets(row))]
+    return [c for c in cells if not obs(c).decided]
+
+
+def gate(lad: LadderState, obs: Callable[[PlannedCell], Obs],
+         opts: AgreementOptions) -> LadderState:
+    """A divergence mode's diagnosis, once eager is known right and stable at its budget."""
+    if not is_divergence(lad.mode):
+        return lad
+    e, e2 = eager_cell(lad.config, lad.config.budget), repeat_cell(lad.config)
+    eo, o2 = obs(e), obs(e2)
+    if not o2.decided:
+        return replace(lad, decision=None, needed=(e2,), speculative=(),
+                       cells={**lad.cells, "E2": e2})
+    cells = {**lad.cells, "E2": e2}
+    g = obs(PlannedCell(replace(lad.config, graph=True), "frontier")).first
+    gd = compare(g, eo.first)
+    if o2.status != GOOD or eo.first is None or o2.first is None:
+        return replace(lad, cells=cells, notes=(*lad.notes, "the eager repeat did not pass "
+                                                f"({o2.status}): eager's stability unknown"))
+    same = compare_eager(eo.first, o2.first)
+    if same.status != differential.SAME:
+        return replace(lad, cells=cells, needed=(), speculative=(), decision=Decision(
+            "inconclusive", "eager repeated", "low", reason="nondeterministic",
+            notes=("eager disagrees with itself: the greedy output is not deterministic on "
+                   "this server, so a graph/eager difference is no evidence of a defect",
+                   "eager vs eager again: " + same.summary.split(": ", 1)[-1]),
+            would_decide=f"a comparison with {differential.DETERMINISTIC_FLAG} on both "
+                         "sides (where the backend has it), or a stored eager baseline "
+                         "(--baseline)"))
+    base_note = _baseline_note(eo.first, opts)
+    if base_note and "differs" in base_note:
+        return replace(lad, cells=cells, needed=(), speculative=(), decision=Decision(
+            "inconclusive", "stored baseline", "low", reason="eager-differs",
+            notes=(base_note,), would_decide="which of eager and the baseline is right: "
+                                             "the baseline's config again, or a reference"))
+    if gd.status == differential.NOT_DECISIVE:
+        return replace(lad, cells=cells, needed=(), speculative=(), decision=Decision(
+            "inconclusive", "graph-vs-eager comparison", "low", reason="not-decisive",
+            notes=(gd.determinism,),
+            would_decide="the comparison on a backend with a deterministic mode (--backend "
+                         f"{'/'.join(sorted(differential.DETERMINISTIC_BACKENDS))} and "
+                         f"{differential.DETERMINISTIC_FLAG})"))
+    note = "eager repeated: identical answers (eager is stable)" + \
+        (f"; {base_note}" if base_note else "")
+    return replace(lad, cells=cells, notes=(*lad.notes, note))
+
+
+def _baseline_note(eager: CellResult, opts: AgreementOptions) -> str:
+    if not opts.baseline or not eager.answers:
+        return ""
+    tasks = sorted(set(opts.baseline) & set(eager.answers))
+    if not tasks:
+        return f"the stored baseline {opts.baseline_key} has no task in common with eager"
+    bad = [t for t in tasks if opts.baseline[t] != eager.answers[t]]
+    if bad:
+        return (f"eager differs from the stored baseline {opts.baseline_key} in "
+                f"{len(bad)}/{len(tasks)} tasks (first: {bad[0]})")
+    return f"eager equals the stored baseline {opts.baseline_key} in all {len(tasks)} tasks"
+
+
+def ok_evidence(row: Row, base: Config, opts: AgreementOptions,
+                obs: Callable[[PlannedCell], Obs],
+                frontier: Callable[[int], PlannedCell]) -> list[tuple[str, list[str], dict]]:
+    """(summary, cells, details) lines for the ok verdict: what was compared, and what not."""
+    b = row.budgets
+    if not opts.enabled:
+        return [("graph output not compared with eager (--no-compare, or a session log, "
+                 "whose verdicts carry no answers): a silent corruption of the greedy output "
+                 "would pass", [], {})]
+    out: list[tuple[str, list[str], dict]] = []
+    compared = set()
+    for i in targets(row):
+        e = eager_cell(base, b[i])
+        eo = obs(e)
+        if not eo.decided:
+            continue
+        compared.add(i)
+        g = frontier(b[i])
+        if eo.status != GOOD:
+            out.append((f"b{b[i]}: not compared with eager: the eager cell {eo.status}",
+                        [g.base_key, e.base_key], {}))
+            continue
+        d = compare(obs(g).first, eo.first)
+        out.append((f"b{b[i]}: {d.summary}", [g.base_key, e.base_key],
+                    {"differential": d.to_dict()}))
+    rest = [i for i, o in enumerate(row.obs) if o.status == GOOD and i not in compared]
+    if rest:
+        out.append(("not compared with eager: " + ", ".join(f"b{b[i]}" for i in rest)
+                    + " (only the largest passing budget and the one kept are compared)",
+                    [], {}))
+    return out
+
+
+def unconfirmed(row: Row, base: Config, opts: AgreementOptions,
+                obs: Callable[[PlannedCell], Obs]) -> list[int]:
+    """Passing budgets whose comparison did not show identical output (not run, failed)."""
+    if not opts.enabled:
+        return []
+    out = []
+    for i in targets(row):
+        eo = obs(eager_cell(base, row.budgets[i]))
+        g = obs(PlannedCell(replace(base, budget=row.budgets[i], graph=True), "frontier"))
+        if eo.status != GOOD or compare(g.first, eo.first).status != differential.SAME:
+            out.append(row.budgets[i])
+    return out
+
+
+def plan_line(opts: AgreementOptions) -> str:
+    if not opts.enabled:
+        return ("     graph vs eager not compared (--no-compare): a passing graph budget "
+                "whose greedy output is silently wrong would be called ok")
+    return ("     graph vs eager: the largest passing budget and the kept one again without "
+            "CUDA graphs (one restart each, counted in the restarts below), greedy output "
+            "compared token by token; a divergence fails the budget and the search goes on "
+            "(then one more: the eager cell repeated, a defect or nondeterminism)")
+
+
+__all__ = ["AgreementOptions", "COMPARE_MODE", "DIVERGENCE", "compare", "compare_eager",
+           "eager_cell", "gate", "is_divergence", "judge_graph", "judged", "ok_evidence",
+           "plan_line", "planned", "repeat_cell", "targets", "unconfirmed"]
