@@ -5,25 +5,22 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import typer
+from cli_util import check_example, cli_tree
 
-from ddprobe.cli import get_app, main
-from ddprobe.cli.helpdoc import EXAMPLES, decorate, long_name, walk
+from ddprobe.cli import main
+from ddprobe.cli.helpdoc import EXAMPLES, long_name, walk
 
 LABEL = re.compile(r"<(str|int|float|bool|path|text|int range|float range|file)>")
 
 
-def _tree():
-    return decorate(typer.main.get_command(get_app()))
 
 
-COMMANDS = [" ".join(p) for p, _ in walk(_tree())]
+COMMANDS = [" ".join(p) for p, _ in walk(cli_tree())]
 # `testbed serve` hands its arguments (--help too) to the testbed server's own parser
 PAGES = [c for c in COMMANDS if c != "testbed serve"]
 
@@ -45,42 +42,18 @@ def test_help_page_has_an_example_and_no_type_labels(path: str,
         f"`ddprobe {path}` has no example: add one to its docstring or to EXAMPLES in " \
         f"ddprobe/cli/helpdoc.py\n{page}"
     assert not LABEL.search(page), LABEL.search(page)
-    cmd = dict((" ".join(p), c) for p, c in walk(_tree()))[path]
+    cmd = dict((" ".join(p), c) for p, c in walk(cli_tree()))[path]
     for p in cmd.params:
         if getattr(p, "param_type_name", "") == "option" and not p.hidden:
             assert p.help, f"{path}: option {long_name(p)} has no help"
 
 
-def _check_example(line: str) -> None:
-    """Walk an example's words like the parser: commands descend, each option must exist on
-    the path so far, an option that takes a value consumes the next word."""
-    words = shlex.split(line)
-    assert words[0] == "ddprobe"
-    c = _tree()
-    params = {o: p for p in c.params for o in [*p.opts, *p.secondary_opts]}
-    it = iter(words[1:])
-    for w in it:
-        if w.startswith("-") and w != "-":
-            opt = w.split("=", 1)[0]
-            assert opt in params or opt == "--help", f"example {line!r}: {opt} is not an " \
-                "option there"
-            p = params.get(opt)
-            if p is not None and "=" not in w and not (getattr(p, "is_flag", False) or
-                                                       getattr(p, "count", False)):
-                next(it, None)
-            continue
-        sub = getattr(c, "commands", {}).get(w)
-        if sub is not None:
-            c = sub
-            params |= {o: p for p in c.params for o in [*p.opts, *p.secondary_opts]}
-
-
 def test_every_example_names_real_options() -> None:
-    lines = [ln for p, c in walk(_tree()) for ln in _examples(c)]
+    lines = [ln for p, c in walk(cli_tree()) for ln in _examples(c)]
     assert len(lines) >= len(COMMANDS)
     for ln in lines:
         for part in ln.split(";"):
-            _check_example(part.split(">")[0].strip())
+            check_example(part.split(">")[0].strip())
 
 
 def test_examples_table_names_only_real_commands() -> None:

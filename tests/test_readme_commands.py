@@ -10,7 +10,7 @@ import shlex
 from pathlib import Path
 
 import pytest
-from test_cli_help import _check_example
+from cli_util import check_example
 
 from ddprobe.cli import main
 
@@ -69,7 +69,7 @@ def test_every_readme_command_names_real_options(line: str,
         words = [w for w in line.split()[1:3] if re.fullmatch(r"[a-z-]+", w)]
         assert main([*words[:1], "--help"]) == 0, line
         return
-    _check_example(line)
+    check_example(line)
     words = shlex.split(line)[1:]
     if not set(PLACEHOLDERS) & set(words):
         # the words before the first option are a real command path
