@@ -41,7 +41,10 @@ def seed_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
         import contextlib
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
+            # the manual mode plans neither cheap cells nor graph-vs-eager comparisons: the
+            # automatic run it is held against runs without them too
             code = main(["bisect", "--host", "testbed", "--budgets", "8,16,32,64", "--json",
+                         "--no-cheap-cells", "--no-compare",
                          "--tasks", "reverse_words,is_palindrome,fizzbuzz"])
         doc = json.loads(buf.getvalue())
     finally:
