@@ -147,15 +147,16 @@ def test_launch_prefix_wraps_the_command(ssh_opts, make_host: Callable[..., Host
 
 def test_unknown_task_id_is_refused_before_the_host_is_touched(
         ssh_opts, make_host: Callable[..., Host], tb_prefix: Path, tmp_path: Path) -> None:
-    """Found on the H200 against real SGLang 0.5.11: `--tasks 2` (a count, where task ids are
-    expected) was refused only after the server had been restarted. Bad probe options are the
+    """Found on the H200 against real SGLang 0.5.11: a bad `--tasks` was refused only after
+    the server had been restarted (then `2`, which is now a count). Bad probe options are the
     user's input: a ConfigError naming the suite, and no server, lock or log on the host."""
     from ddprobe.errors import ConfigError
     work = tmp_path / "w"
     host: Host = make_host("gpu-a", python=sys.executable, package="ddtestbed",
                            env=tb_env(tb_prefix), server=tb_server(free_port(), work))
     with remote.connect(host, ssh_opts) as r, pytest.raises(ConfigError) as err:
-        run_cell(r, host, Config(budget=8), probe=ProbeOptions(tasks=("2",)))
-    assert "unknown task id(s) 2" in str(err.value)
+        run_cell(r, host, Config(budget=8),
+                 probe=ProbeOptions(tasks=("reverse_words", "no_such_task")))
+    assert "unknown task id(s) no_such_task in" in str(err.value)
     assert not (work / "server.json").exists()
     assert not work.exists() or not any(work.rglob("*.log"))
