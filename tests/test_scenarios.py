@@ -43,7 +43,8 @@ def request(exp: Expectation) -> BisectRequest:
     return BisectRequest(budgets=exp.budgets,
                          backend=f[f.index("--backend") + 1] if "--backend" in f else None,
                          order="eager-first" if "--eager-first" in f else "auto",
-                         thorough="--thorough" in f, tasks=("2",))
+                         thorough="--thorough" in f,
+                         tasks=(f[f.index("--tasks") + 1] if "--tasks" in f else "2",))
 
 
 @pytest.mark.parametrize("exp", EXPECTATIONS, ids=[e.label.replace(" ", "") for e in
