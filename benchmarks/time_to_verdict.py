@@ -92,7 +92,8 @@ def testbed_host(scenario: str, root: Path) -> Host:
     os.environ["DDTESTBED_STARTUP_SCALE"] = str(STARTUP_SCALE)
     h = builtin_testbed()
     # a hang is declared after the health timeout: 10 s is ample for a 0.7 s simulated start
-    return replace(h, server=replace(h.server, health_timeout=10.0))
+    # the scenario's own max bs is its production one, not the built-in host's 64
+    return replace(h, server=replace(h.server, health_timeout=10.0, max_bs=None))
 
 
 def request(exp: Expectation, tasks: str, *, cheap: bool) -> BisectRequest:

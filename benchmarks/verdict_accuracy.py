@@ -61,7 +61,8 @@ def testbed_host(scenario: str):  # -> Host
     os.environ["DDTESTBED_SCENARIO"] = scenario
     h = builtin_testbed()
     # a hang is declared after the health timeout: 10 s is ample for a 0.7 s simulated start
-    return replace(h, server=replace(h.server, health_timeout=10.0))
+    # the scenario's own max bs is its production one, not the built-in host's 64
+    return replace(h, server=replace(h.server, health_timeout=10.0, max_bs=None))
 
 
 def run_one(exp: Expectation, root: Path, tasks: str) -> tuple[list, object]:

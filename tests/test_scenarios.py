@@ -34,7 +34,8 @@ def _host(scenario: str, prefix: Path, tmp: Path):  # -> Host
     env = tuple((k, str(prefix) if k == "PYTHONPATH" else scenario if k ==
                  "DDTESTBED_SCENARIO" else v) for k, v in h.env)
     server = replace(h.server, port=free_port(), args=("--testbed-scenario", scenario),
-                     workdir=str(tmp / "work"), prepare="", health_timeout=10.0)
+                     workdir=str(tmp / "work"), prepare="", health_timeout=10.0,
+                     max_bs=None)  # the scenario's own max bs is its production one
     return replace(h, env=env, server=server)
 
 

@@ -156,7 +156,7 @@ def builtin_testbed() -> Host:
             port=int(os.environ.get("DDPROBE_TESTBED_PORT", "31830")),
             model_path="ddtestbed/tiny-coder",
             algorithm="DDTREE", budget_flag="ddtree", draft_model_path="ddtestbed/tiny-drafter",
-            budget=8, max_bs=None,  # the scenario's own max bs is production
+            budget=8, max_bs=64,
             args=("--testbed-scenario", os.environ.get("DDTESTBED_SCENARIO", "seed")),
             workdir=str(prefix / "work"), health_timeout=60.0, prepare="testbed"),
         labels=(("gpu", "NVIDIA B300 SXM6 (simulated)"),), transport="local", source="built-in")
