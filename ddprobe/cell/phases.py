@@ -60,6 +60,17 @@ def _stamp(ts: str) -> float | None:
         return None
 
 
+def _add(total: float, source: str, elapsed: str | None, begin: float | None,
+         end: float | None) -> tuple[float, str]:
+    """One phase's seconds added: the elapsed time its end line states, else the time between
+    its begin and end lines' stamps; the source is the first one that counted."""
+    if elapsed is not None:
+        return total + float(elapsed), source or "elapsed"
+    if begin is not None and end is not None:
+        return total + max(0.0, end - begin), source or "timestamps"
+    return total, source
+
+
 def log_phases(text: str) -> LogPhases:
     """The weight load and capture times the log's own lines state (see the module doc)."""
     rank: str | None = None
@@ -82,11 +93,8 @@ def log_phases(text: str) -> LogPhases:
             continue
         e = _LOAD_END.search(body)
         if e is not None:
-            el = e.group("el") or e.group("commit")
-            if el is not None:
-                load, load_from = load + float(el), load_from or "elapsed"
-            elif begin_ts is not None and ts is not None:
-                load, load_from = load + max(0.0, ts - begin_ts), load_from or "timestamps"
+            load, load_from = _add(load, load_from, e.group("el") or e.group("commit"),
+                                   begin_ts, ts)
             begin_ts = None
             continue
         if _CAPTURE_BEGIN.search(body):
@@ -94,11 +102,8 @@ def log_phases(text: str) -> LogPhases:
             continue
         c = _CAPTURE_END.search(body)
         if c is not None:
-            el = c.group("te") or c.group("el")
-            if el is not None:
-                cap, cap_from = cap + float(el), cap_from or "elapsed"
-            elif cap_begin_ts is not None and ts is not None:
-                cap, cap_from = cap + max(0.0, ts - cap_begin_ts), cap_from or "timestamps"
+            cap, cap_from = _add(cap, cap_from, c.group("te") or c.group("el"),
+                                 cap_begin_ts, ts)
             cap_begin_ts = None
     return LogPhases(load if load_from else None, cap if cap_from else None, load_from,
                      cap_from)
