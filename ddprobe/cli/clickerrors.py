@@ -5,11 +5,18 @@ from __future__ import annotations
 import sys
 
 try:
-    from typer._click.exceptions import ClickException, UsageError
-    from typer._click.utils import PacifyFlushWrapper
+    # (the ignores cover both installs: with and without click beside typer, old or new typer)
+    from typer._click.exceptions import (  # type: ignore[import-not-found,unused-ignore]
+        ClickException,
+        UsageError,
+    )
+    from typer._click.utils import PacifyFlushWrapper  # type: ignore[import-not-found,unused-ignore]
 except ImportError:  # typer that depends on click
-    from click.exceptions import ClickException, UsageError  # type: ignore[no-redef]
-    from click.utils import PacifyFlushWrapper  # type: ignore[no-redef]
+    from click.exceptions import (  # type: ignore[no-redef,assignment,unused-ignore]
+        ClickException,
+        UsageError,
+    )
+    from click.utils import PacifyFlushWrapper  # type: ignore[no-redef,assignment,unused-ignore]
 
 from typer import Abort, Exit
 
