@@ -18,7 +18,14 @@ from ddprobe import remote
 from ddprobe.cell.kernel_log import recent_xid_lines
 from ddprobe.errors import ConfigError, RemoteCommandError, RemoteError, UsageError
 from ddprobe.facts import gather_facts
-from ddprobe.hostside.client import PROGRAMS, call, find_install, program_source
+from ddprobe.hostside.client import (
+    BOOT,
+    PROGRAMS,
+    call,
+    find_install,
+    program_input,
+    program_source,
+)
 from ddprobe.hostside.errors import HostOpError, NoAnswerError
 from ddprobe.inventory import Host, ServerSettings
 from ddprobe.results import Config
@@ -48,8 +55,10 @@ def _stand_in(tmp: Path, stdout: str, *, code: int = 0, stderr: str = "") -> Pat
 
 
 def _run(program: str, op: str, stdin: str) -> dict[str, object]:
-    """The answer line of a program run as a host runs it (python -c SRC OP, request on stdin)."""
-    p = subprocess.run([sys.executable, "-c", program_source(program), op], input=stdin,
+    """The answer line of a program run as a host runs it (python -c BOOT OP; the program,
+    then the request, on stdin)."""
+    p = subprocess.run([sys.executable, "-c", BOOT, op],
+                       input=program_input(program_source(program), stdin).decode(),
                        capture_output=True, text=True, timeout=60, check=False)
     assert p.returncode == 0, p.stderr
     doc = json.loads(p.stdout.splitlines()[-1])

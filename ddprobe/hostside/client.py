@@ -2,9 +2,12 @@
 
 A program is a list of modules of this package (standard library only, Python 3.8+), sent as
 ONE text: their sources concatenated, each one's `from __future__` import dropped and one put at
-the top (`hostside.common`, the protocol and its one main loop, first). It runs as
-`python -c SRC OP` with the request as JSON on stdin, so no request value is pasted into shell
-text and the analysed package is never imported. The answer is the last stdout line
+the top (`hostside.common`, the protocol and its one main loop, first). The host runs the small
+fixed `BOOT` text as `python -c BOOT OP`; the program comes on stdin (one line with its size in
+bytes, then its text), the request as JSON after it. So a program's size has no cliff (Linux
+refuses one argument over 128 KiB, E2BIG, and over SSH the whole command is one argument to the
+user's shell), no request value is pasted into shell text, and the analysed package is never
+imported. The answer is the last stdout line
 `{"ok": true, "result": {...}}` or `{"ok": false, "error": {"kind": ..., ...}}`, read under
 the program's size cap; an error kind maps to a ddprobe exception in `hostside.errors`, the
 one table. What a host sends back is untrusted: the caller validates the result into its
@@ -67,6 +70,19 @@ PROGRAMS = {
 }
 
 
+# Read the program (a size line, then that many bytes of UTF-8 text) from stdin and run it as
+# the __main__ module, leaving the rest of stdin (the request) to its main loop. Only `sys` is
+# left in the program's globals beside its own names (it imports sys itself).
+BOOT = ("import sys; exec(compile(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())), "
+        "'<ddprobe program>', 'exec'))")
+
+
+def program_input(source: str, request: str) -> bytes:
+    """What a host program's stdin carries: its size line, its text, then the request (JSON)."""
+    src = source.encode("utf-8")
+    return b"%d\n" % len(src) + src + request.encode("utf-8")
+
+
 @functools.cache
 def program_source(program: str = "ops", op: str | None = None) -> str:
     """The modules of `program` (those `op` needs) as one text, one `from __future__` on top."""
@@ -114,13 +130,15 @@ class HostAnswer(dict[str, Any]):
 
 
 def call(r: Remote, op: str, request: dict[str, Any], *, program: str = "ops",
-         timeout: float | None = None) -> dict[str, Any]:
+         timeout: float | None = None, source: str | None = None) -> dict[str, Any]:
     """Run one op of a host program; its result (a JSON object), or the exception its error
     kind maps to (`hostside.errors.ERRORS`; the client's own kinds: `no-python`, the
     interpreter is missing; `no-answer`, no answer line; `oversize`; `malformed`, an answer
-    whose result is not an object)."""
+    whose result is not an object). `source` is the program's text when not the one
+    `program_source(program, op)` builds (a test's program of a given size)."""
     prog = PROGRAMS[program]
-    res = r.python(["-c", program_source(program, op), op], input=json.dumps(request),
+    src = program_source(program, op) if source is None else source
+    res = r.python(["-c", BOOT, op], input=program_input(src, json.dumps(request)),
                    timeout=prog.timeout if timeout is None else timeout)
     host, python = r.host.name, r.host.python
     extra: dict[str, Any] = {"host": host, "python": python, "op": op,

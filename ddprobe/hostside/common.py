@@ -1,7 +1,7 @@
 """The one protocol of every host program: runs ON the host, standard library only.
 
 `hostside.client` sends a program as ONE text (this module first, then the program's own
-modules) and runs it as `python -c SRC OP` with the request, a JSON object, on stdin. `main`
+modules) on stdin, then the request, a JSON object (`python -c BOOT OP`, see the client). `main`
 is the one main loop: it reads the request, runs the op's function, and writes the ONE answer
 line, the last stdout line: `{"ok": true, "result": ...}` or
 `{"ok": false, "error": {"kind": K, "message": M, ...}}` (K is looked up in

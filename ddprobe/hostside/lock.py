@@ -1,6 +1,6 @@
 """Host-side helper for the host lock (runs ON the host; standard library only).
 
-Sent as `python -c SRC OP` with its request as JSON on stdin; prints one JSON line
+Run by `hostside.client` (the program, then its request as JSON, on stdin); prints one JSON line
 {"ok": true, "result": ...} or {"ok": false, "error": {"kind": ..., "message": ...}}.
 The lock file is created with O_CREAT|O_EXCL, so exactly one of two racing runs gets it.
 Ops: lock, unlock, refresh, break.

@@ -1,6 +1,6 @@
 """Host-side helper for the server managers (runs ON the host; standard library only).
 
-Sent as `python -c SRC OP` with its request as JSON on stdin; prints one JSON line
+Run by `hostside.client` (the program, then its request as JSON, on stdin); prints one JSON line
 {"ok": true, "result": ...} or {"ok": false, "error": {"kind": ..., "message": ...}}.
 Nothing here imports the server's package, and no request value is ever pasted into shell text:
 the detached start runs a fixed `sh -c` recipe whose every input is a positional argument.

@@ -12,8 +12,8 @@ Entry point, per release layout (first that exists):
 then, when the record has it, `resolve_once()` (0.5.2x: resolution moved out of __post_init__
 into arg_groups/*_hook.py) and `resolved_dict()` for the values; else the dataclass fields.
 
-Interface: op `parse` of `hostside.common`'s protocol (`python -c SRC parse < request.json`,
-SRC from `hostside.client.program_source("preflight")`):
+Interface: op `parse` of `hostside.common`'s protocol (`python -c BOOT parse`, the program
+`hostside.client.program_source("preflight")` then the request on stdin):
 
     request  {"package": "sglang", "configs": [{"key": "b8-graph", "argv": ["--model-path", ...],
               "env": {"SGLANG_X": "1"}}]}

@@ -1,7 +1,7 @@
 """Host side, part 1: output to the caller, install lookup, reading sources, grep, writes.
 
 Standard library only, Python 3.8+: `hostside.client` concatenates patchtext and these modules
-into the one program it sends (`python -c SRC OP`); `common` is the protocol.
+into the one program it sends (on stdin, see `hostside.client`); `common` is the protocol.
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """The host side of sources and patches: ONE program run with the host's interpreter.
 
-Shipped as source text (`python -c SRC OP`) with `patchtext`, `sourceio`, `ledger` and `patch`
+Shipped as source text on stdin with `patchtext`, `sourceio`, `ledger` and `patch`
 prepended (`hostside.client`), so it needs nothing but the standard library (and works on
 Python 3.8). The request and the answer are `hostside.common`'s protocol, through its one
 main loop. During an apply it writes a progress line before each file and ignores hang-ups:
