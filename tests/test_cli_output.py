@@ -15,7 +15,7 @@ from rich.console import Console
 
 from ddprobe.bisect.engine import Event
 from ddprobe.cli import main
-from ddprobe.cli.bisect import EventRenderer
+from ddprobe.report.live import EventRenderer
 from ddprobe.results import CellResult, Config, Outcome
 
 

@@ -13,7 +13,7 @@ from ddprobe.bisect.engine import Event
 from ddprobe.bisect.planner import simulate
 from ddprobe.bisect.synthetic import threshold
 from ddprobe.bisect.verdicts import build_verdicts
-from ddprobe.cli import bisect as clibisect
+from ddprobe.report.live import EventRenderer
 from ddprobe.report.style import failure_text
 from ddprobe.report.terminal import render_bisect
 from ddprobe.results import CellResult, Config, Outcome, Signature
@@ -30,7 +30,7 @@ def test_failure_text_never_repeats_the_outcome() -> None:
 
 def test_progress_lines_name_a_one_host_group_once() -> None:
     buf = io.StringIO()
-    ren = clibisect.EventRenderer(Console(file=buf, width=200))
+    ren = EventRenderer(Console(file=buf, width=200))
     res = CellResult("testbed", Config(16), Outcome.OK, wall_s=3)
     ren(Event("cell_done", "testbed", "testbed: b16-graph", {"result": res}))
     ren(Event("cell_done", "a,b", "a: b16-graph", {"result": res}))

@@ -14,13 +14,10 @@ flaky), 128 abort (ddprobe cannot run: bad usage or configuration).
 """
 from __future__ import annotations
 
-import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from ddprobe.cli import common
 from ddprobe.errors import (
@@ -38,84 +35,9 @@ from ddprobe.store import find_run, load_run
 # The bisect engine, the planner and the renderers are imported by the command that runs
 # (a completion or `--help` builds this module's options only: issue 24.16).
 if TYPE_CHECKING:
-    from ddprobe.bisect.engine import Event
     from ddprobe.bisect.ladder import Order
     from ddprobe.bisect.run import BisectRequest
     from ddprobe.bisect.verdicts import ExitProtocol
-
-
-class EventRenderer(common.LiveStatus):
-    """Live progress on stderr: a spinner with the current cell (on a terminal), and a line
-    per finished cell, per "restarts left" update, and per note. Thread-safe (rich's lock)."""
-
-    def __init__(self, console: Console, *, quiet: bool = False) -> None:
-        self.console, self.quiet = console, quiet
-        self.live = console.is_terminal and not quiet
-        self._lock = threading.Lock()
-        self.done = 0  # cells finished (all groups)
-        self.left: dict[str, int] = {}  # group -> restarts left (worst case)
-        self.cell_s: list[float] = []  # wall time of each finished cell (restart + probes)
-
-    def _counts(self) -> None:
-        left = sum(self.left.values())
-        mean = sum(self.cell_s) / len(self.cell_s) if self.cell_s else None
-        self._set_counts(self.done, self.done + left if self.left else None,
-                         None if mean is None else mean * left)
-
-    def _line(self, text: str) -> None:
-        if not self.quiet:
-            self.console.print(text, highlight=False, markup=True)
-
-    def _status(self, text: str) -> None:
-        self._set_status(text[:150])
-
-    def __call__(self, e: Event) -> None:
-        with self._lock:
-            self._render(e)
-
-    def _cell_done(self, e: Event, grp: str) -> None:
-        """A finished cell: its line (outcome, time) and the counts."""
-        from ddprobe.bisect.cells import describe
-        from ddprobe.report.style import outcome_rich
-        res = e.data.get("result")
-        color = outcome_rich(res.outcome.value if res is not None else "?")
-        secs = f" ({res.wall_s or 0:.0f} s)" if res is not None else ""
-        self.done += 1
-        if res is not None and res.wall_s:
-            self.cell_s.append(float(res.wall_s))
-        if e.group in self.left:
-            self.left[e.group] = max(0, self.left[e.group] - 1)
-        self._counts()
-        self._line(f"{grp}[{color}]{escape(e.text)}: {escape(describe(res))}[/{color}]{secs}")
-
-    def _render(self, e: Event) -> None:
-        # the group's name, unless the line starts with it already (a one-host group is
-        # named after its host: "testbed testbed: b16-graph" said it twice)
-        grp = f"[dim]{escape(e.group)}[/dim] " if e.group and not (
-            e.text.startswith(f"{e.group}:") or e.text.startswith(f"{e.group} ")) else ""
-        if e.kind == "server":
-            if self.live:
-                self._status(e.text)
-            elif "waiting for health" in e.text:
-                self._line(f"  {escape(e.text)}")
-        elif e.kind == "cell_start":
-            self._status(e.text)
-            if not self.live:
-                self._line(f"{grp}running {escape(e.text)}")
-        elif e.kind == "cell_done":
-            self._cell_done(e, grp)
-        elif e.kind == "progress":
-            if "configs_left" in e.data:
-                self.left[e.group] = int(e.data["configs_left"])
-                self._counts()
-            label = escape(str(e.data.get("label") or "Bisecting"))
-            self._line(f"{grp}[bold]{label}:[/bold] {escape(e.text)}")
-        elif e.kind == "verdict":
-            self._line(f"{grp}[bold green]{escape(e.text)}[/bold green]")
-        elif e.kind in ("plan", "static", "run", "round"):
-            self._line(f"{grp}[dim]{escape(e.text)}[/dim]")
-        else:
-            self._line(f"{grp}[yellow]{escape(e.text)}[/yellow]")
 
 
 def parse_ints(text: str | None, what: str, *, allow_none: bool = False) -> tuple[Any, ...]:
@@ -343,6 +265,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """The full matrix of cells: outcomes, acceptance, tok/s, coding, signatures."""
         from ddprobe.bisect.sweep import SweepRequest, graph_mode, run_sweep
+        from ddprobe.report.live import EventRenderer
         from ddprobe.report.terminal import render_sweep
         rec = None
         if resume:
@@ -387,6 +310,7 @@ def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backen
             oversize_factor: int = 4, cheap_cells: bool = True, compare: bool = True,
             baseline: str | None = None) -> int:
     from ddprobe.bisect.run import BisectRequest, load_resume, resume_request, run_bisect
+    from ddprobe.report.live import EventRenderer
     from ddprobe.report.terminal import render_bisect
     if graph_first and eager_first:
         raise UsageError("--graph-first and --eager-first exclude each other")

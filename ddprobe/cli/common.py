@@ -7,10 +7,9 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
-from rich.console import Console
 from rich.text import Text
 
 from ddprobe.context import Context, current
@@ -76,70 +75,6 @@ HostOpt = typer.Option(..., "--host", "-H",
 JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
 BreakLockOpt = typer.Option(False, "--break-lock", help="Take over a stale host lock.")
 KeepServerOpt = typer.Option(False, "--keep-server", help="Leave the last cell's server running.")
-
-
-def _duration(s: float) -> str:
-    s = max(0, int(round(s)))
-    return f"{s // 3600}h{s % 3600 // 60:02d}m" if s >= 3600 else \
-        f"{s // 60}m{s % 60:02d}s" if s >= 60 else f"{s}s"
-
-
-if TYPE_CHECKING:  # rich.progress is imported by the first live status (not by a completion)
-    from rich.progress import Progress, TaskID
-
-
-def live_progress(console: Console) -> tuple[Progress, TaskID]:
-    """A started, transient spinner line on stderr. redirect_stdout=False: rich would otherwise
-    move JSON written to stdout during the progress onto its console
-    (docs/notes/remote-and-ci.md 5.1)."""
-    from rich.progress import (
-        BarColumn,
-        Progress,
-        SpinnerColumn,
-        TextColumn,
-        TimeElapsedColumn,
-    )
-    p = Progress(SpinnerColumn(), TextColumn("{task.description}", markup=False),
-                 BarColumn(bar_width=20), TextColumn("{task.fields[counts]}", markup=False),
-                 TimeElapsedColumn(), console=console, transient=True, redirect_stdout=False,
-                 redirect_stderr=False)
-    p.start()
-    return p, p.add_task("starting", total=None, counts="")
-
-
-class LiveStatus:
-    """A context manager for one transient status line on stderr, drawn only when `self.live`
-    (a terminal). The bisect's event renderer and the cell's reporter build on it."""
-
-    console: Console
-    live: bool
-    _progress: Progress | None = None
-    _task: Any = None
-
-    def __enter__(self) -> Any:
-        if self.live:
-            self._progress, self._task = live_progress(self.console)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-
-    def _set_counts(self, done: int, total: int | None, eta_s: float | None = None) -> None:
-        """The overall bar: cells done of the planned total, and the time the rest may take."""
-        if self._progress is None:
-            return
-        counts = f"{done}/{total} restarts" if total else f"{done} restarts"
-        if eta_s is not None and total and total > done:
-            counts += f", ~{_duration(eta_s)} left at most"
-        self._progress.update(self._task, completed=done, total=total or None, counts=counts)
-
-    def _set_status(self, text: str) -> bool:
-        """Show text on the status line; False when there is none (not a terminal)."""
-        if self._progress is None:
-            return False
-        self._progress.update(self._task, description=clean(text).replace("\n", " "))
-        return True
 
 
 def read_json_file(path: str, what: str) -> Any:

@@ -13,7 +13,6 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.text import Text
 
 from ddprobe.cell.experiment import Baseline, CellReporter, ProbeOptions, run_cell
 from ddprobe.cli import common
@@ -21,11 +20,12 @@ from ddprobe.errors import ConfigError, UsageError
 from ddprobe.exitcodes import ExitCode, for_outcome
 from ddprobe.inventory import Host, env_name_problem
 from ddprobe.probes.runner import TaskResult
-from ddprobe.report.style import status_rich
+from ddprobe.report.cell import render_cell, render_differential
+from ddprobe.report.live import LiveStatus
 from ddprobe.results import CellResult, Config, Outcome
 
 
-class LiveReporter(common.LiveStatus, CellReporter):
+class LiveReporter(LiveStatus, CellReporter):
     """Stage, elapsed time and the server's last log line on stderr (transient)."""
 
     def __init__(self, console: Console, *, heartbeat: float = 10.0) -> None:
@@ -89,64 +89,6 @@ def load_baseline(path: str) -> Baseline:
         return Baseline.from_cell(CellResult.from_dict(doc))
     except (KeyError, TypeError, ValueError) as e:
         raise ConfigError(f"not a cell from `ddprobe run --json` ({e})", path=path) from None
-
-
-def _f(v: float | None, fmt: str = ".1f") -> str:
-    return "-" if v is None else format(v, fmt)
-
-
-def render_cell(c: CellResult, console: Console) -> None:
-    col = status_rich(c.outcome.value)
-    head = Text.assemble((c.host, "bold"), f" {c.config.key}: ", (c.outcome.value.upper(), col))
-    if c.signature and c.outcome is not Outcome.OK:
-        head.append(f"  {c.signature.id}")
-    console.print(head, highlight=False)
-    if c.error and (not c.signature or c.error not in c.signature.id):
-        console.print(f"  {c.error}", markup=False, highlight=False)
-    for line in _probe_lines(c):
-        console.print(line, markup=False, highlight=False)
-    if c.timings:
-        console.print(_timings_line(c.timings), highlight=False)
-    for line in _note_lines(c):
-        console.print(line, markup=False, highlight=False)
-    if c.log_excerpt and c.outcome is not Outcome.OK:
-        console.print("  --- log excerpt ---", highlight=False)
-        for line in c.log_excerpt:
-            console.print(f"  | {line}", markup=False, highlight=False)
-
-
-def _probe_lines(c: CellResult) -> list[str]:
-    p = c.probes
-    if p is None:
-        return []
-    lines = [f"  probes: {p.label}, accept length {_f(p.accept_length, '.2f')}"
-             f" ({p.accept_source or 'not reported'}), server accept "
-             f"{_f(p.server_accept_length, '.2f')}, tok/s {_f(p.tok_s)} (aggregate "
-             f"{_f(p.aggregate_tok_s)}), latency {_f(p.latency_s, '.2f')} s"]
-    lines += [f"  garbage: {g}" for g in p.garbage_flags]
-    if p.divergence:
-        lines.append(f"  divergence: {p.divergence}")
-    return lines
-
-
-def _timings_line(t: dict[str, float]) -> str:
-    share = 100.0 * t.get("overhead", 0.0) / t["total"] if t.get("total") else 0.0
-    return (f"  timings: restart {_f(t.get('restart'), '.2f')}s, health "
-            f"{_f(t.get('health'), '.2f')}s, probe {_f(t.get('probe'), '.2f')}s, "
-            f"total {_f(t.get('total'), '.2f')}s (ddprobe's own overhead "
-            f"{_f(t.get('overhead'), '.2f')}s, {share:.0f}%)")
-
-
-def _note_lines(c: CellResult) -> list[str]:
-    """The cell's notes, its hint (a failure's), and where its server log is."""
-    lines = [f"  note: {n}" for n in c.notes if n]
-    if c.hint and c.outcome is not Outcome.OK:
-        lines.append(f"  hint: {c.hint}")
-    if c.log_path:
-        local = c.local_log
-        lines.append(f"  log: {c.log_path} (on the host)" + (f", copy: {local}" if local
-                                                             else ""))
-    return lines
 
 
 ExtraOpt = typer.Option(None, "--extra", help="Extra launch flags (shell words), e.g. "
@@ -232,25 +174,15 @@ def _differential(h: Host, cfg: Config, opts: ProbeOptions, *, log_dir: Path | N
                   break_lock: bool, health_timeout: float | None, stop_after: bool,
                   as_json: bool) -> None:
     from ddprobe.cell.differential import run_differential
-    from ddprobe.probes.differential import DIVERGED, NOT_DECISIVE
     with common.env().connect(h) as r, LiveReporter(common.env().err) as rep:
         pair = run_differential(r, h, cfg, probe=opts, log_dir=log_dir, reporter=rep,
                                 caches=common.env().caches,
                                 break_lock=break_lock, health_timeout=health_timeout,
                                 stop_after=stop_after)
-    d = pair.diff
     if as_json:
         common.emit_json(pair.to_dict())
     else:
-        render_cell(pair.eager, common.env().out)
-        render_cell(pair.graph, common.env().out)
-        col = {DIVERGED: "red", NOT_DECISIVE: "yellow"}.get(d.status, "green")
-        common.env().out.print(Text.assemble(("differential", col), ": ", d.summary),
-                               highlight=False)
-        for x in d.diverged[:8]:
-            common.env().out.print(f"  - {x.line()}", markup=False, highlight=False)
-        if d.determinism:
-            common.env().out.print(f"  determinism: {d.determinism}", markup=False, highlight=False)
+        render_differential(pair, common.env().out)
     worst = pair.graph if pair.graph.outcome is not Outcome.OK else pair.eager
     code = for_outcome(worst.outcome)
     if code != ExitCode.OK:

@@ -11,30 +11,15 @@ from typing import Optional
 
 import typer
 from rich.markup import escape
-from rich.table import Table
-from rich.text import Text
 
 from ddprobe.bisect.cellrun import probe_options
 from ddprobe.bisect.cells import describe
 from ddprobe.cli import common
 from ddprobe.cli.bisect import parse_ints
 from ddprobe.errors import ConfigError
-from ddprobe.report.style import status_rich
+from ddprobe.report.smoke import render_smoke
 from ddprobe.results import CellResult
-from ddprobe.smoke import SmokeReport, junit_xml, run_smoke
-
-
-def render_smoke(rep: SmokeReport) -> None:
-    t = Table(title=f"smoke {rep.run_id}", title_justify="left")
-    for c in ("host", "check", "result", "detail"):
-        t.add_column(c, overflow="fold")
-    for hs in rep.hosts:
-        for case in hs.cases:
-            color = status_rich(case.status)
-            detail = case.message or (case.output if case.name.startswith("probes") else "")
-            t.add_row(hs.host, case.name, Text(case.status, style=color), detail[:200])
-    common.env().out.print(t)
-    common.env().out.print(f"exit {rep.exit_code}; wall {rep.wall_s:.1f} s; run dir {rep.run_dir}")
+from ddprobe.smoke import junit_xml, run_smoke
 
 
 def register(app: typer.Typer) -> None:
@@ -85,5 +70,5 @@ def register(app: typer.Typer) -> None:
         if as_json:
             common.emit_json(rep.to_dict())
         else:
-            render_smoke(rep)
+            render_smoke(rep, common.env().out)
         raise typer.Exit(rep.exit_code)
