@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,8 +40,8 @@ PATTERN = r"torch\.(zeros|empty|ones|full|arange)(_like)?\("
 TARGET_SECONDS, TARGET_RATIO = 2.0, 2.0
 
 
-def _median_time(fn, n: int) -> float:
-    times = []
+def _median_time(fn: Callable[[], object], n: int) -> float:
+    times: list[float] = []
     for _ in range(n):
         t0 = time.perf_counter()
         fn()

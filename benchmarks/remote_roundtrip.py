@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
@@ -26,8 +27,8 @@ from ddprobe.cli import main as cli_main
 from ddprobe.inventory import Host
 
 
-def _per_call(fn, n: int) -> list[float]:
-    out = []
+def _per_call(fn: Callable[[], object], n: int) -> list[float]:
+    out: list[float] = []
     for _ in range(n):
         t0 = time.perf_counter()
         fn()

@@ -11,6 +11,7 @@ tests/test_testbed_seed.py asserts, with no clock). Under CPU load the wall-cloc
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from pathlib import Path
 
@@ -26,9 +27,8 @@ from ddprobe.probes import load_suite  # noqa: E402
 from ddtestbed.scenario import load_scenario  # noqa: E402
 
 
-def start(budget: int, graph: bool, scale: float):
+def start(budget: int, graph: bool, scale: float) -> tuple[subprocess.Popen[bytes], str]:
     import os
-    import subprocess
     import tempfile
     import time
     port = _free_port()

@@ -28,20 +28,27 @@ sys.path.insert(0, str(REPO))
 
 from ddprobe.bisect.ladder import Order  # noqa: E402
 from ddprobe.bisect.run import BisectRequest, run_bisect  # noqa: E402
-from ddprobe.inventory import builtin_testbed  # noqa: E402
+from ddprobe.inventory import Host, builtin_testbed  # noqa: E402
 from ddprobe.remote import RemoteOptions  # noqa: E402
-from ddtestbed.expect import Expectation, expectations, grade, minimum_restarts  # noqa: E402
+from ddprobe.results import Verdict  # noqa: E402
+from ddtestbed.expect import (  # noqa: E402
+    Expectation,
+    Graded,
+    expectations,
+    grade,
+    minimum_restarts,
+)
 from ddtestbed.scenario import load_scenario  # noqa: E402
 
 
-def corrupt_ok(exp: Expectation, verdicts: list) -> int:
+def corrupt_ok(exp: Expectation, verdicts: list[Verdict]) -> int:
     """Budgets called ok whose graph output differs from eager (the stale scalar's truth)."""
     st = load_scenario(exp.scenario).defects.stale_scalar.min_draft_tokens
     return sum(1 for v in verdicts if v.kind == "ok" for b in v.budgets
                if st is not None and b + 1 >= st)
 
 
-def nondet_capture(exp: Expectation, verdicts: list) -> int:
+def nondet_capture(exp: Expectation, verdicts: list[Verdict]) -> int:
     """Budgets called graph_capture on a server whose greedy output is nondeterministic."""
     if not load_scenario(exp.scenario).defects.nondeterministic.every:
         return 0
@@ -57,7 +64,7 @@ def request(exp: Expectation, tasks: str) -> BisectRequest:
                          thorough="--thorough" in f, tasks=(tasks,))
 
 
-def testbed_host(scenario: str):  # -> Host
+def testbed_host(scenario: str) -> Host:
     os.environ["DDTESTBED_SCENARIO"] = scenario
     h = builtin_testbed()
     # a hang is declared after the health timeout: 10 s is ample for a 0.7 s simulated start
@@ -65,7 +72,7 @@ def testbed_host(scenario: str):  # -> Host
     return replace(h, server=replace(h.server, health_timeout=10.0, max_bs=None))
 
 
-def run_one(exp: Expectation, root: Path, tasks: str) -> tuple[list, object]:
+def run_one(exp: Expectation, root: Path, tasks: str) -> tuple[list[Graded], object]:
     host = testbed_host(exp.scenario)
     rep = run_bisect([host], request(exp, tasks), root=root, break_lock=True,
                      opts=RemoteOptions())

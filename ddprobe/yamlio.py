@@ -11,7 +11,7 @@ from ddprobe.errors import ConfigError
 _Base: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-class LineDict(dict):
+class LineDict(dict[Any, Any]):
     """A dict that knows the 1-based line of each key and of itself."""
 
     line: int = 0

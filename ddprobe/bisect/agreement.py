@@ -26,7 +26,7 @@ from ddprobe.bisect.cells import BAD, GOOD, SKIP, Obs, PlannedCell
 from ddprobe.bisect.frontier import Row
 from ddprobe.bisect.ladder import Decision, LadderState
 from ddprobe.probes import differential
-from ddprobe.results import CellResult, Config, Outcome, Signature
+from ddprobe.results import CellResult, Config, EvidenceDetails, Outcome, Signature
 
 COMPARE_MODE: Final = "compare"  # the mode of the comparison's eager cells
 DIVERGENCE: Final = "graph-eager divergence"  # the Signature.key of a diverged graph cell
@@ -174,16 +174,19 @@ def _baseline_note(eager: CellResult, opts: AgreementOptions) -> str:
     return f"eager equals the stored baseline {opts.baseline_key} in all {len(tasks)} tasks"
 
 
+EvidenceLine = tuple[str, list[str], EvidenceDetails]  # summary, cell keys, details
+
+
 def ok_evidence(row: Row, base: Config, opts: AgreementOptions,
                 obs: Callable[[PlannedCell], Obs],
-                frontier: Callable[[int], PlannedCell]) -> list[tuple[str, list[str], dict]]:
+                frontier: Callable[[int], PlannedCell]) -> list[EvidenceLine]:
     """(summary, cells, details) lines for the ok verdict: what was compared, and what not."""
     b = row.budgets
     if not opts.enabled:
         return [("graph output not compared with eager (--no-compare, or a session log, "
                  "whose verdicts carry no answers): a silent corruption of the greedy output "
                  "would pass", [], {})]
-    out: list[tuple[str, list[str], dict]] = []
+    out: list[EvidenceLine] = []
     compared = set()
     for i in targets(row):
         e = eager_cell(base, b[i])

@@ -25,10 +25,10 @@ from ddprobe.errors import DdprobeError, HostGone, LockedError, PatchError, Remo
 from ddprobe.inventory import Host
 from ddprobe.probes.coding import load_suite
 from ddprobe.results import CellKind, CellResult, Config, Outcome
+from ddprobe.sources import Patch
 from ddprobe.sources.buffers import BufferReport
 from ddprobe.sources.oversize import make_oversize_patch
 from ddprobe.sources.patches import (
-    Patch,
     applied_ids,
     apply_patch,
     load_patch,

@@ -378,7 +378,8 @@ def _served_max_bs(pf: PlanPreflight) -> int | None:
 
 
 def _context_len(pf: PlanPreflight) -> int | None:
-    return _same(pf, "context_length")
+    n = _same(pf, "context_length")
+    return n if isinstance(n, int) else None
 
 
 def _same(pf: PlanPreflight, name: str) -> Any:

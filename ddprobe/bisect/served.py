@@ -32,17 +32,24 @@ def served_max_bs(c: CellResult | None) -> int | None:
         return c.effective.max_captured_bs
     eff = _effective(c)
     for name in ("captured_bs", "cuda_graph_bs"):
-        bs = _get(eff, name)
-        if isinstance(bs, (list, tuple)) and bs and all(isinstance(x, int) for x in bs):
-            return max(bs)
+        ints = _ints(_get(eff, name))
+        if ints:
+            return max(ints)
     for name in ("cuda_graph_max_bs", "max_bs"):
         v = _get(eff, name)
         if isinstance(v, int) and v > 0:
             return v
     bs = c.extra.get("captured_bs")
-    if isinstance(bs, list) and bs and all(isinstance(x, int) for x in bs):
-        return max(bs)
-    return None
+    ints = _ints(bs) if isinstance(bs, list) else None
+    return max(ints) if ints else None
+
+
+def _ints(v: object) -> list[int] | None:
+    """A non-empty list or tuple of integers as a list, else None."""
+    if not isinstance(v, (list, tuple)):
+        return None
+    ints = [x for x in v if isinstance(x, int)]
+    return ints if ints and len(ints) == len(v) else None
 
 
 def before_model_load(c: CellResult | None) -> bool:

@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final, Literal, get_args
+from typing import Any, Final, Literal
 
 from ddprobe.bisect.cellrun import probe_options
 from ddprobe.bisect.cells import PlannedCell, observe
@@ -35,7 +35,7 @@ GRAPH_MODES: Final[dict[GraphMode, tuple[bool, ...]]] = {
 
 def graph_mode(value: str) -> GraphMode:
     """`--graph` (the flag, a playbook argument) as its vocabulary's value."""
-    for mode in get_args(GraphMode):
+    for mode in GRAPH_MODES:
         if value == mode:
             return mode
     raise UsageError(f"--graph must be both, on or off, got {value!r}")

@@ -37,8 +37,8 @@ def _sh(argv, t=10):
 
 
 def _system():
-    f = {"hostname": socket.gethostname(), "kernel": platform.release(),
-         "arch": platform.machine()}
+    f: dict[str, object] = {"hostname": socket.gethostname(), "kernel": platform.release(),
+                            "arch": platform.machine()}
     osname = platform.system()
     try:
         with open("/etc/os-release") as fh:
@@ -77,7 +77,8 @@ def _gpu(line):
 def _gpus():
     """(gpus, driver, the CUDA version nvidia-smi names) from nvidia-smi
     ($DDPROBE_NVIDIA_SMI stands in for it)."""
-    gpus, driver, cuda = [], None, None
+    gpus: list[dict[str, object]] = []
+    driver, cuda = None, None
     smi_cmd = os.environ.get("DDPROBE_NVIDIA_SMI", "").strip()
     smi = shlex.split(smi_cmd) if smi_cmd else (
         [shutil.which("nvidia-smi")] if shutil.which("nvidia-smi") else None)

@@ -46,7 +46,7 @@ class Ledger:
     def load(self) -> Json:
         try:
             with open(self.path, encoding="utf-8") as fh:
-                data = json.load(fh)
+                data: Json = json.load(fh)
         except FileNotFoundError:
             data = {}
         except (OSError, ValueError, RecursionError) as e:

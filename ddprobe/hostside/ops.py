@@ -168,7 +168,7 @@ def _listeners(port):
                         inodes.add(f[9])
         except OSError:
             continue
-    found = []
+    found: list[list[object]] = []  # [pid, command line]
     if not inodes:
         return found
     for name in os.listdir("/proc"):

@@ -104,7 +104,7 @@ def _describe(exc, pkg_dir, kind=None):
     where = line = ""
     if site is not None:
         where = "%s:%s" % (site.filename, site.lineno)
-        line = (site.line or linecache.getline(site.filename, site.lineno) or "").strip()
+        line = (site.line or linecache.getline(site.filename, site.lineno or 0) or "").strip()
     missing = getattr(exc, "name", None) if isinstance(exc, ImportError) else None
     if kind is None:
         kind = _kind_of(exc, inner, pkg_dir)
@@ -194,7 +194,8 @@ def _model_context_len(model_path):
             continue
         if not isinstance(cfg, dict):
             continue
-        text = cfg.get("text_config") if isinstance(cfg.get("text_config"), dict) else cfg
+        inner = cfg.get("text_config")
+        text = inner if isinstance(inner, dict) else cfg
         rope = text.get("rope_scaling") if isinstance(text.get("rope_scaling"), dict) else None
         factor = 1
         if rope and "original_max_position_embeddings" not in rope and \

@@ -99,7 +99,7 @@ def resolve(target: str) -> Callable[..., Any]:
     except Exception as e:
         raise ActionUnavailable(f"{target}: cannot import {mod_name}: "
                                 f"{type(e).__name__}: {e}") from None
-    fn = getattr(mod, attr, None)
+    fn: object = getattr(mod, attr, None)
     if not callable(fn):
         raise ActionUnavailable(f"{target}: {mod_name} has no function {attr!r}")
     return fn

@@ -26,6 +26,10 @@ import select
 import signal
 import sys
 
+TYPE_CHECKING = False  # typing is not imported at run time (it costs every sandbox its import)
+if TYPE_CHECKING:
+    from typing import Any
+
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
 CLONE_NEWUSER = 0x10000000
@@ -41,15 +45,17 @@ LOCKED_FLAGS = {"nosuid": MS_NOSUID, "nodev": MS_NODEV, "noexec": MS_NOEXEC,
 libc = ctypes.CDLL(None, use_errno=True)
 
 
-def _emit(fd: int, obj: dict) -> None:
+def _emit(fd: int, obj: dict[str, Any]) -> None:
     # repr of plain str/int/list/dict: the parent reads it with ast.literal_eval (json would
     # cost this process an import of `re`, ~10 ms per sandbox)
     os.write(fd, (repr(obj) + "\n").encode())
 
 
-def _literal(text: str) -> dict:
+def _literal(text: str) -> dict[str, Any]:
     """The config: a Python literal (dict of str/int/list/None) written by the parent."""
-    return eval(text, {"__builtins__": {}}, {"None": None, "True": True, "False": False})
+    cfg: dict[str, Any] = eval(text, {"__builtins__": {}},
+                               {"None": None, "True": True, "False": False})
+    return cfg
 
 
 def _unshare(flags: int) -> int:
@@ -116,7 +122,7 @@ def _readonly_except(keep: str) -> list[str]:
     return failed
 
 
-def _setup_fs(cfg: dict, sbx_uid: int | None, notes: list[str], iso: list[str]) -> None:
+def _setup_fs(cfg: dict[str, Any], sbx_uid: int | None, notes: list[str], iso: list[str]) -> None:
     work = cfg["workdir"]
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     # Empty the usual homes of unix sockets (docker, ssh-agent, X, dbus): a network namespace
@@ -192,7 +198,7 @@ def _hide_homes(python: str) -> list[str]:
     return hidden
 
 
-def _write_files(cfg: dict, sbx_uid: int | None) -> None:
+def _write_files(cfg: dict[str, Any], sbx_uid: int | None) -> None:
     for name, text in cfg["files"].items():
         path = os.path.join(cfg["workdir"], name)
         with open(path, "w", encoding="utf-8") as f:
@@ -203,7 +209,7 @@ def _write_files(cfg: dict, sbx_uid: int | None) -> None:
         os.chown(cfg["workdir"], sbx_uid, sbx_uid)
 
 
-def _worker(cfg: dict, sbx_uid: int | None) -> None:
+def _worker(cfg: dict[str, Any], sbx_uid: int | None) -> None:
     lim = cfg["limits"]
     devnull = os.open("/dev/null", os.O_RDONLY)
     os.dup2(devnull, 0)
@@ -225,7 +231,7 @@ def _worker(cfg: dict, sbx_uid: int | None) -> None:
     os.execve(py, [py, "-I", "-S", "-B"] + cfg["argv"], cfg["env"])
 
 
-def _init(cfg: dict, sbx_uid: int | None, status_fd: int, lifeline: int) -> None:
+def _init(cfg: dict[str, Any], sbx_uid: int | None, status_fd: int, lifeline: int) -> None:
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     if cfg.get("own_proc"):
         # pid 1 of the new pid namespace: a fresh /proc shows this namespace's processes only

@@ -117,7 +117,7 @@ def _line_of(text: str, task_id: Any) -> int | None:
 def extract_code(text: str, entry_point: str | None = None) -> str | None:
     """The code in an answer: the last fenced Python block that defines `entry_point`, else
     the first fenced Python block, else the whole answer if it parses as Python."""
-    blocks = [(tag.lower(), body) for tag, body in _FENCE.findall(text)]
+    blocks: list[tuple[str, str]] = [(tag.lower(), body) for tag, body in _FENCE.findall(text)]
     py = [body for tag, body in blocks if tag in _PY_TAGS]
     if entry_point:
         defines = re.compile(rf"^\s*(?:async\s+def|def|class)\s+{re.escape(entry_point)}\b|"

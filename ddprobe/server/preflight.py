@@ -240,8 +240,8 @@ def _hint(text: str) -> str:
 def _s(v: Any, limit: int = 200) -> str | None:
     if not isinstance(v, str) or not v:
         return None
-    v = "".join(ch if ch.isprintable() else " " for ch in v)
-    return v[:limit]
+    shown = "".join(ch if ch.isprintable() else " " for ch in v)
+    return shown[:limit]
 
 
 # ----- the plan against the answer -----------------------------------------------------------
