@@ -44,6 +44,11 @@ DecisionKind = Literal["buffer_sizing", "graph_capture", "kernel", "inconclusive
 FailureClass = Literal["preload", "memory", "capacity", "other"]
 Order = Literal["auto", "eager-first", "graph-first"]  # --order
 Step = Literal["E", "O", "O2", "M"]  # eager control, oversize, escalated oversize, max bs
+# the experiment that decided a mode (Decision.decided_by; a Verdict's decided_by takes it):
+# the ladder's, and the graph-vs-eager gate's (`agreement.gate`)
+DecidedBy = Literal["eager control", "oversize experiment", "oversize bisection",
+                    "max-bs experiment", "none", "eager repeated", "stored baseline",
+                    "graph-vs-eager comparison"]
 
 MEMORY_KINDS: Final = frozenset({"cuda_illegal_address", "cuda_misaligned_address",
                                  "cuda_device_assert", "cuda_launch_failure", "rocm_memory_fault",
@@ -90,7 +95,7 @@ _AUTO_STEPS: Final[dict[FailureClass, tuple[Step, ...]]] = {
 @dataclass(frozen=True)
 class Decision:
     kind: DecisionKind
-    decided_by: str  # eager control | oversize experiment | oversize bisection | max-bs ...
+    decided_by: DecidedBy
     confidence: Confidence
     buffers: tuple[str, ...] = ()  # named buffer(s), for buffer_sizing by oversize
     by_elimination: bool = False
@@ -101,8 +106,10 @@ class Decision:
     reason: VerdictReason = ""  # inconclusive: why
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class LadderState:
+    """Where one mode's diagnosis stands (built by keyword: ten fields, four of them tuples)."""
+
     mode: str
     config: Config  # the failing graph config (first failing budget of the mode)
     cls: FailureClass
@@ -254,14 +261,14 @@ def diagnose(li: LadderInput) -> LadderState:
     ob = _observe_all(li, cs)
     tier1 = any(s.tier == 1 for s in li.suspects)
     decision = _decide(li.mode, cls, ob.eager, ob.oversize, ob.escalated, ob.max_bs,
-                       has_suspects=cs.O is not None, tier1=tier1,
-                       escalate_pending=cs.O2 is not None and not ob.escalated.decided,
+                       tier1=tier1, escalate_pending=cs.O2 is not None and not ob.escalated.decided,
                        m_possible=cs.M is not None)
     notes = tuple(cs.notes)
 
     def state(d: Decision | None, needed: tuple[PlannedCell, ...] = (),
               spec: tuple[PlannedCell, ...] = ()) -> LadderState:
-        return LadderState(li.label, li.config, cls, steps, d, needed, spec, (), cells, notes)
+        return LadderState(mode=li.label, config=li.config, cls=cls, order=steps, decision=d,
+                           needed=needed, speculative=spec, cells=cells, notes=notes)
 
     if decision is not None:
         cure = ob.cure(cs)
@@ -335,12 +342,13 @@ def _naming(li: LadderInput, cure: PlannedCell, decision: Decision,
             spec = [replace(cure, buffers=_first_half(sub))
                     for sub in (t, tuple(x for x in cand if x not in t)) if len(sub) > 1]
             d = replace(decision, buffers=cand, factor=cure.factor)
-            return LadderState(label, config, cls, (), d, (ot,), tuple(spec), cand, {})
+            return LadderState(mode=label, config=config, cls=cls, order=(), decision=d,
+                               needed=(ot,), speculative=tuple(spec), naming=cand)
         else:  # skip/flaky: cannot narrow further
             stuck = True
             break
     n = len(cure.buffers)
-    how = "oversize bisection" if n > 1 and len(cand) == 1 else "oversize experiment"
+    how: DecidedBy = "oversize bisection" if n > 1 and len(cand) == 1 else "oversize experiment"
     notes = decision.notes
     if stuck:
         notes += (f"could not narrow the enlarged set below {len(cand)} buffers "
@@ -350,11 +358,12 @@ def _naming(li: LadderInput, cure: PlannedCell, decision: Decision,
     d = replace(decision, buffers=cand, by_elimination=by_elim, decided_by=how,
                 confidence="medium" if by_elim or stuck else "high", notes=notes,
                 factor=cure.factor)
-    return LadderState(label, config, cls, (), d, (), (), cand, {})
+    return LadderState(mode=label, config=config, cls=cls, order=(), decision=d, needed=(),
+                       speculative=(), naming=cand)
 
 
-def _decide(mode: str, cls: FailureClass, eo: Obs, oo: Obs, o2: Obs, mo: Obs, *, has_suspects: bool,
-            tier1: bool, escalate_pending: bool, m_possible: bool) -> Decision | None:
+def _decide(mode: str, cls: FailureClass, eo: Obs, oo: Obs, o2: Obs, mo: Obs, *, tier1: bool,
+            escalate_pending: bool, m_possible: bool) -> Decision | None:
     if cls == "preload":
         return None if eo.status == BAD and before_model_load(eo.first) else \
             _eager_only(mode, eo)

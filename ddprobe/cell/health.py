@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 import httpx
 
@@ -30,9 +30,13 @@ class HealthReporter(Protocol):
     def health(self, elapsed: float, timeout: float, stage: str, last_line: str) -> None: ...
 
 
+Unhealthy = Literal["died", "fatal", "stalled", "timeout"]  # why a wait ended unhealthy
+HealthStatus = Literal["healthy"] | Unhealthy
+
+
 @dataclass(frozen=True)
 class HealthResult:
-    status: str  # healthy | died | fatal | stalled | timeout
+    status: HealthStatus
     elapsed: float
     stage: str  # the endpoint being polled when it ended
     last_line: str  # the last non-empty log line seen
@@ -107,7 +111,7 @@ def wait_healthy(base_url: str, peek: Callable[[int], Peek], *, timeout: float,
     own = client is None
     c = client or httpx.Client(timeout=httpx.Timeout(10.0, connect=2.0), trust_env=False)
 
-    def result(status: str, match: LogMatch | None = None) -> HealthResult:
+    def result(status: HealthStatus, match: LogMatch | None = None) -> HealthResult:
         return HealthResult(status, clock() - t0, ENDPOINTS[min(stage_i, 1)], line, log, offset,
                             match, polls, peeks)
 

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final, Literal
 
 from ddprobe.cell.classify import (
     Classification,
@@ -32,7 +32,7 @@ from ddprobe.cell.classify import (
     excerpt,
     refused_signature,
 )
-from ddprobe.cell.health import HealthReporter, HealthResult, wait_healthy
+from ddprobe.cell.health import HealthReporter, HealthResult, Unhealthy, wait_healthy
 from ddprobe.errors import RefusedError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
@@ -64,12 +64,23 @@ def prepared_launch(r: Remote, host: Host, config: Config, mgr: Manager, *,
     return preflight_launch(r, host, launch) if preflight else launch
 
 
+RestartPhase = Literal["prepare", "stop", "health"]
+RestartKind = Literal["refused", "unclean-stop"] | Unhealthy
+# a start's status: up (healthy, or started without a wait), else the outcome it failed with
+StartStatus = Literal["healthy", "started", "ok", "crash", "garbage", "hang", "degraded",
+                      "refused", "error"]
+_OUTCOME_STATUS: Final[dict[Outcome, StartStatus]] = {
+    Outcome.OK: "ok", Outcome.CRASH: "crash", Outcome.GARBAGE: "garbage", Outcome.HANG: "hang",
+    Outcome.DEGRADED: "degraded", Outcome.REFUSED: "refused", Outcome.ERROR: "error"}
+assert set(_OUTCOME_STATUS) == set(Outcome), "an Outcome without its StartStatus"
+
+
 @dataclass(frozen=True)
 class RestartFailure:
     """Why a restart gave no healthy server, and its verdict (outcome, signature, error)."""
 
-    phase: str  # prepare | stop | health
-    kind: str  # refused | unclean-stop | died | fatal | stalled | timeout
+    phase: RestartPhase
+    kind: RestartKind
     verdict: Classification
 
 
@@ -153,11 +164,11 @@ class Restart:
                                            reporter=reporter, stall=self.stall)
         self.waited += self.timings["health"]
         self.log, self.offset = h.log, h.offset
-        if h.healthy:
+        if h.status == "healthy":
             return None
         return RestartFailure("health", h.status, self._unhealthy(h.status))
 
-    def _unhealthy(self, status: str) -> Classification:
+    def _unhealthy(self, status: Unhealthy) -> Classification:
         if status in ("timeout", "stalled"):
             self.tail()
             return classify_hang(self.log, self.timeout,
@@ -222,7 +233,7 @@ def copy_log(text: str, log_dir: Path, host: str, key: str, kind: str = "") -> P
 class StartReport:
     host: str
     config: Config
-    status: str  # healthy | started (no wait) | crash | hang | refused | error
+    status: StartStatus
     launch: tuple[str, ...] = ()
     start: StartInfo | None = None
     stop: StopInfo | None = None
@@ -284,5 +295,5 @@ def start_server(r: Remote, host: Host, config: Config, *, restart: bool = False
 
 def _failed(rep: StartReport, fail: RestartFailure) -> StartReport:
     v = fail.verdict
-    rep.status, rep.signature, rep.error = v.outcome.value, v.signature, v.error
+    rep.status, rep.signature, rep.error = _OUTCOME_STATUS[v.outcome], v.signature, v.error
     return rep
