@@ -61,7 +61,8 @@ def request(exp: Expectation, tasks: str) -> BisectRequest:
     order: Order = "eager-first" if "--eager-first" in f \
         else "graph-first" if "--graph-first" in f else "auto"
     return BisectRequest(budgets=exp.budgets, backend=backend, order=order,
-                         thorough="--thorough" in f, tasks=(tasks,))
+                         thorough="--thorough" in f, tasks=(tasks,),
+                         max_bs=int(f[f.index("--max-bs") + 1]) if "--max-bs" in f else None)
 
 
 def testbed_host(scenario: str) -> Host:

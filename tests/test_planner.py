@@ -327,3 +327,28 @@ def test_a_patch_that_fixes_every_failure_mode_has_its_own_exit_code() -> None:
         ("buffer_sizing", True)]
     assert exit_code(vs) == int(ExitCode.FIXED) == 14
     assert exit_code(vs, protocol="bisect") == 1  # the commit without the patch is bad
+
+
+def test_workspace_overrun_at_a_quarter_of_max_bs_is_escalated_to_bs_1_never_capture() -> None:
+    # the issue-23 case: a workspace of 4 MiB, 70000 bytes a row; at max bs 64 every budget
+    # overruns it and a quarter (16) still does; bs 1 cures b8..b32, never b64 (65 rows)
+    s = spec()
+
+    def answer(c: PlannedCell) -> CellResult:
+        bs = c.config.max_bs or 64
+        if c.config.graph and bs * (c.config.budget + 1) * 70000 > 4 * 1024 * 1024:
+            return res(c, "crash", CUBLAS)
+        return res(c, "ok")
+
+    p, rounds = simulate(s, answer)
+    vs = build_verdicts(p)
+    assert not [v for v in vs if v.kind == "graph_capture"]
+    ws = next(v for v in vs if v.kind == "buffer_sizing")
+    assert ws.budgets == [8, 16, 32] and ws.decided_by == "max-bs experiment"
+    assert ws.advice is not None and ws.advice.max_bs == 1
+    inc = next(v for v in vs if 64 in v.budgets)
+    assert inc.kind == "inconclusive" and inc.reason == "graph-undecided"
+    assert any("max bs 1 fails the same way" in e.summary for e in inc.evidence)
+    assert "--confirm-patch" in inc.next_command
+    bs = sorted({c.config.max_bs for r in rounds for c in r if c.purpose == "max_bs"})
+    assert bs == [1, 16]

@@ -45,6 +45,7 @@ def request(exp: Expectation) -> BisectRequest:
                          backend=f[f.index("--backend") + 1] if "--backend" in f else None,
                          order="eager-first" if "--eager-first" in f else "auto",
                          thorough="--thorough" in f,
+                         max_bs=int(f[f.index("--max-bs") + 1]) if "--max-bs" in f else None,
                          tasks=(f[f.index("--tasks") + 1] if "--tasks" in f else "2",))
 
 
@@ -66,5 +67,6 @@ def test_scenario_verdicts_match_the_header(exp: Expectation, tmp_path: Path) ->
         if not g.tested:
             assert g.confidence == "low", f"b{g.budget}: untested at {g.confidence}"
     # beyond the sweep: escalated oversizes, the kept budget's eager comparison and a
-    # divergence's eager repeat (stale-capture, two graph-capture modes: 13 for a sweep of 8)
-    assert rep.restarts_used <= rep.restarts_full_sweep + 5
+    # divergence's eager repeat (stale-capture, two graph-capture modes: 13 for a sweep of 8),
+    # the max-bs experiment escalated to bs 1 (workspace-bs1 at max bs 64: 14)
+    assert rep.restarts_used <= rep.restarts_full_sweep + 6

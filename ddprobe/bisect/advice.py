@@ -8,9 +8,12 @@ the number, and the sentence is written again from the record.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ddprobe.results import Advice, AdviceKind, NextCommand, Verdict
+
+if TYPE_CHECKING:
+    from ddprobe.bisect.ladder import Decision
 
 HOST: Final = "HOST"
 NO_KEEP: Final = ("no budget passed with CUDA graphs: run with --disable-cuda-graph "
@@ -149,5 +152,27 @@ def lower_keep(verdicts: Sequence[Verdict], unsafe: Iterable[int], safe: int | N
         finish(v)
 
 
+def next_command(d: Decision, host: str | None, budget: int, budgets: Sequence[int],
+                 factor: int) -> NextCommand | None:
+    """The exact command that would decide an inconclusive diagnosis (or verify a verdict)."""
+    one = ("--budgets", str(budget))
+    if d.reason == "preload":
+        c = host_cmd(host, ("server", "logs"))
+        c.then = bisect_cmd(host, "--budgets", ",".join(map(str, budgets))).argv
+        return c
+    if d.reason == "eager-differs":
+        return host_cmd(host, ("run",), "--budget", str(budget), "--no-graph",
+                               note="the eager failure, on its own")
+    if d.reason == "graph-undecided" and d.decided_by == "max-bs experiment":
+        return bisect_cmd(host, *one, "--confirm-patch", "PATCH")
+    if d.reason == "graph-undecided":
+        return bisect_cmd(host, *one, "--oversize-factor", str(max(64, factor * 16)))
+    if d.kind == "inconclusive":
+        return bisect_cmd(host, *one, "--repeat", "3")
+    if d.kind == "buffer_sizing" and not d.workspace:
+        return bisect_cmd(host, *one, "--confirm-patch", "PATCH")
+    return None  # a workspace: the workaround's command (_mode_advice)
+
+
 __all__ = ["NO_KEEP", "bisect_cmd", "command_text", "finish", "host_cmd", "lower_keep",
-           "names", "render"]
+           "names", "next_command", "render"]

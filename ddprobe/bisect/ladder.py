@@ -13,8 +13,12 @@ The experiments, all at the mode's first failing budget:
   fixed-size buffer that is the same at every budget says nothing about a budget threshold.
 * max bs (`M`): a smaller --cuda-graph-max-bs than the server *really ran* (its captured batch
   sizes, not the inventory). Passes -> a fixed-capacity workspace is too small for max_bs x
-  draft tokens (buffer sizing). When the server already runs the smallest value, or the cell
-  ran the same max bs as the failing one, the experiment is no evidence.
+  draft tokens (buffer sizing). Still failing the same way -> escalate (`M2`) to max bs 1: a
+  quarter of max bs can still overrun a workspace (x16 rows at max bs 64 and 16 alike), so
+  only bs 1 failing rules a workspace out, and even then a capacity error (cuBLAS, OOM) at one
+  request's tree cannot be told from a capture bug: `inconclusive`, never graph_capture. When
+  the server already runs the smallest value, or the cell ran the same max bs as the failing
+  one, the experiment is no evidence.
 
 Failures before the model is loaded (import errors, NCCL init, a hang at weight loading) run
 only the eager control: when it fails before the model is loaded too, the mode is
@@ -43,7 +47,7 @@ DecisionKind = Literal["buffer_sizing", "graph_capture", "kernel", "inconclusive
 # where the failure struck, from its signature: picks the order of the experiments
 FailureClass = Literal["preload", "memory", "capacity", "other"]
 Order = Literal["auto", "eager-first", "graph-first"]  # --order
-Step = Literal["E", "O", "O2", "M"]  # eager control, oversize, escalated oversize, max bs
+Step = Literal["E", "O", "O2", "M", "M2"]  # eager, oversize, escalated oversize, max bs, bs 1
 # the experiment that decided a mode (Decision.decided_by; a Verdict's decided_by takes it):
 # the ladder's, and the graph-vs-eager gate's (`agreement.gate`)
 DecidedBy = Literal["eager control", "oversize experiment", "oversize bisection",
@@ -86,10 +90,11 @@ def step_order(cls: FailureClass, order: Order) -> tuple[Step, ...]:
 
 
 _GRAPH_STEPS: Final[dict[FailureClass, tuple[Step, ...]]] = {
-    "memory": ("O", "O2", "M"), "capacity": ("M", "O", "O2"), "other": ("O", "O2", "M")}
+    "memory": ("O", "O2", "M", "M2"), "capacity": ("M", "M2", "O", "O2"),
+    "other": ("O", "O2", "M", "M2")}
 _AUTO_STEPS: Final[dict[FailureClass, tuple[Step, ...]]] = {
-    "memory": ("O", "O2", "E", "M"), "capacity": ("M", "O", "O2", "E"),
-    "other": ("E", "O", "O2", "M")}
+    "memory": ("O", "O2", "E", "M", "M2"), "capacity": ("M", "M2", "O", "O2", "E"),
+    "other": ("E", "O", "O2", "M", "M2")}
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,7 @@ class Decision:
     workspace: bool = False  # buffer_sizing decided by the max-bs experiment
     notes: tuple[str, ...] = ()
     factor: int | None = None  # the oversize factor that cured it (None: the run's default)
+    max_bs: int | None = None  # the --cuda-graph-max-bs that cured it (workspace)
     would_decide: str = ""  # inconclusive: the experiment that would decide it
     reason: VerdictReason = ""  # inconclusive: why
 
@@ -202,10 +208,11 @@ class _Cells:
     O2: PlannedCell | None
     notes: list[str]
     O2_spec: PlannedCell | None = None  # the escalation, before O's result is known
+    M2: PlannedCell | None = None  # max bs 1, once the smaller max bs still failed
 
     def named(self) -> dict[str, PlannedCell]:
-        return {k: v for k, v in (("E", self.E), ("M", self.M), ("O", self.O),
-                                  ("O2", self.O2)) if v is not None}
+        return {k: v for k, v in (("E", self.E), ("M", self.M), ("M2", self.M2),
+                                  ("O", self.O), ("O2", self.O2)) if v is not None}
 
 
 def _cells(li: LadderInput, cls: FailureClass) -> _Cells:
@@ -219,6 +226,10 @@ def _cells(li: LadderInput, cls: FailureClass) -> _Cells:
     if why:
         notes.append(why)
     M = PlannedCell(replace(cfg, max_bs=bs), "max_bs", label) if bs is not None else None
+    M2 = None
+    if M is not None and bs is not None and bs > 1 and \
+            cured(_m_obs(li, M), mode).status == BAD:
+        M2 = PlannedCell(replace(cfg, max_bs=1), "max_bs", label)
     names = tuple(s.attr for s in li.suspects)
     tier1 = [s for s in li.suspects if s.tier == 1]
     # when grep-buffers evaluated the shortfall and x factor would not cover it, start there
@@ -235,7 +246,7 @@ def _cells(li: LadderInput, cls: FailureClass) -> _Cells:
             O2 = PlannedCell(cfg, "oversize", label, buffers=names, factor=f2)
         elif not o.decided:  # worth running in parallel on a spare host
             spec2 = PlannedCell(cfg, "oversize", label, buffers=names, factor=f2)
-    return _Cells(E, M, O, O2, notes, spec2)
+    return _Cells(E, M, O, O2, notes, spec2, M2)
 
 
 def _m_obs(li: LadderInput, M: PlannedCell | None) -> Obs:
@@ -263,6 +274,9 @@ def diagnose(li: LadderInput) -> LadderState:
     decision = _decide(li.mode, cls, ob.eager, ob.oversize, ob.escalated, ob.max_bs,
                        tier1=tier1, escalate_pending=cs.O2 is not None and not ob.escalated.decided,
                        m_possible=cs.M is not None)
+    if decision is not None and decision.workspace:
+        m = cs.M2 if cs.M2 is not None and ob.max_bs2.status == GOOD else cs.M
+        decision = replace(decision, max_bs=m.config.max_bs if m is not None else None)
     notes = tuple(cs.notes)
 
     def state(d: Decision | None, needed: tuple[PlannedCell, ...] = (),
@@ -279,7 +293,8 @@ def diagnose(li: LadderInput) -> LadderState:
         return state(decision)
     remaining = [s for s in steps if s in cells and not li.obs(cells[s]).decided]
     if not remaining:
-        return state(_inconclusive(cls, ob.eager, ob.oversize, ob.escalated, ob.max_bs,
+        return state(_inconclusive(cls, ob.eager, ob.oversize, ob.escalated,
+                                   ob.max_bs2 if cs.M2 is not None else ob.max_bs,
                                    tier1=tier1, has_suspects=cs.O is not None,
                                    m_notes=cs.notes))
     return state(None, (cells[remaining[0]],), _speculative(li, cs, cls, remaining))
@@ -290,9 +305,10 @@ class _Observed:
     """What each experiment of the ladder says about the failure mode (cured or not)."""
 
     eager: Obs
-    max_bs: Obs
+    max_bs: Obs  # the smaller max bs, or bs 1 once it failed (the strongest evidence run)
     oversize: Obs
     escalated: Obs
+    max_bs2: Obs = NONE_OBS  # max bs 1
 
     def cure(self, cs: _Cells) -> PlannedCell | None:
         """The oversize cell that cured it: the escalation when only that one did."""
@@ -303,9 +319,15 @@ class _Observed:
 
 def _observe_all(li: LadderInput, cs: _Cells) -> _Observed:
     mode = li.mode
-    return _Observed(eager=li.obs(cs.E), max_bs=cured(_m_obs(li, cs.M), mode),
+    m1 = cured(_m_obs(li, cs.M), mode)
+    m2 = cured(_m_obs(li, cs.M2), mode) if cs.M2 is not None else NONE_OBS
+    # the max-bs evidence: a cure by either; a failure only once bs 1 failed too (a pending
+    # bs 1 leaves it undecided)
+    mo = m1 if cs.M2 is None or m1.status != BAD else (
+        m2 if m2.status in (GOOD, BAD) else Obs(UNTESTED) if not m2.decided else m2)
+    return _Observed(eager=li.obs(cs.E), max_bs=mo,
                      oversize=cured(li.obs(cs.O), mode) if cs.O else NONE_OBS,
-                     escalated=cured(li.obs(cs.O2), mode) if cs.O2 else NONE_OBS)
+                     escalated=cured(li.obs(cs.O2), mode) if cs.O2 else NONE_OBS, max_bs2=m2)
 
 
 def _speculative(li: LadderInput, cs: _Cells, cls: FailureClass,
@@ -402,7 +424,10 @@ def _graph_only(cls: FailureClass, eo: Obs, mo: Obs) -> bool:
 def _capture_by_elimination(cls: FailureClass, oo: Obs, o2: Obs, mo: Obs, *, tier1: bool,
                             escalate_pending: bool, m_possible: bool) -> Decision | None:
     """graph_capture once the budget-sized suspects, enlarged, did not cure it (and, but for
-    an `other` failure, a smaller max bs did not either)."""
+    an `other` failure, a smaller max bs did not either). Never for a capacity error: a
+    fixed workspace too small even at max bs 1 fails the same way as a capture bug."""
+    if cls == "capacity":
+        return None
     m = mo.status
     oversize_ruled_out = tier1 and oo.status == BAD and not escalate_pending and \
         o2.status in (BAD, NONE)
@@ -450,6 +475,16 @@ def _inconclusive(cls: FailureClass, eo: Obs, oo: Obs, o2: Obs, mo: Obs, *, tier
                    "failure", *notes),
             would_decide="a fix for the eager failure (then the eager control again), or a "
                          "patch for the graph failure (--confirm-patch)")
+    if eo.status == GOOD and cls == "capacity":
+        tried = "max bs 1 fails the same way" if mo.status == BAD else \
+            "no smaller max bs could be tried"
+        return Decision(
+            "inconclusive", "max-bs experiment", "low", reason="graph-undecided",
+            notes=(f"graph-related (eager passes), a capacity error at capture, and {tried}: "
+                   "a fixed workspace too small for one request's tree and a capture bug "
+                   "look the same (no experiment ddprobe runs tells them apart)", *notes),
+            would_decide="a patch enlarging the workspace the failing call uses "
+                         "(--confirm-patch PATCH), or the failing call's own log")
     if eo.status == GOOD:
         why = ("no captured buffer whose size should follow the budget could be enlarged "
                "(the fixed-size suspects are the same at every budget)"

@@ -137,6 +137,8 @@ def control_cell(lad: LadderState, cfg: Config, served: int | None,
         return PlannedCell(replace(cfg, graph=False), "eager", lad.mode)
     if d.kind == "buffer_sizing" and d.workspace:
         bs, _ = small_max_bs(served, fallback_bs)
+        if d.max_bs is not None and (bs is None or d.max_bs < bs):
+            bs = d.max_bs  # the max bs that cured it (bs 1 after a quarter still failed)
         return None if bs is None else PlannedCell(replace(cfg, max_bs=bs), "max_bs", lad.mode)
     if d.kind == "buffer_sizing" and d.buffers:
         return PlannedCell(cfg, "oversize", lad.mode, buffers=d.buffers, factor=d.factor)

@@ -38,7 +38,8 @@ def plan_lines(spec: BisectSpec, *, k: int = 1) -> list[str]:
            "eager-first": "the eager control first, then oversize / smaller max bs",
            "graph-first": "oversize / smaller max bs first, the eager control last"}[order]
     lines.append(f"  3. per failure mode, at its first failing budget: {how} "
-                 f"(max bs {spec.small_max_bs} for the max-bs experiment)")
+                 f"(max bs {spec.small_max_bs} for the max-bs experiment, then 1 if it "
+                 "still fails)")
     if spec.suspects:
         lines.append(f"     oversize suspects (x{spec.options.oversize_factor}, escalated to "
                      "cover the static shortfall or x16 when it does not cure): "

@@ -25,7 +25,6 @@ from ddprobe.results import (
     Evidence,
     EvidenceDetails,
     EvidenceKind,
-    NextCommand,
     Verdict,
     VerdictKind,
 )
@@ -181,9 +180,10 @@ def _cell_evidence(p: Planner, lad: LadderState, mode_budget: int,
                        "reverted) "
                        f"b{mode_budget} {verb} ({describe(o.first)})", [c],
                        buffers=list(c.buffers), patches=list(o.first.patches) if o.first else None))
-    m = lad.cells.get("M")
-    if m is not None and p.obs(m).decided:
-        out.append(_max_bs_evidence(p, m, mode_budget, sig_mode, known))
+    for step in ("M", "M2"):
+        m = lad.cells.get(step)
+        if m is not None and p.obs(m).decided:
+            out.append(_max_bs_evidence(p, m, mode_budget, sig_mode, known))
     return out
 
 
@@ -203,7 +203,9 @@ def _max_bs_evidence(p: Planner, m: PlannedCell, mode_budget: int, sig_mode: str
                "the failure scales with max bs x draft tokens: a fixed-capacity workspace")
     elif o.status == BAD:
         txt = (f"b{mode_budget} with --cuda-graph-max-bs {bs} still fails "
-               f"({describe(o.first)}): not a fixed-capacity workspace")
+               f"({describe(o.first)}): " + ("a workspace too small for one request's tree "
+                                             "is not ruled out" if bs == 1 else
+                                             "a workspace is not ruled out until max bs 1"))
     else:
         txt = f"max-bs experiment: {o.status} ({describe(o.first)})"
     return _ev("max_bs", txt, [m])
@@ -218,26 +220,6 @@ def _verb(o: Obs, mode: str, good: str, bad: str, known: dict[str, int]) -> str:
     if o.status == BAD:
         return bad
     return o.status
-
-
-def next_command(d: Decision, host: str | None, budget: int, budgets: Sequence[int],
-                 factor: int) -> NextCommand | None:
-    """The exact command that would decide an inconclusive diagnosis (or verify a verdict)."""
-    one = ("--budgets", str(budget))
-    if d.reason == "preload":
-        c = advice.host_cmd(host, ("server", "logs"))
-        c.then = advice.bisect_cmd(host, "--budgets", ",".join(map(str, budgets))).argv
-        return c
-    if d.reason == "eager-differs":
-        return advice.host_cmd(host, ("run",), "--budget", str(budget), "--no-graph",
-                               note="the eager failure, on its own")
-    if d.reason == "graph-undecided":
-        return advice.bisect_cmd(host, *one, "--oversize-factor", str(max(64, factor * 16)))
-    if d.kind == "inconclusive":
-        return advice.bisect_cmd(host, *one, "--repeat", "3")
-    if d.kind == "buffer_sizing" and not d.workspace:
-        return advice.bisect_cmd(host, *one, "--confirm-patch", "PATCH")
-    return None  # a workspace: the workaround's command (_mode_advice)
 
 
 def _verdict_base(p: Planner, mp: ModePlan, idx: list[int]) -> tuple[Decision, list[Evidence]]:
@@ -302,9 +284,11 @@ def _mode_advice(p: Planner, mp: ModePlan, d: Decision,
     first = mp.first
     good = row.last_good_below_frontier
     m = mp.ladder.cells.get("M")
+    if d.max_bs is not None and m is not None:
+        m = replace(m, config=replace(m.config, max_bs=d.max_bs))
     a = Advice("inconclusive", at=b[first], keep=b[good] if good is not None else None,
                decide=d.would_decide or "re-run with --repeat 3",
-               command=next_command(d, host, b[first], b, p.spec.options.oversize_factor))
+               command=advice.next_command(d, host, b[first], b, p.spec.options.oversize_factor))
     if d.kind == "buffer_sizing" and d.workspace:
         a.kind = "workspace"
         a.max_bs = m.config.max_bs if m is not None else p.spec.small_max_bs
