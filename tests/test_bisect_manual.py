@@ -254,3 +254,18 @@ def test_a_hand_named_suspect_is_not_dressed_up_as_analysis(session: Path,
     assert "mask (x/attn.py:7): named as a suspect (--suspect)" in static
     assert "`?`" not in static and "sizes ;" not in static and not static.endswith("sizes ")
     assert v["kind"] == "buffer_sizing" and v["buffer"]["where"] == "x/attn.py:7"
+
+
+def test_manual_plan_and_ok_verdict_say_graph_output_was_not_compared(
+        session: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # a good mark carries no answers: the manual mode cannot compare graph with eager, so
+    # its start says so, and so does the ok verdict (never a silent "works")
+    assert main(["bisect", "start", "--budgets", "8,16"]) == 0
+    out = capsys.readouterr().out
+    assert "graph vs eager not compared (a manual bisect" in out
+    assert "--differential" in out
+    code, doc = _json(capsys, "bisect", "good", "--json")
+    assert code == 0 and doc["done"]
+    ok = [v for v in doc["verdicts"] if v["kind"] == "ok" and v["tested"]]
+    assert ok and any("graph output not compared with eager (a manual bisect" in e["summary"]
+                      for e in ok[0]["evidence"])

@@ -35,6 +35,8 @@ DIVERGENCE: Final = "graph-eager divergence"  # the Signature.key of a diverged 
 @dataclass(frozen=True)
 class AgreementOptions:
     enabled: bool = True  # --no-compare turns it off
+    # why it is off, as the plan and the ok verdict say it
+    off_reason: str = "--no-compare"
     baseline: Mapping[str, str] | None = field(default=None, compare=False)  # task -> text
     baseline_key: str = ""  # the baseline cell's config key
 
@@ -177,15 +179,19 @@ def _baseline_note(eager: CellResult, opts: AgreementOptions) -> str:
 EvidenceLine = tuple[str, list[str], EvidenceDetails]  # summary, cell keys, details
 
 
+MANUAL_OFF: Final = ("a manual bisect or a replayed session log: a good mark carries no "
+                     "answers to compare; `ddprobe run "
+                     "--budget B --differential` on the budget kept compares it")
+
+
 def ok_evidence(row: Row, base: Config, opts: AgreementOptions,
                 obs: Callable[[PlannedCell], Obs],
                 frontier: Callable[[int], PlannedCell]) -> list[EvidenceLine]:
     """(summary, cells, details) lines for the ok verdict: what was compared, and what not."""
     b = row.budgets
     if not opts.enabled:
-        return [("graph output not compared with eager (--no-compare, or a session log, "
-                 "whose verdicts carry no answers): a silent corruption of the greedy output "
-                 "would pass", [], {})]
+        return [(f"graph output not compared with eager ({opts.off_reason}): a silent "
+                 "corruption of the greedy output would pass", [], {})]
     out: list[EvidenceLine] = []
     compared = set()
     for i in targets(row):
@@ -226,7 +232,7 @@ def unconfirmed(row: Row, base: Config, opts: AgreementOptions,
 
 def plan_line(opts: AgreementOptions) -> str:
     if not opts.enabled:
-        return ("     graph vs eager not compared (--no-compare): a passing graph budget "
+        return (f"     graph vs eager not compared ({opts.off_reason}): a passing graph budget "
                 "whose greedy output is silently wrong would be called ok")
     return ("     graph vs eager: the largest passing budget and the kept one again without "
             "CUDA graphs (one restart each, counted in the restarts below), greedy output "
@@ -234,6 +240,6 @@ def plan_line(opts: AgreementOptions) -> str:
             "(then one more: the eager cell repeated, a defect or nondeterminism)")
 
 
-__all__ = ["AgreementOptions", "COMPARE_MODE", "DIVERGENCE", "compare", "compare_eager",
-           "eager_cell", "gate", "is_divergence", "judge_graph", "judged", "ok_evidence",
+__all__ = ["AgreementOptions", "COMPARE_MODE", "DIVERGENCE", "MANUAL_OFF", "compare",
+           "compare_eager", "eager_cell", "gate", "is_divergence", "judge_graph", "judged", "ok_evidence",
            "plan_line", "planned", "repeat_cell", "targets", "unconfirmed"]

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, get_args
 
-from ddprobe.bisect.agreement import AgreementOptions
+from ddprobe.bisect.agreement import MANUAL_OFF, AgreementOptions
 from ddprobe.bisect.cells import BAD, GOOD, REFUSED, PlannedCell, describe, status_of
 from ddprobe.bisect.ladder import Order
 from ddprobe.bisect.planner import DEFAULT_SMALL_MAX_BS, BisectSpec, Planner, PlanOptions
@@ -396,7 +396,7 @@ def _start(args: list[str], path: str, line: int) -> Session:
                            repeat=int(opt.get("--repeat", 1)),
                            confirm_patch=opt.get("--confirm-patch"),
                            # a session log's good/bad carry no answers to compare
-                           agreement=AgreementOptions(enabled=False))
+                           agreement=AgreementOptions(enabled=False, off_reason=MANUAL_OFF))
         spec = BisectSpec(budgets, base, int(opt.get("--small-max-bs", DEFAULT_SMALL_MAX_BS)),
                           sus, opts)
     except (DdprobeError, UnknownValue) as e:

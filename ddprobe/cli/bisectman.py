@@ -140,7 +140,10 @@ def register(bis: typer.Typer) -> None:
                                  small_max_bs=small_max_bs or small_max_bs_for(max_bs),
                                  order=order, suspect=suspect))
         if not as_json:
+            from ddprobe.bisect.agreement import plan_line
             common.env().err.print(f"manual bisect started ({manual.session_path()})")
+            common.env().out.print(plan_line(st.session.spec.options.agreement).strip(),
+                                   markup=False, highlight=False)
         raise typer.Exit(_print_next(st, as_json=as_json))
 
     def _mark_cmd(verb: Mark, helptext: str, example: str) -> None:
