@@ -241,5 +241,5 @@ def plan_line(opts: AgreementOptions) -> str:
 
 
 __all__ = ["AgreementOptions", "COMPARE_MODE", "DIVERGENCE", "MANUAL_OFF", "compare",
-           "compare_eager", "eager_cell", "gate", "is_divergence", "judge_graph", "judged", "ok_evidence",
-           "plan_line", "planned", "repeat_cell", "targets", "unconfirmed"]
+           "compare_eager", "eager_cell", "gate", "is_divergence", "judge_graph", "judged",
+           "ok_evidence", "plan_line", "planned", "repeat_cell", "targets", "unconfirmed"]
