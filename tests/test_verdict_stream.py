@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from planner_util import cheap_seed, seed, spec
 
 from ddprobe.bisect.planner import Planner
@@ -58,3 +60,55 @@ def test_a_resumed_run_does_not_announce_again() -> None:
     c = p.frontier_cell(8)
     again(c, seed(c))
     assert said == [] and len(first.seen) == 4
+
+
+def matrix(code: str):
+    """A matrix over 8,16,32,64, one letter a budget: o ok, i the mask crash (an oversize
+    cures it), c the cuBLAS crash (a smaller max bs cures it), g garbage with graphs only, k
+    garbage in eager too; dummy weights crash the same and give garbage otherwise."""
+    from dataclasses import replace
+
+    from planner_util import CUBLAS, GARBAGE, ILLEGAL, res
+    kinds = dict(zip((8, 16, 32, 64), code, strict=True))
+
+    def real(c):
+        k = kinds[c.config.budget]
+        if k == "o":
+            return res(c, "ok")
+        if k == "k":
+            return res(c, "garbage", GARBAGE)
+        if not c.config.graph:
+            return res(c, "ok")
+        if k == "i":
+            return res(c, "ok") if "cuda_graph_custom_mask" in c.buffers \
+                else res(c, "crash", ILLEGAL)
+        if k == "c":
+            return res(c, "ok") if c.config.max_bs == 16 else res(c, "crash", CUBLAS)
+        return res(c, "garbage", GARBAGE)
+
+    def answer(c):
+        r = real(replace(c, cheap=False))
+        if c.cheap and r.outcome.value != "crash":
+            r = res(c, "garbage", GARBAGE)
+        return replace(r, cheap=c.cheap or None)
+    return answer
+
+
+@pytest.mark.parametrize("code", ["ogok", "okog", "iiii", "oioi", "oiic", "icgc", "ococ"])
+@pytest.mark.parametrize("cheap", [True, False])
+def test_an_announced_verdict_is_the_one_the_run_ends_with(code: str, cheap: bool) -> None:
+    # each of these announced a verdict that later changed under the first rule (no frontier
+    # cell left, none at the verdict's budgets): a budget assumed between two failures of
+    # one mode was restarted when their diagnoses disagreed (ogok: b32 then passed and joined
+    # b8's ok), or the assumed budget's verdict took its mode's decision before the mode's
+    # diagnosis ran (iiii: b32 `inconclusive`, then `buffer_sizing`)
+    p = Planner(spec(cheap=cheap))
+    said: list = []
+    oracle = matrix(code)
+    run(p, oracle, VerdictStream(p, host="h", append=lambda d: None,
+                                 announce=lambda v, w: said.append(v)))
+    final = {identity(v): v.to_dict() for v in build_verdicts(p, host="h")}
+    assert said
+    for v in said:
+        assert final.get(identity(v)) == v.to_dict(), (v.budgets, v.kind)
+    assert {identity(v) for v in said} == set(final)

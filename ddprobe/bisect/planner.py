@@ -403,9 +403,16 @@ class Planner:
         # its real cell runs without a cheap try (`_crash_prior`)
         extra = reversed(st.needed_frontier) if self.cheap_on else iter(st.needed_frontier)
         needed += [self.frontier_cell(st.row.budgets[i]) for i in extra]
-        needed += st.compare  # a divergence moves the frontier: before the search goes on
         need_idx, spec_idx = probes(st.row, k)
-        needed += [self.frontier_cell(st.row.budgets[i]) for i in need_idx]
+        search = [self.frontier_cell(st.row.budgets[i]) for i in need_idx]
+        if self.cheap_on:
+            # by expected time to a decision: the search (often cheap cells, and every
+            # verdict waits for it; a new pass can make a comparison moot) before the
+            # comparisons (real-weight eager cells, for the `ok` verdict alone)
+            needed += search
+        else:
+            needed += st.compare  # a divergence moves the frontier: before the search goes on
+            needed += search
         spec += [self.frontier_cell(st.row.budgets[i]) for i in spec_idx]
         # modes in budget order; a likely-decisive first step is speculated on last
         lad_spec: list[tuple[int, int, PlannedCell]] = []
@@ -418,8 +425,8 @@ class Planner:
             lad_spec.extend((rank, n, c) for c in lad.speculative)
         if self.cheap_on:
             # by expected time to a decision: a cell a cheap run decides goes first (the
-            # modes are independent); ties keep the budget order
-            lad_needed.sort(key=self._due_cost)
+            # modes and the comparisons are independent); ties keep the order
+            lad_needed = sorted([*st.compare, *lad_needed], key=self._due_cost)
         needed.extend(lad_needed)
         needed.extend(st.extras)
         lad_spec.sort(key=lambda t: (t[0], t[1]))

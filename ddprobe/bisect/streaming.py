@@ -1,24 +1,37 @@
 """Each verdict the moment it is final: printed and journaled while the bisect goes on.
 
-A verdict is final when no cell the planner may still ask for can change it: the frontier is
-settled (no frontier cell left anywhere: a frontier cell can move a mode's budgets), and no
-remaining cell, needed or speculative, runs at one of its budgets (a mode's experiments run at
-its first budget, its controls at its other budgets, the latent check's memcheck cells at the
-passing ones). Such a verdict is written to the journal as a `verdict_final` line (readers
-that do not know the type skip it; the end of the run still writes every verdict as
-`verdict`) and sent as an event, so a user can act on b64's verdict while b32 is still being
-tested, or stop and `--resume` (a resumed run does not announce a verdict its journal already
-holds).
+A verdict is final when no cell the planner may still ask for can change it:
+
+* the frontier is settled: no frontier cell left (a frontier cell can move any mode's
+  budgets), and no comparison left at a passing budget with a budget never restarted below it
+  (a divergence there re-opens the search below);
+* no budget is assumed between two failures of one mode while that mode still has cells to
+  run (its diagnoses may disagree, and the budget between is then restarted: it may land in
+  any verdict);
+* no remaining cell, needed or speculative, runs in the verdict's span: its budgets, every
+  budget of a mode it shares one with (a mode's experiments run at its first budget, its
+  controls at the others), and for `ok` every budget up to its largest (the latent check's
+  memcheck cells restart passing and assumed ones); an `ok` also waits while an escalated
+  oversize runs (its cure can move a pass out of `ok`: capacity.py).
+
+Such a verdict is written to the journal as a `verdict_final` line (readers that do not know
+the type skip it; the end of the run still writes every verdict as `verdict`) and sent as an
+event, so a user can act on b64's verdict while b32 is still being tested, or stop and
+`--resume` (a resumed run does not announce a verdict its journal already holds).
+tests/test_verdict_stream.py runs matrices on which a looser rule announced verdicts that
+later changed.
 """
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from ddprobe.bisect.cells import PlannedCell
+from ddprobe.bisect import agreement
+from ddprobe.bisect.cells import BAD, UNTESTED, PlannedCell
+from ddprobe.bisect.frontier import Row
 from ddprobe.bisect.planner import Planner
 from ddprobe.bisect.verdicts import build_verdicts
 from ddprobe.results import CellResult, Verdict
@@ -36,11 +49,50 @@ def identity(v: Verdict | dict[str, Any]) -> tuple[Any, ...]:
 def final_verdicts(p: Planner, *, host: str | None = None) -> list[Verdict]:
     """The verdicts no remaining cell of the plan can change (see the module doc)."""
     pending = p.next_cells(_LOOKAHEAD)
-    if any(c.purpose == "frontier" for c in pending):
+    row = p.state().row
+    if _nothing_final(row, pending):
         return []
     touched = {c.config.budget for c in pending}
-    return [v for v in build_verdicts(p, host=host)
-            if v.reason != "unfinished" and not touched & set(v.budgets)]
+    modes = [set(row.budgets[idx[0]:idx[-1] + 1]) for idx in row.modes().values()]
+    capacity = _capacity_open(p, pending)
+    return [v for v in build_verdicts(p, host=host) if v.reason != "unfinished"
+            and not (v.kind == "ok" and capacity)
+            and not touched & _span(v, modes, row.budgets)]
+
+
+def _nothing_final(row: Row, pending: Sequence[PlannedCell]) -> bool:
+    """Can a pending cell still change every verdict (the first two rules of the doc)?"""
+    if any(c.purpose == "frontier" for c in pending):
+        return True
+    b = row.budgets
+    untested = {i for i, o in enumerate(row.obs) if o.status == UNTESTED}
+    at = {x: i for i, x in enumerate(b)}
+    if any(c.mode == agreement.COMPARE_MODE and any(i < at.get(c.config.budget, -1)
+                                                    for i in untested) for c in pending):
+        return True
+    touched = {c.config.budget for c in pending}
+    return any(untested & set(idx) and touched & set(b[idx[0]:idx[-1] + 1])
+               for idx in row.modes().values())
+
+
+def _span(v: Verdict, modes: Sequence[set[int]], budgets: Sequence[int]) -> set[int]:
+    """The budgets whose cells can change `v` (the third rule of the doc)."""
+    sp = set(v.budgets)
+    for m in modes:
+        if sp & m:
+            sp |= m
+    if v.kind == "ok":
+        sp |= {x for x in budgets if x <= max(v.budgets, default=0)}
+    return sp
+
+
+def _capacity_open(p: Planner, pending: Sequence[PlannedCell]) -> bool:
+    """Is an escalated oversize pending (its factor failed before)? Its cure bounds a fixed
+    buffer's capacity, which can move passing budgets out of `ok` (capacity.py)."""
+    tried = [c for c in p.cells.values() if c.purpose == "oversize"]
+    return any(c.purpose == "oversize" and any(
+        t.mode == c.mode and t.config.budget == c.config.budget and p.obs(t).status == BAD
+        for t in tried) for c in pending)
 
 
 def journaled(journal_path: Path | None) -> set[tuple[Any, ...]]:
