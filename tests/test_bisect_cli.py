@@ -52,7 +52,8 @@ def test_usage_errors_are_one_line(args: list[str], msg: str,
 def test_an_unknown_exit_protocol_aborts(capsys: pytest.CaptureFixture[str]) -> None:
     # any --exit-protocol is git bisect run's: a usage error aborts it (128), never "bad"
     code = main(["bisect", "--host", "testbed", "--budgets", "8", "--exit-protocol", "svn"])
-    assert code == 128 and "only 'bisect'" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 128 and "'--exit-protocol'" in err and "'svn' is not one of 'bisect'" in err
 
 
 def test_unknown_host_aborts_git_bisect_run(tmp_path: Path,

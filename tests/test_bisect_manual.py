@@ -146,7 +146,8 @@ def test_the_log_of_an_automatic_run_is_runnable_commands(
     (["bisect", "next"], "no manual bisect in progress"),
     (["bisect", "good"], "no manual bisect in progress"),
     (["bisect", "start", "--budgets", "8,x"], "--budgets"),
-    (["bisect", "start", "--budgets", "8", "--order", "sideways"], "unknown order"),
+    (["bisect", "start", "--budgets", "8", "--order", "sideways"],
+     "'sideways' is not one of 'auto', 'eager-first', 'graph-first'"),
 ])
 def test_manual_usage_errors_are_one_line(args: list[str], msg: str, session: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:

@@ -34,7 +34,7 @@ MUST_NOT = {
     "smoke": {"cli", "bisect", "playbook"},
 }
 LEAVES = {"results", "effective", "errors", "exitcodes", "untrusted", "yamlio", "timestamps",
-          "store"}
+          "store", "intlist", "defaults"}
 LEAF_MAY = {"results": {"effective"}, "errors": {"exitcodes"}, "store": {"errors", "results",
             "untrusted", "timestamps"}, "yamlio": {"errors"}}
 

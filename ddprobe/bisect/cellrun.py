@@ -21,6 +21,7 @@ from ddprobe.bisect.cheap import CHEAP_PROBE_TOKENS, CheapSupport
 from ddprobe.bisect.reconnect import RETRIES_PER_CELL, reconnect
 from ddprobe.bisect.session import HostSession, revert_leftovers
 from ddprobe.cell.experiment import CellReporter, ProbeOptions, run_cell, run_sanitize_cell
+from ddprobe.defaults import OVERSIZE_FACTOR
 from ddprobe.errors import DdprobeError, HostGone, LockedError, PatchError, RemoteError
 from ddprobe.inventory import Host
 from ddprobe.probes.coding import load_suite
@@ -61,7 +62,8 @@ class CellRunner:
     """Runs planned cells; one instance per run (shared by the groups' threads)."""
 
     def __init__(self, *, run_dir: Path | None, reports: dict[str, BufferReport] | None = None,
-                 oversize_factor: int = 4, progress: Callable[[str], None] | None = None,
+                 oversize_factor: int = OVERSIZE_FACTOR,
+                 progress: Callable[[str], None] | None = None,
                  probe: ProbeOptions | None = None,
                  on_note: Callable[[str], None] | None = None) -> None:
         self.run_dir = run_dir

@@ -40,6 +40,7 @@ from typing import Final, Literal, get_args
 from ddprobe.bisect.cells import BAD, GOOD, NONE, SAME, UNTESTED, Obs, PlannedCell, same_failure
 from ddprobe.bisect.served import before_model_load, served_max_bs
 from ddprobe.bisect.static import Suspect
+from ddprobe.defaults import MAX_OVERSIZE_FACTOR
 from ddprobe.results import CellResult, Confidence, Config, VerdictReason
 
 # what one mode's ladder decides (a Verdict's kind, of the four a ladder can reach)
@@ -60,7 +61,7 @@ MEMORY_KINDS: Final = frozenset({"cuda_illegal_address", "cuda_misaligned_addres
 CAPACITY_KINDS: Final = frozenset({"cublas", "cudnn", "oom", "capture_range"})
 ORDERS: Final[tuple[Order, ...]] = get_args(Order)
 ESCALATED_FACTOR: Final = 16
-MAX_FACTOR: Final = 1024
+MAX_FACTOR: Final = MAX_OVERSIZE_FACTOR
 NONE_OBS: Final = Obs(NONE)
 
 

@@ -30,6 +30,7 @@ from ddprobe.bisect.sessionlog import (
     parse_opts,
 )
 from ddprobe.bisect.verdicts import build_verdicts
+from ddprobe.defaults import OVERSIZE_FACTOR
 from ddprobe.errors import ConfigError, UsageError
 from ddprobe.results import Verdict
 from ddprobe.store import runs_root
@@ -135,7 +136,7 @@ def reset(path: Path | None = None) -> Path | None:
     return path
 
 
-def how_to_run(cell: PlannedCell, factor: int = 4) -> str:
+def how_to_run(cell: PlannedCell, factor: int = OVERSIZE_FACTOR) -> str:
     """What the user changes on their server for this cell, in SGLang's launch flags (`factor`:
     the session's oversize factor, for a cell that does not carry its own)."""
     c = cell.config

@@ -48,6 +48,7 @@ from ddprobe.bisect.ladder import (
 from ddprobe.bisect.served import before_model_load, served_max_bs
 from ddprobe.bisect.static import Suspect, rank_by_traceback
 from ddprobe.bisect.worstcase import Countdown, bound, worst_case
+from ddprobe.defaults import MAX_OVERSIZE_FACTOR, OVERSIZE_FACTOR
 from ddprobe.errors import UsageError
 from ddprobe.results import CellResult, Config
 
@@ -62,7 +63,7 @@ class PlanOptions:
     sanitize_available: bool = False
     sanitize_note: str = ""  # why not, when unavailable
     confirm_patch: str | None = None
-    oversize_factor: int = 4
+    oversize_factor: int = OVERSIZE_FACTOR
     latent: latent.LatentOptions = field(default_factory=latent.LatentOptions)
     thorough: bool = False  # restart every budget (none is assumed ok)
     # graph vs eager at the passing budgets kept (agreement.py); --no-compare turns it off
@@ -93,6 +94,9 @@ class BisectSpec:
             raise UsageError(f"unknown order {self.options.order!r} (known: {', '.join(ORDERS)})")
         if self.options.repeat < 1:
             raise UsageError("--repeat must be >= 1")
+        if not 2 <= self.options.oversize_factor <= MAX_OVERSIZE_FACTOR:
+            raise UsageError(f"--oversize-factor must be 2 to {MAX_OVERSIZE_FACTOR}, got "
+                             f"{self.options.oversize_factor}")
 
 
 def small_max_bs_for(max_bs: int | None) -> int:

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from ddprobe.defaults import OVERSIZE_FACTOR
 from ddprobe.effective import EffectiveConfig, describe
 from ddprobe.errors import RefusedError
 from ddprobe.inventory import Host
@@ -170,7 +171,7 @@ class HostPreview:
 
 
 def preview(hosts: Sequence[Host], *, opts: RemoteOptions, budgets: Sequence[int], base: Config,
-            backend: str | None, context_len: int | None, factor: int = 4,
+            backend: str | None, context_len: int | None, factor: int = OVERSIZE_FACTOR,
             caches: RunCaches | None = None) -> list[HostPreview]:
     """`bisect --plan`'s look at each host: the preflight and the static suspects (seconds;
     no lock, no restart, nothing written except the testbed's idempotent install)."""

@@ -33,6 +33,7 @@ from ddprobe.bisect.runframe import RunFrame, begin_run, now
 from ddprobe.bisect.session import HostSession, Opened, StaticEvidence, static_evidence
 from ddprobe.bisect.streaming import VerdictStream, journaled
 from ddprobe.bisect.verdicts import ExitProtocol, RunStatus, build_verdicts, exit_code, run_status
+from ddprobe.defaults import OVERSIZE_FACTOR
 from ddprobe.errors import ConfigError, UsageError
 from ddprobe.inventory import Host
 from ddprobe.remote import RemoteOptions
@@ -53,7 +54,7 @@ class BisectRequest:
     sanitize: bool = False
     confirm_patch: str | None = None
     parallel: bool = True
-    oversize_factor: int = 4
+    oversize_factor: int = OVERSIZE_FACTOR
     tasks: tuple[str, ...] = ()  # probe only these coding tasks (default: the whole suite)
     keep_server: bool = False  # leave the last cell's server running
     latent_check: bool = True  # memcheck passing graph budgets when a buffer is suspect

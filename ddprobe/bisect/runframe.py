@@ -20,6 +20,7 @@ from ddprobe.bisect.cellrun import CellRunner
 from ddprobe.bisect.engine import Event, EventSink, GroupRun, Journal, in_parallel, unfinished
 from ddprobe.bisect.session import HostSession, Opened, open_hosts, stop_all, stop_server
 from ddprobe.cell.experiment import ProbeOptions
+from ddprobe.defaults import OVERSIZE_FACTOR
 from ddprobe.errors import HostGone
 from ddprobe.inventory import Host
 from ddprobe.remote import RemoteOptions
@@ -79,7 +80,7 @@ class RunFrame:
         return opened
 
     def cell_runner(self, *, probe: ProbeOptions | None,
-                    oversize_factor: int = 4) -> CellRunner:
+                    oversize_factor: int = OVERSIZE_FACTOR) -> CellRunner:
         return CellRunner(run_dir=self.store.dir, oversize_factor=oversize_factor,
                           progress=lambda text: self.emit(Event("server", "", text)),
                           probe=probe, on_note=self.note)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from ddprobe import interrupt
 from ddprobe.bisect.groups import HostGroup, group_hosts, why_apart
 from ddprobe.bisect.static import Suspect, cleared, evidence_backend, find_suspects
+from ddprobe.defaults import OVERSIZE_FACTOR
 from ddprobe.errors import DdprobeError, PatchError, RemoteError
 from ddprobe.facts import Facts, gather_facts
 from ddprobe.inventory import Host
@@ -224,7 +225,7 @@ class StaticEvidence:
 
 
 def static_evidence(s: HostSession, *, budgets: Sequence[int], max_bs: int | None,
-                    backend: str | None, factor: int = 4,
+                    backend: str | None, factor: int = OVERSIZE_FACTOR,
                     context_len: int | None = None, topk: int | None = None,
                     num_steps: int | None = None, effective_backend: str | None = None
                     ) -> StaticEvidence:
@@ -236,7 +237,8 @@ def static_evidence(s: HostSession, *, budgets: Sequence[int], max_bs: int | Non
 
 
 def host_static_evidence(r: Remote, host: Host, *, budgets: Sequence[int], max_bs: int | None,
-                         backend: str | None, factor: int = 4, context_len: int | None = None,
+                         backend: str | None, factor: int = OVERSIZE_FACTOR,
+                         context_len: int | None = None,
                          topk: int | None = None, num_steps: int | None = None,
                          effective_backend: str | None = None) -> StaticEvidence:
     """`static_evidence` on a plain connection (no session: `bisect --plan`). The buffers are

@@ -30,7 +30,9 @@ from ddprobe.bisect.ladder import Order
 from ddprobe.bisect.planner import DEFAULT_SMALL_MAX_BS, BisectSpec, Planner, PlanOptions
 from ddprobe.bisect.static import Suspect
 from ddprobe.bisect.verdicts import build_verdicts
+from ddprobe.defaults import OVERSIZE_FACTOR
 from ddprobe.errors import ConfigError, DdprobeError
+from ddprobe.intlist import IntListError, budget_set, parse_ints
 from ddprobe.results import (
     CellResult,
     Config,
@@ -97,7 +99,10 @@ def _group_lines(rec: RunRecord, cells: Sequence[CellResult], *, several: bool) 
 
 
 _START_FLAGS: Final = (("--max-bs", "max_bs"), ("--backend", "backend"), ("--repeat", "repeat"),
-                       ("--order", "order"), ("--confirm-patch", "confirm_patch"))
+                       ("--order", "order"), ("--confirm-patch", "confirm_patch"),
+                       ("--oversize-factor", "oversize_factor"))
+# a start option at its default is left out of the line (the line `bisect start` would take)
+_START_DEFAULTS: Final = {"repeat": 1, "order": "auto", "oversize_factor": OVERSIZE_FACTOR}
 
 
 def _start_words(rec: RunRecord, cells: Sequence[CellResult], hosts: list[str]) -> list[str]:
@@ -107,7 +112,7 @@ def _start_words(rec: RunRecord, cells: Sequence[CellResult], hosts: list[str]) 
                                    rec.meta.get("budgets") or [])]
     for flag, key in _START_FLAGS:
         val = opts.get(key)
-        if val not in (None, "", 1, "auto") or (key == "repeat" and val not in (None, 1)):
+        if val not in (None, "", _START_DEFAULTS.get(key)):
             start += [flag, str(val)]
     small = _small_max_bs(cells)
     if small is not None:
@@ -240,6 +245,7 @@ def _mode_result(cfg: Config, mode: str) -> CellResult:
 
 START_OPTS = {"--host": str, "--budgets": str, "--max-bs": int, "--backend": str,
               "--repeat": int, "--order": str, "--confirm-patch": str, "--small-max-bs": int,
+              "--oversize-factor": int,
               "--suspects": str, "--suspect": list}
 MARK_OPTS = {"--graph": bool, "--no-graph": bool, "--max-bs": int, "--backend": str,
              "--oversize": str, "--patch": str, "--mode": str, "--refused": str}
@@ -379,14 +385,13 @@ def _start(args: list[str], path: str, line: int) -> Session:
     opt, pos = parse_opts(args, START_OPTS, path, line)
     if pos:
         raise ConfigError(f"`start` takes options only, got {pos[0]!r}", path=path, line=line)
-    try:
-        budgets = tuple(sorted({int(b) for b in str(opt.get("--budgets", "")).split(",")
-                                if b.strip()}))
-    except ValueError as e:
-        raise ConfigError(f"--budgets: {e}", path=path, line=line) from None
-    if not budgets:
+    if "--budgets" not in opt:
         raise ConfigError("`start` needs --budgets (e.g. --budgets 8,16,32,64)", path=path,
                           line=line)
+    try:  # the command line's rules (ddprobe/intlist.py)
+        budgets = budget_set(parse_ints(str(opt["--budgets"])))
+    except IntListError as e:
+        raise ConfigError(f"--budgets: {e}", path=path, line=line) from None
     names = [x for x in str(opt.get("--suspects", "")).split(",") if x]
     names += list(opt.get("--suspect", []))
     sus = tuple(parse_suspect(a) for a in names)
@@ -395,6 +400,7 @@ def _start(args: list[str], path: str, line: int) -> Session:
         opts = PlanOptions(order=known(Order, str(opt.get("--order", "auto")), "order"),
                            repeat=int(opt.get("--repeat", 1)),
                            confirm_patch=opt.get("--confirm-patch"),
+                           oversize_factor=int(opt.get("--oversize-factor", OVERSIZE_FACTOR)),
                            # a session log's good/bad carry no answers to compare
                            agreement=AgreementOptions(enabled=False, off_reason=MANUAL_OFF))
         spec = BisectSpec(budgets, base, int(opt.get("--small-max-bs", DEFAULT_SMALL_MAX_BS)),

@@ -1,8 +1,8 @@
 """`ddprobe bisect`, `ddprobe bisect log|replay`, `ddprobe sweep`.
 
     ddprobe bisect --host H --budgets 8,16,32,64 [--max-bs N] [--backend B] [--repeat N]
-                   [--graph-first|--eager-first] [--confirm-patch PATCH] [--sanitize]
-                   [--no-latent-check] [--no-cheap-cells]
+                   [--order auto|eager-first|graph-first] [--confirm-patch PATCH]
+                   [--sanitize] [--no-latent-check] [--no-cheap-cells] [--oversize-factor N]
                    [--plan] [--resume RUN_ID] [--exit-protocol bisect] [--json]
     ddprobe bisect log RUN_ID          the replayable session log (git bisect log format)
     ddprobe bisect replay FILE         re-derive the verdicts from a (possibly edited) log
@@ -11,15 +11,19 @@
 Exit codes: 0 nothing fails, 1 a failure mode was found, 6 inconclusive, 7 refused; with
 `--exit-protocol bisect` (for `git bisect run`): 0 good, 1 bad, 125 skip (infrastructure,
 flaky), 128 abort (ddprobe cannot run: bad usage or configuration).
+
+The options shared with other commands are declared once in `ddprobe.cli.options`; the
+command builds the library's `BisectRequest` (or `SweepRequest`) from them and hands it on.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from ddprobe.cli import common
+from ddprobe.cli import common, options
+from ddprobe.defaults import OVERSIZE_FACTOR
 from ddprobe.errors import (
     ConfigError,
     DdprobeError,
@@ -29,42 +33,15 @@ from ddprobe.errors import (
     UsageError,
 )
 from ddprobe.exitcodes import ExitCode
+from ddprobe.intlist import budget_set
 from ddprobe.inventory import Host
-from ddprobe.store import find_run, load_run
+from ddprobe.store import RunRecord, find_run, load_run
 
 # The bisect engine, the planner and the renderers are imported by the command that runs
 # (a completion or `--help` builds this module's options only: issue 24.16).
 if TYPE_CHECKING:
-    from ddprobe.bisect.ladder import Order
     from ddprobe.bisect.run import BisectRequest
     from ddprobe.bisect.verdicts import ExitProtocol
-
-
-def parse_ints(text: str | None, what: str, *, allow_none: bool = False) -> tuple[Any, ...]:
-    if text is None:
-        return (None,) if allow_none else ()
-    out: list[Any] = []
-    for w in [x.strip() for x in text.split(",") if x.strip()]:
-        if allow_none and w.lower() in ("default", "none", "-"):
-            out.append(None)
-            continue
-        try:
-            v = int(w)
-        except ValueError:
-            raise UsageError(f"{what}: expected comma-separated integers, got {w!r}") from None
-        if v <= 0:
-            raise UsageError(f"{what}: values must be positive, got {v}")
-        out.append(v)
-    if not out:
-        raise UsageError(f"{what}: no values given")
-    return tuple(out)
-
-
-def _budgets(text: str | None) -> tuple[int, ...]:
-    if not text:
-        raise UsageError("give --budgets, e.g. --budgets 8,16,32,64")
-    vals = parse_ints(text, "--budgets")
-    return tuple(sorted(set(vals)))
 
 
 DEFAULT_BISECT_TASKS = ("8",)  # one probe wave: enough to tell ok from garbage, fast
@@ -76,6 +53,12 @@ def _tasks(text: str | None, default: tuple[str, ...] = ()) -> tuple[str, ...]:
         return default
     words = common.task_words(text)
     return () if [w.lower() for w in words] == ["all"] else words
+
+
+def _budgets(budgets: options.Ints | None) -> tuple[int, ...]:
+    if not budgets:
+        raise UsageError("give --budgets, e.g. --budgets 8,16,32,64")
+    return budget_set(budgets)
 
 
 def _protocol_exit(e: DdprobeError, *, as_json: bool) -> int:
@@ -96,24 +79,14 @@ def register(app: typer.Typer) -> None:
     @bis.callback(invoke_without_command=True)
     def bisect_cmd(
         ctx: typer.Context,
-        host: Optional[str] = typer.Option(None, "--host", "-H",
-                                           help="Host, group or comma list (identical hosts "
-                                                "share rounds; differing ones run side by "
-                                                "side)."),
-        budgets: Optional[str] = typer.Option(None, "--budgets", "-b",
-                                              help="Budgets to search, e.g. 8,16,32,64."),
-        max_bs: Optional[int] = typer.Option(None, "--max-bs", min=1,
-                                             help="--cuda-graph-max-bs for every cell."),
-        backend: Optional[str] = typer.Option(None, "--backend",
-                                              help="--attention-backend for every cell."),
-        repeat: int = typer.Option(1, "--repeat", min=1,
-                                   help="Run each cell N times; disagreeing repeats = flaky."),
-        graph_first: bool = typer.Option(False, "--graph-first",
-                                         help="Graph experiments (oversize, max bs) before "
-                                              "the eager control for every failure mode."),
-        eager_first: bool = typer.Option(False, "--eager-first",
-                                         help="The eager control first for every failure "
-                                              "mode (the textbook order; more restarts)."),
+        host: options.HostsOrResume = None,
+        budgets: options.Budgets = None,
+        max_bs: options.MaxBs = None,
+        backend: options.Backend = None,
+        repeat: options.Repeat = 1,
+        order: options.Order = None,
+        graph_first: options.GraphFirst = False,
+        eager_first: options.EagerFirst = False,
         confirm_patch: Optional[str] = typer.Option(
             None, "--confirm-patch", help="Apply this patch, re-run each failing cell, keep it "
                                           "if it fixes one, else revert."),
@@ -137,9 +110,7 @@ def register(app: typer.Typer) -> None:
         plan: bool = typer.Option(False, "--plan", help="Print the plan, the preflight of "
                                   "every budget and the static suspects, and exit (no "
                                   "restart)."),
-        context_len: Optional[int] = typer.Option(
-            None, "--context-len", min=1, help="Context length for sizing buffers (default: "
-                                               "what the host's SGLang resolves)."),
+        context_len: options.ContextLen = None,
         thorough: bool = typer.Option(False, "--thorough",
                                       help="Restart every budget (none is assumed ok from "
                                            "its neighbours): finds a failure at one budget."),
@@ -149,44 +120,44 @@ def register(app: typer.Typer) -> None:
                  "only 'does it crash' runs first with --load-format dummy, the batch sizes "
                  "it needs and no warm-up, where the host's SGLang accepts it; the inventory's "
                  "server.cheap_cells: false does this per host)."),
-        oversize_factor: int = typer.Option(4, "--oversize-factor", min=2, max=1024,
-                                            help="Enlarge the suspect buffers by this factor "
-                                                 "first (escalated to cover the static "
-                                                 "shortfall, or x16, when it does not cure)."),
-        resume: Optional[str] = typer.Option(None, "--resume",
-                                             help="Continue an interrupted run (RUN_ID)."),
-        exit_protocol: Optional[str] = typer.Option(
-            None, "--exit-protocol", help="'bisect': exit 0 good, 1 bad, 125 skip (for `git "
-                                          "bisect run`)."),
-        tasks: Optional[str] = typer.Option(None, "--tasks",
-                                            help="Probe these coding tasks (ids), the first N "
-                                                 "(a number; default 8), or 'all'."),
-        no_parallel: bool = typer.Option(False, "--no-parallel",
-                                         help="Never share rounds between hosts."),
-        keep_server: bool = common.KeepServerOpt,
-        break_lock: bool = common.BreakLockOpt,
-        as_json: bool = common.JsonOpt,
+        oversize_factor: options.OversizeFactor = OVERSIZE_FACTOR,
+        resume: options.Resume = None,
+        exit_protocol: options.ExitProtocolOpt = None,
+        tasks: options.BisectTasks = None,
+        no_parallel: options.NoParallel = False,
+        keep_server: options.KeepServer = False,
+        break_lock: options.BreakLock = False,
+        as_json: options.Json = False,
     ) -> None:
         """Bisect budgets with CUDA graphs, then diagnose each failure mode."""
         if ctx.invoked_subcommand is not None:
             return
-        protocol: ExitProtocol | None = None
-        if exit_protocol == "bisect":
-            protocol = "bisect"
-        elif exit_protocol is not None:
-            raise UsageError(f"--exit-protocol: only 'bisect' is known, got {exit_protocol!r}")
+        protocol = options.protocol_of(exit_protocol)
         try:
-            code = _bisect(host=host, budgets=budgets, max_bs=max_bs, backend=backend,
-                           repeat=repeat, graph_first=graph_first, eager_first=eager_first,
-                           confirm_patch=confirm_patch, sanitize=sanitize,
-                           latent_check=not no_latent_check, plan=plan,
-                           context_len=context_len,
-                           thorough=thorough, oversize_factor=oversize_factor,
-                           cheap_cells=not no_cheap_cells, resume=resume,
-                           exit_protocol=protocol, tasks=tasks,
-                           parallel=not no_parallel, keep_server=keep_server,
-                           break_lock=break_lock, as_json=as_json, argv=ctx.args,
-                           compare=not no_compare, baseline=baseline)
+            rec, req, hosts = _resumed(resume) if resume else (None, None, [])
+            if req is None:
+                if not host:
+                    raise UsageError("give --host (a host, group or comma list; see "
+                                     "`ddprobe hosts`)")
+                from ddprobe.bisect.run import BisectRequest
+                if confirm_patch:
+                    from ddprobe.sources.patches import load_patch
+                    load_patch(confirm_patch)  # a missing/bad patch: before any restart
+                req = BisectRequest(
+                    budgets=_budgets(budgets), max_bs=max_bs, backend=backend,
+                    order=options.order_of(order, graph_first=graph_first,
+                                           eager_first=eager_first),
+                    repeat=repeat, sanitize=sanitize, confirm_patch=confirm_patch,
+                    parallel=not no_parallel, tasks=_tasks(tasks, DEFAULT_BISECT_TASKS),
+                    keep_server=keep_server, latent_check=not no_latent_check,
+                    context_len=context_len, thorough=thorough,
+                    oversize_factor=oversize_factor, cheap_cells=not no_cheap_cells,
+                    compare=not no_compare, baseline=baseline)
+                hosts = common.hosts(host)
+            argv = ["bisect", *(["--host", host] if host else []),
+                    *(["--budgets", ",".join(map(str, budgets))] if budgets else []), *ctx.args]
+            code = _bisect(req, hosts, rec=rec, plan=plan, protocol=protocol,
+                           break_lock=break_lock, as_json=as_json, argv=argv)
         except DdprobeError as e:
             if protocol == "bisect":
                 raise typer.Exit(_protocol_exit(e, as_json=as_json)) from None
@@ -241,30 +212,21 @@ def register(app: typer.Typer) -> None:
 
     @app.command("sweep")
     def sweep_cmd(
-        host: Optional[str] = typer.Option(None, "--host", "-H",
-                                           help="Host, group, or comma list (not with "
-                                                "--resume: the run's hosts)."),
-        budgets: Optional[str] = typer.Option(None, "--budgets", "-b",
-                                              help="Budgets, e.g. 8,16,32,64."),
-        graph: str = typer.Option("both", "--graph", help="both | on | off."),
-        max_bs: Optional[str] = typer.Option(None, "--max-bs",
-                                             help="--cuda-graph-max-bs values (comma list)."),
-        backend: Optional[str] = typer.Option(None, "--backend",
-                                              help="--attention-backend values (comma list)."),
-        repeat: int = typer.Option(1, "--repeat", min=1, help="Run each cell N times."),
-        tasks: Optional[str] = typer.Option(None, "--tasks",
-                                            help="Probe these coding tasks, the first N, or "
-                                                 "'all' (default)."),
-        resume: Optional[str] = typer.Option(None, "--resume",
-                                             help="Continue an interrupted sweep (RUN_ID)."),
-        no_parallel: bool = typer.Option(False, "--no-parallel",
-                                         help="Never share cells between hosts."),
-        keep_server: bool = common.KeepServerOpt,
-        break_lock: bool = common.BreakLockOpt,
-        as_json: bool = common.JsonOpt,
+        host: options.HostsOrResume = None,
+        budgets: options.Budgets = None,
+        graph: options.SweepGraph = options.GraphChoice.both,
+        max_bs: options.MaxBsList = None,
+        backend: options.BackendList = None,
+        repeat: options.Repeat = 1,
+        tasks: options.Tasks = None,
+        resume: options.Resume = None,
+        no_parallel: options.NoParallel = False,
+        keep_server: options.KeepServer = False,
+        break_lock: options.BreakLock = False,
+        as_json: options.Json = False,
     ) -> None:
         """The full matrix of cells: outcomes, acceptance, tok/s, coding, signatures."""
-        from ddprobe.bisect.sweep import SweepRequest, graph_mode, run_sweep
+        from ddprobe.bisect.sweep import SweepRequest, run_sweep
         from ddprobe.report.live import EventRenderer
         from ddprobe.report.terminal import render_sweep
         rec = None
@@ -276,8 +238,8 @@ def register(app: typer.Typer) -> None:
             req = SweepRequest.from_run(rec)
             hosts = common.hosts(",".join(rec.meta.get("hosts") or []))
         else:
-            req = SweepRequest(budgets=_budgets(budgets), graph=graph_mode(graph),
-                               max_bs=parse_ints(max_bs, "--max-bs", allow_none=True),
+            req = SweepRequest(budgets=_budgets(budgets), graph=options.graph_of(graph),
+                               max_bs=tuple(max_bs) if max_bs else (None,),
                                backends=tuple(b.strip() or None for b in backend.split(","))
                                if backend else (None,),
                                repeat=repeat, tasks=_tasks(tasks), parallel=not no_parallel,
@@ -289,7 +251,8 @@ def register(app: typer.Typer) -> None:
         with EventRenderer(common.env().err, quiet=False) as ren:
             rep = run_sweep(hosts, req, resume=rec, on_event=ren, break_lock=break_lock,
                             opts=common.env().remote_options, caches=common.env().caches,
-                            argv=["sweep", "--host", host or "", "--budgets", budgets or ""])
+                            argv=["sweep", "--host", host or "", "--budgets",
+                                  ",".join(map(str, budgets or ()))])
         if as_json:
             common.emit_json(rep.to_dict())
         else:
@@ -301,52 +264,31 @@ def register(app: typer.Typer) -> None:
         raise typer.Exit(rep.exit_code)
 
 
-def _bisect(*, host: str | None, budgets: str | None, max_bs: int | None, backend: str | None,
-            repeat: int, graph_first: bool, eager_first: bool, confirm_patch: str | None,
-            sanitize: bool, latent_check: bool, plan: bool, resume: str | None,
-            exit_protocol: ExitProtocol | None, context_len: int | None,
-            tasks: str | None, parallel: bool, keep_server: bool, break_lock: bool,
-            as_json: bool, argv: list[str], thorough: bool = False,
-            oversize_factor: int = 4, cheap_cells: bool = True, compare: bool = True,
-            baseline: str | None = None) -> int:
-    from ddprobe.bisect.run import BisectRequest, load_resume, resume_request, run_bisect
+def _resumed(run_id: str) -> tuple[RunRecord, BisectRequest, list[Host]]:
+    """--resume: the run, its request and its hosts (the command line's are not asked)."""
+    from ddprobe.bisect.run import load_resume, resume_request
+    rec = load_resume(run_id)
+    return rec, resume_request(rec), common.hosts(",".join(rec.meta.get("hosts") or []))
+
+
+def _bisect(req: BisectRequest, hosts: list[Host], *, rec: RunRecord | None, plan: bool,
+            protocol: ExitProtocol | None, break_lock: bool, as_json: bool,
+            argv: list[str]) -> int:
+    from ddprobe.bisect.run import run_bisect
     from ddprobe.report.live import EventRenderer
     from ddprobe.report.terminal import render_bisect
-    if graph_first and eager_first:
-        raise UsageError("--graph-first and --eager-first exclude each other")
-    rec = None
-    if resume:
-        rec = load_resume(resume)
-        req = resume_request(rec)
-        hosts = common.hosts(",".join(rec.meta.get("hosts") or []))
-    else:
-        if not host:
-            raise UsageError("give --host (a host, group or comma list; see `ddprobe hosts`)")
-        if confirm_patch:
-            from ddprobe.sources.patches import load_patch
-            load_patch(confirm_patch)  # a missing/bad patch is reported before any restart
-        order: Order = "graph-first" if graph_first else "eager-first" if eager_first else "auto"
-        req = BisectRequest(budgets=_budgets(budgets), max_bs=max_bs, backend=backend,
-                            order=order, repeat=repeat, sanitize=sanitize,
-                            confirm_patch=confirm_patch, parallel=parallel,
-                            tasks=_tasks(tasks, DEFAULT_BISECT_TASKS), keep_server=keep_server,
-                            latent_check=latent_check, context_len=context_len,
-                            thorough=thorough, oversize_factor=oversize_factor,
-                            cheap_cells=cheap_cells, compare=compare, baseline=baseline)
-        hosts = common.hosts(host)
     if plan:
         _print_plan(req, hosts, as_json=as_json)
         return 0
     with EventRenderer(common.env().err, quiet=False) as ren:
         rep = run_bisect(hosts, req, resume=rec, on_event=ren, break_lock=break_lock,
                          opts=common.env().remote_options, caches=common.env().caches,
-                         argv=["bisect", *(["--host", host] if host else []),
-                               *(["--budgets", budgets] if budgets else []), *argv])
+                         argv=argv)
     if as_json:
         common.emit_json(rep.to_dict())
     else:
         render_bisect(rep, common.env().out)
-    return rep.exit_code(exit_protocol)
+    return rep.exit_code(protocol)
 
 
 def _print_plan(req: BisectRequest, hosts: list[Host], *, as_json: bool) -> None:

@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from ddprobe.cli import common
+from ddprobe.cli import common, options
+from ddprobe.defaults import OVERSIZE_FACTOR
 from ddprobe.errors import ConfigError, UsageError
+from ddprobe.intlist import budget_set
 
 if TYPE_CHECKING:  # the planner is imported by the command that runs, not by a completion
     from ddprobe.bisect import manual
@@ -107,15 +109,12 @@ def _words(**opts: object) -> list[str]:
 def register(bis: typer.Typer) -> None:
     @bis.command("start", rich_help_panel=PANEL)
     def start_cmd(
-        budgets: str = typer.Option(..., "--budgets", "-b", metavar="B,B,...",
-                                    help="Budgets to search, e.g. 8,16,32,64."),
+        budgets: options.Budgets,
         host: Optional[str] = typer.Option(None, "--host", "-H", metavar="NAME",
                                            help="The host, recorded in the log (never "
                                                 "contacted)."),
-        max_bs: Optional[int] = typer.Option(None, "--max-bs", min=1, metavar="N",
-                                             help="The server's --cuda-graph-max-bs."),
-        backend: Optional[str] = typer.Option(None, "--backend", metavar="NAME",
-                                              help="The server's --attention-backend."),
+        max_bs: options.MaxBs = None,
+        backend: options.Backend = None,
         small_max_bs: Optional[int] = typer.Option(
             None, "--small-max-bs", min=1, metavar="N",
             help="Max bs of the max-bs experiment (default: a quarter of --max-bs, else 8)."),
@@ -123,9 +122,11 @@ def register(bis: typer.Typer) -> None:
             [], "--suspect", metavar="ATTR@FILE:LINE",
             help="A captured buffer the oversize experiment enlarges (repeat; from `ddprobe "
                  "grep-buffers`). None: no oversize experiment."),
-        order: Optional[str] = typer.Option(None, "--order", metavar="auto|eager-first|graph-first",
-                                            help="Order of each failure mode's experiments."),
-        as_json: bool = common.JsonOpt,
+        order: options.Order = None,
+        graph_first: options.GraphFirst = False,
+        eager_first: options.EagerFirst = False,
+        oversize_factor: options.OversizeFactor = OVERSIZE_FACTOR,
+        as_json: options.Json = False,
     ) -> None:
         """Start a manual bisect: you restart the server by hand, ddprobe picks each cell.
 
@@ -136,9 +137,13 @@ def register(bis: typer.Typer) -> None:
         """
         from ddprobe.bisect import manual
         from ddprobe.bisect.planner import small_max_bs_for
-        st = manual.start(_words(host=host, budgets=budgets, max_bs=max_bs, backend=backend,
-                                 small_max_bs=small_max_bs or small_max_bs_for(max_bs),
-                                 order=order, suspect=suspect))
+        picked = order is not None or graph_first or eager_first
+        st = manual.start(_words(
+            host=host, budgets=",".join(map(str, budget_set(budgets or ()))), max_bs=max_bs,
+            backend=backend, small_max_bs=small_max_bs or small_max_bs_for(max_bs),
+            order=options.order_of(order, graph_first=graph_first, eager_first=eager_first)
+            if picked else None, suspect=suspect,
+            oversize_factor=None if oversize_factor == OVERSIZE_FACTOR else oversize_factor))
         if not as_json:
             from ddprobe.bisect.agreement import plan_line
             common.env().err.print(f"manual bisect started ({manual.session_path()})")

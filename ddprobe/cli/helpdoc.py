@@ -68,7 +68,7 @@ PANELS: dict[str, str] = {
                      "--keep-answers"), "Probes"),
     **dict.fromkeys(("--repeat", "--graph-first", "--eager-first", "--confirm-patch",
                      "--no-latent-check", "--no-cheap-cells", "--sanitize", "--plan", "--resume",
-                     "--exit-protocol",
+                     "--exit-protocol", "--oversize-factor", "--thorough",
                      "--no-parallel", "--small-max-bs", "--suspect", "--order"), "Bisect plan"),
     **dict.fromkeys(("--json", "--junit", "--format", "--output", "--runs", "--log-dir",
                      "--verbose", "--debug", "--version"), "Output"),
@@ -89,7 +89,8 @@ METAVARS: dict[str, str] = {
     "--var": "NAME=VALUE", "--extra": "ARGS", "--env": "NAME=VALUE", "--path": "DIR",
     "--context": "N", "--glob": "GLOB", "--tool": "rg|grep", "--url": "URL",
     "--graph": "both|on|off", "--lines": "N", "--since": "TIME", "--package": "NAME",
-    "--stop-after": "PHASE", "--check": "FLAGS",
+    "--stop-after": "PHASE", "--check": "FLAGS", "--order": "auto|eager-first|graph-first",
+    "--oversize-factor": "N",
 }
 
 

@@ -14,8 +14,7 @@ from rich.markup import escape
 
 from ddprobe.bisect.cellrun import probe_options
 from ddprobe.bisect.cells import describe
-from ddprobe.cli import common
-from ddprobe.cli.bisect import parse_ints
+from ddprobe.cli import common, options
 from ddprobe.errors import ConfigError
 from ddprobe.report.smoke import render_smoke
 from ddprobe.results import CellResult
@@ -26,11 +25,9 @@ def register(app: typer.Typer) -> None:
     @app.command("smoke")
     def smoke_cmd(
         host: str = common.HostOpt,
-        budgets: Optional[str] = typer.Option(
-            None, "--budgets", "-b", help="Budgets to check (default: the host's server.budget)."),
+        budgets: options.Budgets = None,
         junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here."),
-        tasks: Optional[str] = typer.Option(None, "--tasks",
-                                            help="Probe these coding tasks, or the first N."),
+        tasks: options.Tasks = None,
         baseline: Optional[str] = typer.Option(
             None, "--baseline", help="A known-good cell (`ddprobe run --json` output): tok/s "
                                      "below its ratio is degraded (exit 10), answers that "
@@ -45,7 +42,7 @@ def register(app: typer.Typer) -> None:
         """CI smoke check: facts, flags, one graph cell at the production budget, probes,
         its greedy output against eager."""
         hosts = common.hosts(host)
-        bs = parse_ints(budgets, "--budgets") if budgets else ()
+        bs = tuple(budgets or ())  # none: the host's server.budget
         probe = probe_options(common.task_words(tasks))
 
         def progress(c: CellResult) -> None:

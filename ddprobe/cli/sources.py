@@ -6,23 +6,13 @@ from typing import Any, Optional
 import typer
 from rich.text import Text
 
-from ddprobe.cli import common
+from ddprobe.cli import common, options
 from ddprobe.errors import UsageError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.report.sources import render_buffers, render_flags, render_grep, render_grep_hosts
 from ddprobe.sources.buffers import SizingParams
 from ddprobe.sources.fetch import grep_buffers, read_flags
 from ddprobe.sources.grep import HostGrep, compare, grep, grep_hosts
-
-
-def _ints(text: str, what: str) -> tuple[int, ...]:
-    try:
-        vals = tuple(int(x) for x in text.replace(" ", "").split(",") if x)
-    except ValueError:
-        raise UsageError(f"{what}: expected comma-separated integers, got {text!r}") from None
-    if any(v < 0 for v in vals):
-        raise UsageError(f"{what}: values must be >= 0")
-    return vals
 
 
 def _vars(items: list[str]) -> tuple[tuple[str, int], ...]:
@@ -105,10 +95,8 @@ def register(app: typer.Typer) -> None:
                                     help="An --attention-backend name (its classes follow the "
                                          "install's hierarchy) or all"),
         max_bs: Optional[int] = typer.Option(None, "--max-bs", help="CUDA-graph max batch size."),
-        budgets: Optional[str] = typer.Option(None, "--budgets", help="Draft budgets, e.g. "
-                                              "8,16,32 (draft tokens = budget + 1)."),
-        context_len: Optional[int] = typer.Option(None, "--context-len",
-                                                  help="Model context length."),
+        budgets: options.Budgets = None,
+        context_len: options.ContextLen = None,
         topk: Optional[int] = typer.Option(None, "--topk", help="Speculative topk."),
         steps: Optional[int] = typer.Option(None, "--steps", help="Speculative num steps."),
         var: list[str] = typer.Option([], "--var", help="Other sizes, NAME=INT (e.g. "
@@ -122,7 +110,7 @@ def register(app: typer.Typer) -> None:
         h = common.one_host(host)
         params = None
         if budgets or max_bs is not None or context_len is not None or var:
-            params = SizingParams(max_bs=max_bs, budgets=_ints(budgets or "", "--budgets"),
+            params = SizingParams(max_bs=max_bs, budgets=tuple(budgets or ()),
                                   context_len=context_len, topk=topk, num_steps=steps,
                                   extra=_vars(var))
         with common.env().connect(h) as r:

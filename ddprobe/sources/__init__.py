@@ -8,7 +8,7 @@ program per operation; the analysis runs locally. Entry points:
     grep_buffers(r, host, backend=, params=SizingParams(...)) -> BufferReport
     read_flags(r, host) -> FlagSet   (FlagSet.check(argv), FlagSet.pick(*spellings))
     load_patch(spec) -> Patch; apply_patch / revert_patch / patch_status / patch_diff
-    make_oversize_patch(report, attrs, factor=4) -> Patch
+    make_oversize_patch(report, attrs, factor=OVERSIZE_FACTOR) -> Patch   (ddprobe/defaults.py)
 """
 from __future__ import annotations
 

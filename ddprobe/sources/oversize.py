@@ -11,6 +11,7 @@ import ast
 import hashlib
 from collections.abc import Mapping, Sequence
 
+from ddprobe.defaults import OVERSIZE_FACTOR
 from ddprobe.errors import PatchError
 from ddprobe.hostside.patchtext import FilePatch, Patch, format_patch, make_file_patch, parse_patch
 from ddprobe.sources.buffers import BufferReport, BufferRow, _matches
@@ -21,7 +22,7 @@ OVERSIZE_PREFIX = "ddprobe-oversize-"
 
 
 def make_oversize_patch(analysis_rows: BufferReport | Sequence[BufferRow], attrs: Sequence[str],
-                        factor: int = 4, *, texts: Mapping[str, str] | None = None,
+                        factor: int = OVERSIZE_FACTOR, *, texts: Mapping[str, str] | None = None,
                         patch_id: str | None = None) -> Patch:
     """Build a patch multiplying the size of each named buffer by `factor`.
 

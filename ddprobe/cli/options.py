@@ -1,0 +1,160 @@
+"""Every option more than one command takes, declared once: its flags, type, parser, choices
+and help (issue 26.3). A command names the spec as its parameter's annotation and gives the
+default (a spec never restates a number another module owns: ddprobe/defaults.py):
+
+    def cmd(budgets: options.Budgets = None, as_json: options.Json = False) -> None: ...
+
+Lists of integers are parsed here, at the flag, by ddprobe/intlist.py (one rule set for every
+command and for the session logs); a bad value is click's usage error naming the flag (exit 2,
+128 under --exit-protocol). Choices are enums whose values are the library's Literal
+vocabularies (tests/test_cli_options.py holds them equal). Light on purpose: a TAB completion
+imports this module, never the engine.
+"""
+from __future__ import annotations
+
+from enum import Enum
+from typing import TYPE_CHECKING, Annotated, Optional, cast
+
+import typer
+
+from ddprobe.defaults import MAX_OVERSIZE_FACTOR
+from ddprobe.errors import UsageError
+from ddprobe.intlist import IntListError, parse_ints, parse_ints_or_default
+
+if TYPE_CHECKING:
+    from ddprobe.bisect.ladder import Order as OrderName
+    from ddprobe.bisect.sweep import GraphMode
+    from ddprobe.bisect.verdicts import ExitProtocol as ProtocolName
+
+
+class Ints(tuple[int, ...]):
+    """A parsed integer list (`8,16,32`): positive values, in the order given."""
+
+
+class IntsOrDefault(tuple[Optional[int], ...]):
+    """A parsed integer list where `default` (None) stands for the host's own setting."""
+
+
+def _ints(text: str) -> Ints:
+    try:
+        return Ints(parse_ints(text))
+    except IntListError as e:
+        raise typer.BadParameter(str(e)) from None
+
+
+def _ints_or_default(text: str) -> IntsOrDefault:
+    try:
+        return IntsOrDefault(parse_ints_or_default(text))
+    except IntListError as e:
+        raise typer.BadParameter(str(e)) from None
+
+
+class OrderChoice(str, Enum):
+    """--order: the values of bisect.ladder.Order."""
+
+    auto = "auto"
+    eager_first = "eager-first"
+    graph_first = "graph-first"
+
+
+class ExitProtocolChoice(str, Enum):
+    """--exit-protocol: the values of bisect.verdicts.ExitProtocol."""
+
+    bisect = "bisect"
+
+
+class GraphChoice(str, Enum):
+    """A sweep's --graph: the values of bisect.sweep.GraphMode."""
+
+    both = "both"
+    on = "on"
+    off = "off"
+
+
+# ----- hosts -----
+HOSTS_HELP = "Host, group, or comma list (see `ddprobe hosts`)."
+Hosts = Annotated[str, typer.Option("--host", "-H", help=HOSTS_HELP)]
+HostsOrResume = Annotated[Optional[str], typer.Option(
+    "--host", "-H", help="Host, group, or comma list (see `ddprobe hosts`); identical hosts "
+                         "share the cells, differing ones run side by side (with --resume: "
+                         "the run's hosts).")]
+BreakLock = Annotated[bool, typer.Option("--break-lock", help="Take over a stale host lock.")]
+
+# ----- the server's config -----
+Budgets = Annotated[Optional[Ints], typer.Option(
+    "--budgets", "-b", parser=_ints,
+    help="Draft-tree budgets, e.g. 8,16,32,64 (positive integers; draft tokens = budget + 1).")]
+MaxBs = Annotated[Optional[int], typer.Option(
+    "--max-bs", min=1,
+    help="The server's --cuda-graph-max-bs (default: the inventory's server.max_bs).")]
+MaxBsList = Annotated[Optional[IntsOrDefault], typer.Option(
+    "--max-bs", parser=_ints_or_default,
+    help="--cuda-graph-max-bs values, e.g. 64,16 ('default': the host's server.max_bs).")]
+Backend = Annotated[Optional[str], typer.Option(
+    "--backend", help="The server's --attention-backend (default: the inventory's "
+                      "server.backend).")]
+BackendList = Annotated[Optional[str], typer.Option(
+    "--backend", help="--attention-backend values, a comma list (an empty item: the host's "
+                      "server.backend).")]
+ContextLen = Annotated[Optional[int], typer.Option(
+    "--context-len", min=1, help="Context length for sizing buffers (default: what the "
+                                 "host's SGLang resolves).")]
+KeepServer = Annotated[bool, typer.Option("--keep-server",
+                                          help="Leave the last cell's server running.")]
+
+# ----- probes -----
+TASKS_HELP = "Probe these coding tasks (comma-separated ids), the first N (a number), or 'all'"
+Tasks = Annotated[Optional[str], typer.Option("--tasks", help=TASKS_HELP + " (default: all).")]
+BisectTasks = Annotated[Optional[str], typer.Option(
+    "--tasks", help=TASKS_HELP + " (default: 8, one wave of probes).")]
+
+# ----- a bisect's or sweep's plan -----
+Repeat = Annotated[int, typer.Option("--repeat", min=1,
+                                     help="Run each cell N times; disagreeing repeats = flaky.")]
+Order = Annotated[Optional[OrderChoice], typer.Option(
+    "--order", case_sensitive=False,
+    help="Order of each failure mode's experiments: auto (by expected time to a decision), "
+         "eager-first (the eager control first: the textbook order, more restarts) or "
+         "graph-first (oversize and max bs before the eager control). --graph-first and "
+         "--eager-first are accepted for --order graph-first / eager-first.")]
+GraphFirst = Annotated[bool, typer.Option("--graph-first", hidden=True,
+                                          help="The same as --order graph-first.")]
+EagerFirst = Annotated[bool, typer.Option("--eager-first", hidden=True,
+                                          help="The same as --order eager-first.")]
+OversizeFactor = Annotated[int, typer.Option(
+    "--oversize-factor", min=2, max=MAX_OVERSIZE_FACTOR,
+    help="Enlarge the suspect buffers by this factor first (escalated to cover the static "
+         "shortfall, or x16, when it does not cure).")]
+Resume = Annotated[Optional[str], typer.Option(
+    "--resume", help="Continue an interrupted run (RUN_ID): its options and hosts.")]
+NoParallel = Annotated[bool, typer.Option("--no-parallel",
+                                          help="Never share cells between hosts.")]
+ExitProtocolOpt = Annotated[Optional[ExitProtocolChoice], typer.Option(
+    "--exit-protocol", case_sensitive=False,
+    help="'bisect': exit 0 good, 1 bad, 125 skip, 128 abort (for `git bisect run`).")]
+
+SweepGraph = Annotated[GraphChoice, typer.Option(
+    "--graph", case_sensitive=False,
+    help="Cells with CUDA graphs and without (both), with only (on) or without only (off).")]
+
+# ----- output -----
+Json = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+
+
+def order_of(order: OrderChoice | None, *, graph_first: bool = False,
+             eager_first: bool = False) -> OrderName:
+    """--order, or its older spellings --graph-first / --eager-first (not two that differ)."""
+    given = [(f"--order {order.value}", order)] if order is not None else []
+    given += [("--graph-first", OrderChoice.graph_first)] if graph_first else []
+    given += [("--eager-first", OrderChoice.eager_first)] if eager_first else []
+    if len({choice for _, choice in given}) > 1:
+        raise UsageError(f"{' and '.join(flag for flag, _ in given)} exclude each other")
+    return given[0][1].value if given else OrderChoice.auto.value
+
+
+def protocol_of(choice: ExitProtocolChoice | None) -> ProtocolName | None:
+    return None if choice is None else cast("ProtocolName", choice.value)
+
+
+def graph_of(choice: GraphChoice) -> GraphMode:
+    return choice.value
