@@ -12,10 +12,10 @@ import pytest
 from planner_util import MASK, seed
 
 from ddprobe.bisect.agreement import AgreementOptions
-from ddprobe.bisect.planner import BisectSpec, Planner, PlanOptions
+from ddprobe.bisect.planner import BisectSpec, Planner, PlanOptions, bound
 from ddprobe.bisect.static import Suspect
 from ddprobe.bisect.synthetic import KINDS, threshold
-from ddprobe.bisect.worstcase import Countdown, bound
+from ddprobe.bisect.worstcase import Countdown
 from ddprobe.results import CellResult, Config, Outcome
 
 BUDGETS = (8, 16, 32, 64)

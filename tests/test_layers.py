@@ -1,9 +1,14 @@
 """The layering docs/ARCHITECTURE.md states, checked on the source: which package may import
-which, and that what runs on a host is standard-library Python 3.8.
+which (an allow-list table, rendered into ARCHITECTURE.md and compared with it), that the
+table has a row for every package, and that what runs on a host is standard-library Python 3.8.
 
-Each rule is a (package, packages it must not import) pair read with `ast` from every module of
-the package, including imports inside functions (a lazy import still couples two layers);
-imports under `if TYPE_CHECKING:` are allowed (they never run).
+A package is a sub-package of ddprobe or a top-level module (tests/imports_util.py: how the
+imports are read). Every import that can run counts, including imports inside functions (a
+lazy import still couples two layers); imports under `if TYPE_CHECKING:` are left out here
+(they never run), but not from the cycle count of .ci/health.py. A row's entry is a package
+(any of its modules) or one module (`hostside.client`); a row keyed by a module (`hostside.
+client`) rules that module, the package's row the rest of it. After a change to ALLOWED:
+`python tests/test_layers.py --write-doc` renders it into docs/ARCHITECTURE.md.
 """
 from __future__ import annotations
 
@@ -12,98 +17,164 @@ import sys
 from pathlib import Path
 
 import pytest
+from imports_util import cycles, ddprobe_imports, imports, modules, package_of
 
-from ddprobe.hostside.agent import AGENT_SRC
 from ddprobe.hostside.client import PROGRAMS, program_source
+from ddprobe.remote.agent import AGENT_SRC
 
 ROOT = Path(__file__).resolve().parents[1] / "ddprobe"
+DOC = ROOT.parent / "docs" / "ARCHITECTURE.md"
 
-# package (a sub-package or a top-level module of ddprobe) -> what it must not import
-MUST_NOT = {
-    "server": {"cell", "probes", "bisect", "report", "playbook", "cli", "smoke"},
-    "cell": {"bisect", "report", "playbook", "cli", "smoke"},
-    "probes": {"server", "cell", "bisect", "report", "playbook", "cli", "sources", "remote"},
-    "sources": {"server", "cell", "bisect", "report", "playbook", "cli", "probes"},
-    "signatures": {"remote", "hostside", "server", "cell", "bisect", "report", "cli"},
-    "remote": {"server", "cell", "bisect", "report", "playbook", "cli", "probes", "sources"},
-    "hostside": {"server", "cell", "bisect", "report", "playbook", "cli", "sources"},
-    "inventory": {"remote", "server", "cell", "bisect", "report", "playbook", "cli"},
-    "bisect": {"cli", "playbook"},
-    "report": {"cli", "remote", "server", "cell", "hostside"},
-    "playbook": {"cli"},
-    "smoke": {"cli", "bisect", "playbook"},
+# the leaves any layer may import (they import nothing above them: their own rows below)
+LEAVES = ("results", "effective", "errors", "exitcodes", "untrusted", "safeconsole", "yamlio",
+          "timestamps", "store", "interrupt", "bundled_files", "intlist", "defaults")
+# the modules of hostside/ that run in ddprobe's process; the rest are host programs, run only
+# on a host (as text), which no other package imports
+HOST_LOCAL = ("hostside.client", "hostside.errors", "hostside.patchtext")
+
+# package (or one module) -> what it may import, top of the layers first
+ALLOWED: dict[str, tuple[str, ...]] = {
+    "__main__": ("entry",),
+    "entry": ("cli",),
+    "cli": ("context", "playbook", "smoke", "bisect", "cell", "server", "probes", "sources",
+            "signatures", "remote", "inventory", "report", "facts", *HOST_LOCAL, *LEAVES),
+    "context": ("server", "remote", "inventory", *LEAVES),
+    "playbook": ("smoke", "bisect", "cell", "server", "probes", "sources", "remote",
+                 "inventory", "report", "facts", "hostside.patchtext", *LEAVES),
+    "smoke": ("cell", "server", "probes", "remote", "inventory", "report", "facts", *LEAVES),
+    "bisect": ("cell", "server", "probes", "sources", "remote", "inventory", "report", "facts",
+               *LEAVES),
+    "cell": ("server", "probes", "signatures", "sources", "remote", "inventory",
+             "hostside.client", "hostside.errors", "facts", *LEAVES),
+    "server": ("sources", "remote", "inventory", "hostside.client", "hostside.errors",
+               *LEAVES),
+    "probes": ("results", "errors", "untrusted"),
+    "sources": ("remote", "inventory", "hostside.client", "hostside.patchtext", *LEAVES),
+    "signatures": ("results", "errors", "yamlio"),
+    "hostside": (),  # the host programs: the standard library and each other only
+    "hostside.client": ("remote", "errors", "untrusted"),
+    "hostside.errors": ("errors", "untrusted"),
+    "hostside.patchtext": ("errors",),  # also sent to hosts: that import falls back there
+    "remote": ("inventory", "errors", "interrupt"),
+    "inventory": ("errors", "yamlio"),
+    # bisect.cells: report/live.py describes a cell (issue 26, item 2: one model of a run)
+    "report": ("bisect.cells", "probes.differential", "sources", "results", "store", "errors",
+               "untrusted", "safeconsole"),
+    "facts": ("hostside.client", "remote", "inventory", "errors", "untrusted"),
+    "results": ("effective",),
+    "effective": (),
+    "errors": ("exitcodes",),
+    "exitcodes": (),
+    "untrusted": (),
+    "safeconsole": ("untrusted",),
+    "yamlio": ("errors",),
+    "timestamps": (),
+    "store": ("results", "errors", "untrusted", "timestamps"),
+    "interrupt": (),
+    "bundled_files": (),
+    "intlist": (),
+    "defaults": (),
+    "__init__": (),
 }
-LEAVES = {"results", "effective", "errors", "exitcodes", "untrusted", "yamlio", "timestamps",
-          "store", "intlist", "defaults"}
-LEAF_MAY = {"results": {"effective"}, "errors": {"exitcodes"}, "store": {"errors", "results",
-            "untrusted", "timestamps"}, "yamlio": {"errors"}}
-
-
-def _package(path: Path) -> str:
-    return path.relative_to(ROOT).with_suffix("").parts[0]
-
-
-def _type_checking_lines(tree: ast.Module) -> set[int]:
-    lines: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for sub in node.body:
-                lines.update(range(sub.lineno, (sub.end_lineno or sub.lineno) + 1))
-    return lines
-
-
-def _imports(path: Path) -> list[tuple[int, str]]:
-    """(line, module) of every absolute import that can run."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    skip = _type_checking_lines(tree)
-    out = []
-    for node in ast.walk(tree):
-        if getattr(node, "lineno", None) in skip:
-            continue
-        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-            out.append((node.lineno, node.module))
-        elif isinstance(node, ast.Import):
-            out.extend((node.lineno, a.name) for a in node.names)
-    return out
-
-
-def _ddprobe_deps(path: Path) -> list[tuple[int, str]]:
-    return [(ln, m.split(".")[1]) for ln, m in _imports(path)
-            if m.startswith("ddprobe.") and m.split(".")[1] != _package(path)]
-
 
 MODULES = sorted(ROOT.rglob("*.py"))
 
 
-def test_the_layer_rules_see_every_package() -> None:
+def _imports(path: Path) -> list[tuple[int, str]]:
+    """(line, module) of every absolute import that can run."""
+    return [(i.line, i.module) for i in imports(path) if not i.typing]
+
+
+def _row(module: str) -> str:
+    """The table row that rules a module: its own, else its package's."""
+    short = module.removeprefix("ddprobe.")
+    return short if short in ALLOWED else package_of(module)
+
+
+def _allowed(row: str, dep: str) -> bool:
+    short = dep.removeprefix("ddprobe.")
+    return any(short == e or short.startswith(e + ".") for e in ALLOWED[row])
+
+
+def _violations(root: Path = ROOT) -> list[str]:
+    bad = []
+    for name, path in modules(root).items():
+        row = _row(name)
+        for ln, dep in ddprobe_imports(path, typing=False, root=root):
+            if package_of(dep) != package_of(name) and not _allowed(row, dep):
+                bad.append(f"{path.relative_to(root.parent)}:{ln} imports {dep} "
+                           f"(not in the row {row!r})")
+    return bad
+
+
+def test_the_table_has_a_row_for_every_package_and_names_only_real_ones() -> None:
     # a rule naming a package that does not exist would pass for ever
-    names = {_package(p) for p in MODULES}
-    for pkg, banned in MUST_NOT.items():
-        assert pkg in names, pkg
-        assert banned <= names | {"smoke"}, banned - names
-    assert LEAVES <= names
+    names = {package_of(m) for m in modules()}
+    rows = {r for r in ALLOWED if "." not in r}
+    assert rows == names, (names - rows, rows - names)
+    real = set(modules())
+    for row, entries in ALLOWED.items():
+        for e in (row, *entries):
+            assert f"ddprobe.{e}" in real or e in names, (row, e)
 
 
-@pytest.mark.parametrize("pkg", sorted(MUST_NOT))
-def test_no_import_runs_back_up(pkg: str) -> None:
-    bad = [f"{p.relative_to(ROOT.parent)}:{ln} imports ddprobe.{dep}"
-           for p in MODULES if _package(p) == pkg
-           for ln, dep in _ddprobe_deps(p) if dep in MUST_NOT[pkg]]
-    assert bad == []
+def test_every_import_is_in_the_table() -> None:
+    assert _violations() == []
 
 
-def test_leaf_modules_import_nothing_above_them() -> None:
-    bad = [f"{p.relative_to(ROOT.parent)}:{ln} imports ddprobe.{dep}"
-           for p in MODULES if _package(p) in LEAVES
-           for ln, dep in _ddprobe_deps(p) if dep not in LEAF_MAY.get(_package(p), set())]
-    assert bad == []
+def test_the_table_check_can_fail(tmp_path: Path) -> None:
+    pkg = tmp_path / "ddprobe"
+    for rel, text in {"__init__.py": "", "errors.py": "", "remote/__init__.py": "",
+                      "remote/local.py": "from ddprobe.hostside.sourceio import atomic_write\n"
+                                         "from ddprobe import errors\n",
+                      "hostside/__init__.py": "", "hostside/sourceio.py": "",
+                      "probes/__init__.py": "def f():\n    from ddprobe.remote import local\n"
+                      }.items():
+        (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
+        (pkg / rel).write_text(text)
+    assert _violations(pkg) == [
+        "ddprobe/probes/__init__.py:2 imports ddprobe.remote.local (not in the row 'probes')",
+        "ddprobe/remote/local.py:1 imports ddprobe.hostside.sourceio (not in the row 'remote')"]
 
 
-def test_nothing_imports_the_cli_but_the_entry_point() -> None:
-    bad = [f"{p.relative_to(ROOT.parent)}:{ln}" for p in MODULES
-           if _package(p) not in {"cli", "__main__", "entry"}
-           for ln, dep in _ddprobe_deps(p) if dep == "cli"]
-    assert bad == []
+def test_the_layers_the_table_allows_have_no_cycle_but_the_known_one() -> None:
+    """The table allows no cycle of packages (an import graph inside it has none either), but
+    bisect <-> report, which issue 26 item 2 (one model of a run) removes."""
+    graph = {row: {package_of(f"ddprobe.{e}") for e in entries} - {row}
+             for row, entries in ALLOWED.items() if "." not in row}
+    assert cycles(graph) == [["bisect", "report"]]
+
+
+def render_table() -> str:
+    """The table as docs/ARCHITECTURE.md shows it."""
+    def cell(entries: tuple[str, ...]) -> str:
+        rest = [e for e in entries if e not in LEAVES]
+        leaves = [e for e in entries if e in LEAVES]
+        parts = [f"`{e}`" for e in rest]
+        if len(leaves) == len(LEAVES):
+            parts.append("the leaves")
+        else:
+            parts += [f"`{e}`" for e in leaves]
+        return ", ".join(parts) or "nothing of ddprobe"
+    lines = [f"The leaves: {', '.join(f'`{x}`' for x in LEAVES)}.", "",
+             "| package | may import |", "| --- | --- |"]
+    lines += [f"| `{row}` | {cell(entries)} |" for row, entries in ALLOWED.items()]
+    return "\n".join(lines) + "\n"
+
+
+BEGIN = "<!-- layers: generated from tests/test_layers.py ALLOWED; " \
+        "`python tests/test_layers.py --write-doc` -->\n"
+END = "<!-- layers: end -->\n"
+
+
+def _doc_block(text: str) -> str:
+    assert BEGIN in text and END in text, "docs/ARCHITECTURE.md lost the layers table markers"
+    return text.split(BEGIN, 1)[1].split(END, 1)[0]
+
+
+def test_architecture_md_shows_the_table() -> None:
+    assert _doc_block(DOC.read_text(encoding="utf-8")) == render_table(), \
+        "run `python tests/test_layers.py --write-doc`"
 
 
 def test_only_the_testbed_commands_and_its_prepare_step_import_the_testbed() -> None:
@@ -266,3 +337,9 @@ def test_no_test_module_imports_a_fixture_from_a_helper(tmp_path: Path) -> None:
     (tmp_path / "tests" / "test_c.py").write_text("from h_util import plain, pre\n")
     assert _imported_fixtures(tmp_path / "tests") == [
         "tests/test_c.py:1 imports fixture pre from h_util"]
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write-doc"]:
+    text = DOC.read_text(encoding="utf-8")
+    DOC.write_text(text.replace(BEGIN + _doc_block(text) + END, BEGIN + render_table() + END),
+                   encoding="utf-8")

@@ -281,7 +281,7 @@ def test_run_and_probe_steps_drive_real_cells(ssh_opts, local_testbed: Path, tmp
         res = run_playbook(pb, host, runs_dir=tmp_path / "runs",
                        opts=remote.RemoteOptions())
     finally:
-        from ddprobe.server.manager import get_manager
+        from ddprobe.server.registry import get_manager
         with remote.connect(host, ssh_opts) as r:
             get_manager(r, host).stop()
     assert res.ok, (res.error, [s.summary for s in res.steps])

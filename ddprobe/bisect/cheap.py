@@ -127,8 +127,8 @@ def host_support(r: Remote, host: Host, base: Config, *, max_bs: int | None, con
     """Whether `host` runs cheap cells: the option and the inventory allow it, the install
     defines the flags, and its own argument handling accepts a cheap launch (the preflight)."""
     from ddprobe.server.launch import build_launch, check_launch, host_flags
-    from ddprobe.server.manager import get_manager
     from ddprobe.server.preflight import preflight_launch
+    from ddprobe.server.registry import get_manager
     if not enabled:
         return replace(OFF, note="cheap cells off (--no-cheap-cells)")
     if not host.server.cheap_cells:

@@ -23,7 +23,6 @@ from ddprobe.remote import Remote, RemoteOptions
 from ddprobe.results import Config
 from ddprobe.server.caches import RunCaches
 from ddprobe.server.launch import build_launch, check_launch, host_flags
-from ddprobe.server.manager import get_manager
 from ddprobe.server.preflight import (
     PreflightResult,
     apply_result,
@@ -32,6 +31,7 @@ from ddprobe.server.preflight import (
     static_rules,
 )
 from ddprobe.server.prepare import prepare_host
+from ddprobe.server.registry import get_manager
 
 
 @dataclass

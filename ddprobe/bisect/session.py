@@ -22,8 +22,8 @@ from ddprobe.inventory import Host
 from ddprobe.remote import Remote, RemoteOptions, connect
 from ddprobe.server.caches import RunCaches
 from ddprobe.server.lock import HostLock, read_lock
-from ddprobe.server.manager import get_manager
 from ddprobe.server.prepare import prepare_host
+from ddprobe.server.registry import get_manager
 from ddprobe.sources.buffers import BufferReport, SizingParams
 from ddprobe.sources.fetch import grep_buffers
 from ddprobe.sources.oversize import make_oversize_patch

@@ -19,13 +19,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from ddprobe.bisect.cells import BAD, PlannedCell, mode_key, status_of
 from ddprobe.results import CellResult, Outcome, Signature
-
-if TYPE_CHECKING:  # the planner imports this module
-    from ddprobe.bisect.planner import Planner, PlanState
 
 NODE_LIMIT = 100  # planner states; beyond it, the search-free bound
 
@@ -37,6 +34,15 @@ class Left:
     configs: int
     restarts: int
     exact: bool = True  # False: the search hit its limit; `configs` is the fallback bound
+
+
+class Replayable(Protocol):
+    """What the search needs of a planner (`planner.Planner` is one; this module imports it
+    not): results fed in, the next round of cells asked for."""
+
+    def record(self, cell: PlannedCell, result: CellResult) -> None: ...
+
+    def next_cells(self, k: int = 1) -> list[PlannedCell]: ...
 
 
 Mode = tuple[str, Outcome, "Signature | None"]  # (name, outcome, signature) of a failure mode
@@ -52,8 +58,9 @@ def _answers(cell: PlannedCell, modes: tuple[Mode, ...]) -> list[tuple[Mode, Cel
     return [(m, mk(m[1], m[2])) for m in (ok, *modes, new)]
 
 
-def worst_case(make_planner: Callable[[], Planner], history: list[tuple[PlannedCell, CellResult]],
-               *, k: int = 1, node_limit: int = NODE_LIMIT) -> int | None:
+def worst_case(make_planner: Callable[[], Replayable],
+               history: list[tuple[PlannedCell, CellResult]], *, k: int = 1,
+               node_limit: int = NODE_LIMIT) -> int | None:
     """Most cells still to run from `history` on, or None when the search passes `node_limit`.
 
     `make_planner()` returns a fresh planner of the same spec (with `record` and `next_cells`);
@@ -108,71 +115,6 @@ def worst_case(make_planner: Callable[[], Planner], history: list[tuple[PlannedC
         return solve((), tuple(seen), ())
     except _Stop:
         return None
-
-
-def bound(p: Planner) -> int:
-    """An upper bound without search: every untested budget may fail in a new mode of its own
-    and need a full diagnosis (each step, the halving of the suspects, the extra cells)."""
-    st = p.state()
-    spec = p.spec
-    opts = spec.options
-    n_sus = len(spec.suspects)
-    naming = math.ceil(math.log2(n_sus)) if n_sus > 1 else 0
-    extra = int(bool(opts.confirm_patch)) + int(bool(opts.sanitize and opts.sanitize_available))
-    # one mode's whole diagnosis (E, O, its escalation O2, M)
-    full = (4 if n_sus else 2) + naming + extra
-    # each untested budget: its restart, a diagnosis of its own, or a control of its own
-    left = sum(len(g.untested) for g in st.row.gaps) * (2 + full)
-    left += len(getattr(st, "needed_frontier", ())) * (2 + full)
-    left += sum(len(mp.pending) for mp in getattr(st, "modes", ()))
-    left += sum(1 for o in st.row.obs if o.status == "pending")
-    started = set()
-    for lad in st.ladders:
-        started.add(lad.mode)
-        if lad.decision is None:
-            steps = [s for s in lad.order if s in lad.cells
-                     and not p.obs(lad.cells[s]).decided]
-            left += len(steps) + extra
-            if "O" in steps:
-                left += naming + 1  # + its escalation (O2) when x factor does not cure
-        else:
-            if lad.needed:  # still naming the buffer
-                left += math.ceil(math.log2(max(2, len(lad.naming))))
-    left += sum(1 for c in st.extras if not p.obs(c).decided)
-    left += _latent_left(p, st)
-    left += full * sum(1 for m in st.row.modes() if m not in started)
-    left += _compare_left(p, st, full)
-    return left * opts.repeat
-
-
-def _compare_left(p: Planner, st: PlanState, full: int) -> int:
-    """The graph-vs-eager comparison's cells (agreement.py): an eager cell per untested budget
-    and per passing one not yet compared (each may become the kept one), and a divergence
-    mode's eager repeat and diagnosis."""
-    from ddprobe.bisect import agreement
-    if not p.spec.options.agreement.enabled:
-        return 0
-    row = st.row
-    untested = sum(len(g.untested) for g in row.gaps)
-    uncompared = sum(1 for i, o in enumerate(row.obs) if o.status == "good" and not p.obs(
-        agreement.eager_cell(p.spec.base, row.budgets[i])).decided)
-    if not (untested or uncompared or st.compare):
-        return 0
-    return untested + uncompared + 1 + full
-
-
-def _latent_left(p: Planner, st: PlanState) -> int:
-    """The latent check's memcheck cells not yet planned (it plans one at a time)."""
-    from ddprobe.bisect import latent
-    opts = p.spec.options.latent
-    if not (opts.enabled and opts.available):
-        return 0
-    t = latent.trigger(st.row, p.spec.suspects)
-    if t is None:
-        return 0
-    planned = {c.base_key for c in st.extras}
-    cells = [latent.cell_for(p.spec.base, st.row.budgets[i]) for i in latent.targets(st.row, t)]
-    return sum(1 for c in cells if c.base_key not in planned and not p.obs(c).decided)
 
 
 def restarts_for(configs: int, k: int) -> int:

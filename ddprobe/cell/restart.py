@@ -39,9 +39,10 @@ from ddprobe.remote import Remote
 from ddprobe.results import Config, Outcome, Signature
 from ddprobe.server.caches import RunCaches
 from ddprobe.server.launch import Launch, build_launch, check_launch, host_flags, server_target
-from ddprobe.server.manager import Manager, Peek, StartInfo, StopInfo, get_manager
+from ddprobe.server.manager import Manager, Peek, StartInfo, StopInfo
 from ddprobe.server.preflight import preflight_launch
 from ddprobe.server.prepare import prepare_host
+from ddprobe.server.registry import get_manager
 from ddprobe.untrusted import file_part
 
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddprobe.hostside.agent import MAX_REPLY_BYTES
 from ddprobe.hostside.errors import host_error
 from ddprobe.remote import Remote
+from ddprobe.remote.agent import MAX_REPLY_BYTES
 from ddprobe.untrusted import clean
 
 _HERE = Path(__file__).resolve().parent

@@ -105,9 +105,9 @@ class Inventory:
         names, groups, `all`, globs, `~regex`, `!exclusion`, `&intersection`, joined by `,`
         or `:`; `limit` (--limit) is a second pattern the result is intersected with."""
         from ddprobe.inventory.pattern import select
-        out = select(spec, self, key="--host")
+        out = [self.hosts[n] for n in select(spec, self, key="--host")]
         if limit:
-            allowed = {h.name for h in select(limit, self, key="--limit")}
+            allowed = set(select(limit, self, key="--limit"))
             out = [h for h in out if h.name in allowed]
             if not out:
                 raise ConfigError(f"--limit {limit!r} leaves none of the hosts of {spec!r}",
@@ -119,7 +119,7 @@ class Inventory:
         out = list(self.hosts.values())
         if limit:
             from ddprobe.inventory.pattern import select
-            allowed = {h.name for h in select(limit, self, key="--limit")}
+            allowed = set(select(limit, self, key="--limit"))
             out = [h for h in out if h.name in allowed]
         return out
 

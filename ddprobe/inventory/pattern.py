@@ -12,14 +12,26 @@ from __future__ import annotations
 import difflib
 import fnmatch
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Mapping
+from typing import Protocol
 
 from ddprobe.errors import ConfigError
 
-if TYPE_CHECKING:
-    from ddprobe.inventory import Host, Inventory
-
 BUILTIN = "testbed"
+
+
+class Names(Protocol):
+    """What a pattern is matched against: the host and group names of an inventory (an
+    `Inventory` is one; this module does not import it, which imports this module)."""
+
+    @property
+    def hosts(self) -> Mapping[str, object]: ...
+
+    @property
+    def groups(self) -> Mapping[str, tuple[str, ...]]: ...
+
+    @property
+    def path(self) -> str | None: ...
 
 
 def split_pattern(spec: str) -> list[str]:
@@ -36,7 +48,7 @@ def split_pattern(spec: str) -> list[str]:
     return terms
 
 
-def _by_regex(term: str, inv: Inventory, listed: list[str], key: str) -> list[str]:
+def _by_regex(term: str, inv: Names, listed: list[str], key: str) -> list[str]:
     try:
         rx = re.compile(term[1:])
     except re.error as e:
@@ -46,7 +58,7 @@ def _by_regex(term: str, inv: Inventory, listed: list[str], key: str) -> list[st
     return hit
 
 
-def _by_glob(term: str, inv: Inventory, listed: list[str]) -> list[str]:
+def _by_glob(term: str, inv: Names, listed: list[str]) -> list[str]:
     hit = [n for n in listed if fnmatch.fnmatchcase(n, term)]
     for g, hs in inv.groups.items():
         if fnmatch.fnmatchcase(g, term):
@@ -54,7 +66,7 @@ def _by_glob(term: str, inv: Inventory, listed: list[str]) -> list[str]:
     return hit
 
 
-def _match(term: str, inv: Inventory, key: str) -> list[str]:
+def _match(term: str, inv: Names, key: str) -> list[str]:
     """Host names one term names (in inventory order)."""
     listed = [n for n in inv.hosts if n != BUILTIN]
     if term in inv.hosts:
@@ -89,7 +101,8 @@ def _terms(spec: str, key: str) -> tuple[list[str], list[str], list[str]]:
     return plain, inter, excl
 
 
-def select(spec: str, inv: Inventory, *, key: str = "--host") -> list[Host]:
+def select(spec: str, inv: Names, *, key: str = "--host") -> list[str]:
+    """The names of the hosts `spec` selects, in inventory order."""
     plain, inter, excl = _terms(spec, key)
     names: list[str] = []
     for t in plain or ["all"]:
@@ -102,4 +115,4 @@ def select(spec: str, inv: Inventory, *, key: str = "--host") -> list[Host]:
         names = [n for n in names if n not in drop]
     if not names:
         raise ConfigError(f"host pattern {spec!r} matches no host", key=key)
-    return [inv.hosts[n] for n in names]
+    return names

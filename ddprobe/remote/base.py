@@ -37,7 +37,7 @@ class RemoteOptions:
     connect_timeout: float = 15.0
     command_timeout: float = 120.0
     keepalive: int = 30
-    agent: bool = True  # one command runner alive per connection (ddprobe/hostside/agent.py)
+    agent: bool = True  # one command runner alive per connection (ddprobe/remote/agent.py)
 
 
 def build_command(argv: Sequence[str], *, env: Mapping[str, str] | None = None,

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from ddprobe import interrupt
 from ddprobe.errors import RemoteError, RemoteTimeout
-from ddprobe.hostside.sourceio import atomic_write
 from ddprobe.inventory import Host
 from ddprobe.remote.base import (
     CmdResult,
@@ -80,10 +79,35 @@ class LocalRemote(Remote):
             raise RemoteError(f"{self.host.name}: cannot read {path}: {e.strerror}") from None
 
     def write_bytes(self, path: str, data: bytes, *, mode: int | None = None) -> None:
-        # the host programs' atomic write (temp beside it, fsync, rename, fsync the directory,
-        # the temp removed on failure): on the local host it runs in-process
-        atomic_write(self.expand(path), data, mode)
+        _atomic_write(self.expand(path), data, mode)
 
     @contextlib.contextmanager
     def tunnel(self, remote_port: int, remote_host: str = "127.0.0.1") -> Iterator[int]:
         yield remote_port
+
+
+def _atomic_write(path: str, data: bytes, mode: int | None) -> None:
+    """What the host programs' `sourceio.atomic_write` does, in-process (remote/ sits below
+    hostside/ and imports none of it): a temp file beside the target, fsync, the mode, rename,
+    fsync the directory; the temp removed on failure."""
+    d = os.path.dirname(path) or "."
+    tmp = os.path.join(d, f".{os.path.basename(path)}.ddprobe-{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        if mode is not None:
+            os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    with contextlib.suppress(OSError):
+        dfd = os.open(d, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)

@@ -24,8 +24,8 @@ from ddprobe.errors import (
     RemoteTimeout,
     UnreachableError,
 )
-from ddprobe.hostside.agent import AGENT_SRC, MAX_REPLY_BYTES, Agent, AgentDead, AgentTimeout
 from ddprobe.inventory import Host
+from ddprobe.remote.agent import AGENT_SRC, MAX_REPLY_BYTES, Agent, AgentDead, AgentTimeout
 from ddprobe.remote.base import (
     CmdResult,
     Remote,

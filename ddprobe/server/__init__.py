@@ -27,8 +27,9 @@ from ddprobe.server.launch import (
     server_target,
 )
 from ddprobe.server.lock import HostLock, LockInfo, read_lock
-from ddprobe.server.manager import Manager, Peek, ServerStatus, StartInfo, StopInfo, get_manager
+from ddprobe.server.manager import Manager, Peek, ServerStatus, StartInfo, StopInfo
 from ddprobe.server.prepare import prepare_host
+from ddprobe.server.registry import get_manager
 
 __all__ = ["AlreadyRunningError", "DiskFullError", "HostLock", "RunCaches",
            "HostOpError", "Launch", "LockInfo", "Manager", "Peek", "PortInUseError",

@@ -96,10 +96,24 @@ def _budget_words(host: Host, config: Config) -> list[str]:
     return ["--speculative-num-draft-tokens", str(config.budget + 1)]
 
 
+# launch flag -> EffectiveConfig field it sets
+FLAG_FIELDS = {
+    "--speculative-algorithm": "algorithm",
+    "--speculative-num-draft-tokens": "draft_tokens",
+    "--speculative-num-steps": "num_steps",
+    "--speculative-eagle-topk": "topk",
+    "--speculative-ddtree-budget": "tree_budget",
+    "--cuda-graph-max-bs": "cuda_graph_max_bs",
+    "--cuda-graph-max-bs-decode": "cuda_graph_max_bs",
+    "--attention-backend": "attention_backend",
+    "--max-running-requests": "max_running_requests",
+    "--context-length": "context_length",
+}
+
+
 def budget_fields(host: Host) -> tuple[str, ...]:
     """The effective-config fields that carry the budget on this host (what the preflight
     compares): the fields of the flags the budget mapping fills in."""
-    from ddprobe.server.preflight import FLAG_FIELDS
     words = _budget_words(host, Config(budget=7))
     return tuple(dict.fromkeys(FLAG_FIELDS[w] for i, w in enumerate(words[:-1])
                                if w in FLAG_FIELDS and words[i + 1] in ("7", "8")))

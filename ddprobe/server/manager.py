@@ -11,11 +11,10 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from ddprobe.errors import ConfigError
 from ddprobe.hostside.client import call as host_call
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
-from ddprobe.server.launch import DEFAULT_TEMPLATE, Launch, where
+from ddprobe.server.launch import DEFAULT_TEMPLATE, Launch
 
 
 @dataclass(frozen=True)
@@ -133,19 +132,3 @@ def stamp() -> str:
     """A sortable, collision-resistant name part for per-cell log files."""
     t = time.time()
     return time.strftime("%Y%m%dT%H%M%S", time.localtime(t)) + f"-{int(t * 1000) % 1000:03d}"
-
-
-def get_manager(r: Remote, host: Host) -> Manager:
-    """The manager `host.server.manager` names."""
-    kind = host.server.manager
-    if kind == "command":
-        from ddprobe.server.command import CommandManager
-        return CommandManager(r, host)
-    if kind == "systemd":
-        from ddprobe.server.systemd import SystemdManager
-        return SystemdManager(r, host)
-    if kind == "docker":
-        from ddprobe.server.docker import DockerManager
-        return DockerManager(r, host)
-    raise ConfigError(f"unknown server manager {kind!r} for host '{host.name}' (command, systemd "
-                      f"or docker)", key="server.manager", **where(host))

@@ -32,23 +32,11 @@ from ddprobe.hostside.client import call
 from ddprobe.hostside.errors import NoAnswerError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
+from ddprobe.server.launch import FLAG_FIELDS, budget_fields
 
 # modules a GPU host has and a CPU-only checkout may not: without them the preflight cannot
 # run, which is not a fault of the install
 GPU_ONLY_MODULES = ("torch", "triton", "sgl_kernel", "flashinfer", "cuda", "pynvml")
-# launch flag -> EffectiveConfig field it sets
-FLAG_FIELDS = {
-    "--speculative-algorithm": "algorithm",
-    "--speculative-num-draft-tokens": "draft_tokens",
-    "--speculative-num-steps": "num_steps",
-    "--speculative-eagle-topk": "topk",
-    "--speculative-ddtree-budget": "tree_budget",
-    "--cuda-graph-max-bs": "cuda_graph_max_bs",
-    "--cuda-graph-max-bs-decode": "cuda_graph_max_bs",
-    "--attention-backend": "attention_backend",
-    "--max-running-requests": "max_running_requests",
-    "--context-length": "context_length",
-}
 _NUMERIC = {"draft_tokens", "num_steps", "topk", "tree_budget", "cuda_graph_max_bs",
             "max_running_requests", "context_length"}
 
@@ -274,7 +262,6 @@ def asked(server_args: Sequence[str]) -> dict[str, Any]:
 def label_fields(host: Host, config: Any) -> tuple[str, ...]:
     """The effective fields a cell's label depends on (its budget flags, graph, max bs,
     backend): a difference in one of them means the cell would run under a wrong label."""
-    from ddprobe.server.launch import budget_fields
     out = list(budget_fields(host)) + ["cuda_graph"]
     if config.max_bs is not None:
         out.append("cuda_graph_max_bs")
