@@ -115,7 +115,7 @@ def run_case(scenario: str, path: str, budgets: tuple[int, ...], *, hosts: int, 
     rep = run_bisect(hs, BisectRequest(budgets=budgets, tasks=TASKS), root=root / "runs",
                      opts=RemoteOptions())
     wall = time.monotonic() - t
-    cells = [c for g in rep.groups for _, c in g.cells]
+    cells = [c for g in rep.groups for c in g.cells]
     overhead = max(0.0, wall - server_time(cells, rep.rounds, hosts))
     verdicts = ", ".join(f"{'/'.join(map(str, v.budgets))}:{v.kind}" for v in rep.verdicts)
     sw_restarts = sw_wall = None

@@ -47,12 +47,13 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ddprobe.bisect.run import BisectReport, BisectRequest, run_bisect  # noqa: E402
+from ddprobe.bisect.run import BisectRequest, run_bisect  # noqa: E402
 from ddprobe.bisect.sweep import SweepRequest, run_sweep  # noqa: E402
 from ddprobe.cell.phases import CellPhases  # noqa: E402
 from ddprobe.inventory import Host, builtin_testbed  # noqa: E402
 from ddprobe.remote import RemoteOptions  # noqa: E402
 from ddprobe.results import CellResult  # noqa: E402
+from ddprobe.runmodel import RunModel  # noqa: E402
 from ddtestbed.expect import Expectation, expectations  # noqa: E402
 from ddtestbed.srt.utils import CLOCK_LINE  # noqa: E402
 
@@ -117,11 +118,11 @@ def verdict_key(v: Any) -> tuple[Any, ...]:
 
 def bisect(exp: Expectation, tasks: str, *, cheap: bool) -> Run:
     root = Path(tempfile.mkdtemp(prefix="ddprobe-ttv-"))
-    rep: BisectReport = run_bisect([testbed_host(exp.scenario, root)],
+    rep: RunModel = run_bisect([testbed_host(exp.scenario, root)],
                                    request(exp, tasks, cheap=cheap), root=root,
                                    break_lock=True, opts=RemoteOptions())
     run = Run("cheap on" if cheap else "today")
-    cells = [c for g in rep.groups for _, c in g.cells]
+    cells = [c for g in rep.groups for c in g.cells]
     times = [sim_seconds(c) for c in cells]
     run.verdicts = sorted(verdict_key(v) for v in rep.verdicts)
     run.restarts, run.cells = rep.restarts_used, len(cells)
@@ -152,8 +153,8 @@ def sweep(exp: Expectation, tasks: str) -> Run:
                     SweepRequest(budgets=exp.budgets, graph="both", tasks=(tasks,)),
                     root=root, break_lock=True, opts=RemoteOptions())
     run = Run("sweep")
-    run.restarts, run.cells = rep.restarts_used, len(rep.cells)
-    run.last_s = sum(sim_seconds(c) for c in rep.cells)
+    run.restarts, run.cells = rep.restarts_used, len(rep.results)
+    run.last_s = sum(sim_seconds(c) for c in rep.results)
     return run
 
 

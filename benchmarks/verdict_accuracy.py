@@ -77,7 +77,7 @@ def run_one(exp: Expectation, root: Path, tasks: str) -> tuple[list[Graded], obj
     host = testbed_host(exp.scenario)
     rep = run_bisect([host], request(exp, tasks), root=root, break_lock=True,
                      opts=RemoteOptions())
-    return grade(exp, rep.verdicts), rep
+    return grade(exp, list(rep.verdicts)), rep
 
 
 def main(argv: list[str] | None = None) -> int:

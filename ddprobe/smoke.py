@@ -35,9 +35,10 @@ from ddprobe.probes import differential
 from ddprobe.remote import RemoteOptions, connect
 from ddprobe.report import write_reports
 from ddprobe.results import CellResult, Config, Outcome
+from ddprobe.runmodel import load_model
 from ddprobe.server.caches import RunCaches
 from ddprobe.server.launch import build_launch, check_launch, host_flags
-from ddprobe.store import RunStore, load_run, runs_root
+from ddprobe.store import RunStore, runs_root
 from ddprobe.timestamps import utc_stamp
 from ddprobe.untrusted import excerpt, for_xml
 
@@ -397,7 +398,7 @@ def run_smoke(hosts: Sequence[Host], *, opts: RemoteOptions, budgets: Sequence[i
                                        if c.timings.get("restart") is not None),
                   "exit_code": rep.exit_code, "wall_s": round(rep.wall_s, 3)})
     try:
-        write_reports(load_run(store.dir))
+        write_reports(load_model(store.dir))
     except Exception:  # the files are a convenience: the verdict is the exit code and JUnit
         pass
     return rep

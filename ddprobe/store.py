@@ -8,7 +8,11 @@ Journal events (each a JSON object with a "type"):
   {"type": "verdict", **Verdict.to_dict()}
   {"type": "note", "text": str}
   {"type": "preflight", "group", "host", "ran", "refused", "results"}  (bisect: server/preflight)
-  {"type": "end", "finished_at", "restarts_used", "restarts_full_sweep", "exit_code"}
+  {"type": "end", "finished_at", "restarts_used", "restarts_full_sweep", "exit_code", "wall_s",
+   "infra_errors", "run_notes"; a bisect's "restarts_this_invocation", "rounds", "status",
+   "server_s", "disagreements" (texts), "disagreement_details", "groups" (per group: key,
+   name, hosts, identity, rounds, restarts, suspects, patch_kept, notes, verdicts_final);
+   a sweep's "variants" and "rows"}  (read back by ddprobe/runmodel.py)
 """
 from __future__ import annotations
 
@@ -117,8 +121,12 @@ def find_run(run_id: str, root: Path | None = None) -> Path:
 
 
 def load_run(run_dir: Path) -> RunRecord:
+    """The run's journal, read: its header, plan, cells, notes, the last end entry and the
+    verdicts written with it (a resumed run writes every verdict again before its new end:
+    those of an earlier end are replaced, never listed twice)."""
     j = run_dir / "journal.jsonl"
     rec = RunRecord(run_id=run_dir.name, dir=run_dir)
+    ended = False  # an end entry came after the last verdict
     for n, line in enumerate(j.read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
@@ -137,13 +145,15 @@ def load_run(run_dir: Path) -> RunRecord:
                 if t == "cell":
                     rec.cells.append(CellResult.from_dict(ev))
                 else:
+                    if ended:
+                        rec.verdicts, ended = [], False
                     rec.verdicts.append(Verdict.from_dict(ev))
             except UnknownValue as e:  # a kind or status this version does not know
                 raise ConfigError(str(e), path=str(j), line=n, key=e.key) from None
         elif t == "note":
             rec.notes.append(ev.get("text", ""))
         elif t == "end":
-            rec.end = ev
+            rec.end, ended = ev, True
         elif t is None:
             raise ConfigError("journal event without a type", path=str(j), line=n)
     return rec

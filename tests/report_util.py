@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ddprobe.results import CellResult, Config, Evidence, Outcome, ProbeSummary, Signature, Verdict
+from ddprobe.runmodel import RunModel, load_model
 from ddprobe.store import RunStore
 
 MASK = {"attr": "cuda_graph_custom_mask", "file": "srt/layers/attention/triton_backend.py",
@@ -86,3 +87,17 @@ def write_seed_run(root: Path, *, finished: bool = True, extra: list[CellResult]
         store.append({"type": "end", "finished_at": "2026-11-29T10:40:00", "restarts_used": 5,
                       "restarts_full_sweep": 8, "exit_code": 1})
     return store.dir
+
+
+def bisect_model(root: Path, verdicts: list[Verdict], budgets: list[int]) -> RunModel:
+    """A finished bisect of one group with these verdicts and no cells, as its journal holds
+    it: what `render_bisect` draws (the model a bisect returns)."""
+    store = RunStore(root / "20261129-090000-bisect-r")
+    store.append({"type": "run", "run_id": store.run_id, "command": "bisect", "hosts": ["h"],
+                  "budgets": budgets, "started_at": "2026-11-29T09:00:00", "options": {}})
+    for v in verdicts:
+        store.verdict(v)
+    store.append({"type": "end", "finished_at": "2026-11-29T10:00:00", "restarts_used": 8,
+                  "restarts_this_invocation": 8, "restarts_full_sweep": 8, "rounds": 8,
+                  "wall_s": 1.0, "groups": [{"key": "g", "name": "g", "hosts": ["h"]}]})
+    return load_model(store.dir)

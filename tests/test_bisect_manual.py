@@ -20,6 +20,7 @@ import pytest
 
 from ddprobe.cli import main
 from ddprobe.exitcodes import ExitCode
+from ddprobe.runmodel import build_model
 from ddprobe.store import find_run, load_run
 
 
@@ -191,8 +192,8 @@ def test_reports_of_the_seed_run_carry_each_failing_cells_evidence(seed_run: dic
     from ddprobe.report.html import render_html
     from ddprobe.report.markdown import render_markdown
     rec = seed_run["record"]
-    md = render_markdown(rec)
-    html = render_html(rec)
+    md = render_markdown(build_model(rec))
+    html = render_html(build_model(rec))
     failing = [(i, c) for i, c in enumerate(rec.cells, 1) if c.outcome.value != "ok"]
     assert len(failing) >= 4
     for i, c in failing:

@@ -107,32 +107,24 @@ def test_columns_60_keeps_host_names_whole(tmp_path: Path) -> None:
         assert max(len(ln) for ln in table) <= 60, out
 
 
-def test_a_piped_bisect_verdict_table_honours_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_piped_bisect_verdict_table_honours_columns(monkeypatch: pytest.MonkeyPatch,
+                                                      tmp_path: Path) -> None:
     import io
 
     from planner_util import seed, spec
+    from report_util import bisect_model
     from rich.console import Console
 
     from ddprobe.bisect.planner import simulate
     from ddprobe.bisect.verdicts import build_verdicts
     from ddprobe.report.terminal import render_bisect
     p, _ = simulate(spec(), seed)
-    rep = type("Rep", (), {})()
-    rep.run_id, rep.budgets, rep.groups = "r", [8, 16, 32, 64], [_group()]
-    rep.verdicts = build_verdicts(p, host="h")
-    rep.disagreements, rep.restarts_used, rep.restarts_now = [], 8, 8
-    rep.restarts_full_sweep, rep.rounds, rep.wall_s, rep.run_dir = 8, 8, 1.0, "d"
+    m = bisect_model(tmp_path, build_verdicts(p, host="h"), [8, 16, 32, 64])
     monkeypatch.setenv("COLUMNS", "80")
     buf = io.StringIO()
-    render_bisect(rep, Console(file=buf, width=80))  # a pipe: not a terminal
+    render_bisect(m, Console(file=buf, width=80))  # a pipe: not a terminal
     table = buf.getvalue().split("\n1. ", 1)[0].splitlines()
     assert max(len(ln) for ln in table) <= 80, "\n".join(table)
     # kinds are never broken mid-word
     assert any("buffer_sizing" in ln for ln in table) and any("graph_capture" in ln
                                                               for ln in table)
-
-
-def _group() -> object:
-    """A finished group as render_bisect reads it (its cells: none here)."""
-    import types
-    return types.SimpleNamespace(name="g", cells=[])

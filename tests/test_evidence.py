@@ -286,6 +286,7 @@ def test_inconclusive_reaches_every_renderer(tmp_path) -> None:  # type: ignore[
 
     from ddprobe.report import render
     from ddprobe.report.terminal import render_terminal
+    from ddprobe.runmodel import build_model
     from ddprobe.store import RunStore, load_run
 
     s = spec()
@@ -301,16 +302,16 @@ def test_inconclusive_reaches_every_renderer(tmp_path) -> None:  # type: ignore[
     rec = load_run(store.dir)
     cmd = next(v.next_command for v in rec.verdicts if v.kind == "inconclusive" and v.tested)
     assert cmd.startswith("ddprobe server logs --host h")
-    md, html = render(rec, "md"), render(rec, "html")
+    md, html = render(build_model(rec), "md"), render(build_model(rec), "html")
     assert cmd in md and "What would decide it" in md
     assert "what would decide it" in html and "ddprobe server logs --host h" in html
-    doc = json.loads(render(rec, "json"))
+    doc = json.loads(render(build_model(rec), "json"))
     assert any(v.get("next_command") == cmd and v.get("would_decide")
                for v in doc["verdicts"])
-    rows = list(csv.DictReader(io.StringIO(render(rec, "csv"))))
+    rows = list(csv.DictReader(io.StringIO(render(build_model(rec), "csv"))))
     assert {r["verdict"] for r in rows} == {"inconclusive"}
     assert any(r["next_command"] == cmd for r in rows)
     con = Console(record=True, width=200)
-    render_terminal(rec, con)
+    render_terminal(build_model(rec), con)
     text = con.export_text()
     assert "would decide it" in text and "server logs" in text

@@ -27,7 +27,8 @@ DOC = ROOT.parent / "docs" / "ARCHITECTURE.md"
 
 # the leaves any layer may import (they import nothing above them: their own rows below)
 LEAVES = ("results", "effective", "errors", "exitcodes", "untrusted", "safeconsole", "yamlio",
-          "timestamps", "store", "interrupt", "bundled_files", "intlist", "defaults")
+          "timestamps", "store", "runmodel", "interrupt", "bundled_files", "intlist",
+          "defaults")
 # the modules of hostside/ that run in ddprobe's process; the rest are host programs, run only
 # on a host (as text), which no other package imports
 HOST_LOCAL = ("hostside.client", "hostside.errors", "hostside.patchtext")
@@ -42,8 +43,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "playbook": ("smoke", "bisect", "cell", "server", "probes", "sources", "remote",
                  "inventory", "report", "facts", "hostside.patchtext", *LEAVES),
     "smoke": ("cell", "server", "probes", "remote", "inventory", "report", "facts", *LEAVES),
-    "bisect": ("cell", "server", "probes", "sources", "remote", "inventory", "report", "facts",
-               *LEAVES),
+    # never report: a bisect returns its run's model, the caller renders it (issue 26, item 2)
+    "bisect": ("cell", "server", "probes", "sources", "remote", "inventory", "facts", *LEAVES),
     "cell": ("server", "probes", "signatures", "sources", "remote", "inventory",
              "hostside.client", "hostside.errors", "facts", *LEAVES),
     "server": ("sources", "remote", "inventory", "hostside.client", "hostside.errors",
@@ -58,8 +59,8 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "remote": ("inventory", "errors", "interrupt"),
     "inventory": ("errors", "yamlio"),
     # bisect.cells: report/live.py describes a cell (issue 26, item 2: one model of a run)
-    "report": ("bisect.cells", "probes.differential", "sources", "results", "store", "errors",
-               "untrusted", "safeconsole"),
+    "report": ("bisect.cells", "probes.differential", "sources", "runmodel", "results", "store",
+               "errors", "untrusted", "safeconsole"),
     "facts": ("hostside.client", "remote", "inventory", "errors", "untrusted"),
     "results": ("effective",),
     "effective": (),
@@ -70,6 +71,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "yamlio": ("errors",),
     "timestamps": (),
     "store": ("results", "errors", "untrusted", "timestamps"),
+    "runmodel": ("results", "store", "untrusted"),
     "interrupt": (),
     "bundled_files": (),
     "intlist": (),

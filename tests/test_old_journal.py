@@ -22,6 +22,7 @@ from ddprobe.errors import ConfigError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.report import write_reports
 from ddprobe.results import CellResult, Outcome
+from ddprobe.runmodel import load_model
 from ddprobe.store import load_run
 
 OLD = Path(__file__).parent / "data" / "journal-old-bisect"
@@ -85,7 +86,7 @@ def test_the_reports_of_the_old_run_render_as_it_wrote_them(tmp_path: Path) -> N
     names = ("report.md", "cells.csv", "report.html", "report.json")
     for name in names:
         (run / name).unlink()
-    write_reports(load_run(run))
+    write_reports(load_model(run))
     for name in ("report.md", "cells.csv", "report.html"):
         assert (run / name).read_text(encoding="utf-8") == \
             (OLD / name).read_text(encoding="utf-8"), name

@@ -25,7 +25,7 @@ from ddprobe.playbook import (
     run_playbook,
 )
 from ddprobe.playbook.builtin import campaign_action
-from ddprobe.report.model import build_model
+from ddprobe.runmodel import build_model
 from ddprobe.sources.patches import patch_status, revert_patch
 from ddprobe.store import RunRecord, load_run
 from ddtestbed.install import sync_testbed

@@ -36,6 +36,7 @@ from ddprobe.report import (
 )
 from ddprobe.report.style import OUTCOME_STYLE, VERDICT_STYLE
 from ddprobe.results import VERDICT_KINDS, CellResult, Outcome, Verdict
+from ddprobe.runmodel import load_model
 from ddprobe.store import load_run
 
 
@@ -78,7 +79,7 @@ def test_repeats_that_disagree_are_flaky(tmp_path: Path) -> None:
 
 
 def test_markdown_has_verdicts_matrix_and_buffer(seed_run: Path) -> None:
-    md = render_markdown(load_run(seed_run))
+    md = render_markdown(load_model(seed_run))
     assert "### 1. buffer sizing: budget 16" in md
     assert "### 2. graph capture: budget 32" in md
     assert "### 3. buffer sizing: budget 64" in md
@@ -91,7 +92,7 @@ def test_markdown_has_verdicts_matrix_and_buffer(seed_run: Path) -> None:
 
 def test_json_round_trips_cells_and_verdicts(seed_run: Path) -> None:
     rec = load_run(seed_run)
-    doc = json.loads(render_json(rec))
+    doc = json.loads(render_json(build_model(rec)))
     assert doc["schema_version"] == 1 and doc["run_id"] == rec.run_id
     assert [c["outcome"] for c in doc["cells"]] == ["ok", "crash", "garbage", "crash", "ok"]
     assert [CellResult.from_dict(c) for c in doc["cells"]] == rec.cells
@@ -101,7 +102,7 @@ def test_json_round_trips_cells_and_verdicts(seed_run: Path) -> None:
 
 
 def test_csv_is_one_row_per_cell_through_pandas(seed_run: Path) -> None:
-    df = pd.read_csv(io.StringIO(render_csv(load_run(seed_run))))
+    df = pd.read_csv(io.StringIO(render_csv(load_model(seed_run))))
     assert len(df) == 5
     assert list(df["key"]) == ["b8-graph", "b16-graph", "b32-graph", "b64-graph", "b16-eager"]
     assert list(df["outcome"]) == ["ok", "crash", "garbage", "crash", "ok"]
@@ -112,7 +113,7 @@ def test_csv_is_one_row_per_cell_through_pandas(seed_run: Path) -> None:
 
 def test_terminal_shows_matrix_and_verdicts(seed_run: Path) -> None:
     buf = io.StringIO()
-    render_terminal(load_run(seed_run), Console(file=buf, width=140, no_color=True))
+    render_terminal(load_model(seed_run), Console(file=buf, width=140, no_color=True))
     text = buf.getvalue()
     assert "budget x CUDA graph" in text and "cuda graph off" in text
     assert "1. buffer sizing" in text and "2. graph capture" in text
@@ -121,7 +122,7 @@ def test_terminal_shows_matrix_and_verdicts(seed_run: Path) -> None:
 
 
 def test_write_reports_writes_the_four_files(seed_run: Path) -> None:
-    paths = write_reports(load_run(seed_run))
+    paths = write_reports(load_model(seed_run))
     assert set(paths) == {"md", "json", "csv", "html"}
     assert {p.name for p in paths.values()} == {"report.md", "report.json", "cells.csv",
                                                 "report.html"}
@@ -132,7 +133,7 @@ def test_write_reports_writes_the_four_files(seed_run: Path) -> None:
 
 def test_unfinished_run_renders_and_says_so(tmp_path: Path) -> None:
     rec = load_run(write_seed_run(tmp_path, finished=False))
-    md = render_markdown(rec)
+    md = render_markdown(build_model(rec))
     assert "unfinished" in md and "No verdicts recorded." in md
     assert build_model(rec).finished is False
 
@@ -202,11 +203,11 @@ def test_two_hosts_get_two_grids_and_their_disagreements(tmp_path: Path) -> None
     assert m.disagreements == ("b32 graph: b300 garbage, rtxpro ok",)
     assert [s.name for s in m.accept_series] == ["b300 graph", "b300 eager", "rtxpro graph",
                                                  "rtxpro eager"]
-    html = render_html(rec)
+    html = render_html(build_model(rec))
     assert html.count('<table class="grid"') == 2
     assert 'data-host="rtxpro" data-budget="32" data-graph="on" data-outcome="ok"' in html
     assert "hosts disagree: b32 graph: b300 garbage, rtxpro ok" in html
-    assert "- b32 graph: b300 garbage, rtxpro ok" in render_markdown(rec)
+    assert "- b32 graph: b300 garbage, rtxpro ok" in render_markdown(build_model(rec))
 
 
 def test_every_verdict_kind_and_outcome_has_its_own_colour() -> None:

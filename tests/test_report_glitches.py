@@ -7,6 +7,7 @@ import io
 from pathlib import Path
 
 from planner_util import seed, spec
+from report_util import bisect_model
 from rich.console import Console
 
 from ddprobe.bisect.engine import Event
@@ -17,6 +18,7 @@ from ddprobe.report.live import EventRenderer
 from ddprobe.report.style import failure_text
 from ddprobe.report.terminal import render_bisect
 from ddprobe.results import CellResult, Config, Outcome, Signature
+from ddprobe.runmodel import build_model
 from ddprobe.store import RunStore, load_run
 
 
@@ -50,12 +52,8 @@ def test_no_passing_budget_gives_no_keep_budget_clause() -> None:
 def test_verdict_list_is_numbered_from_one(tmp_path: Path) -> None:
     p, _ = simulate(spec(), seed)
     vs = build_verdicts(p, host="h")
-    rep = type("Rep", (), {})()
-    rep.run_id, rep.budgets, rep.groups, rep.verdicts = "r", [8, 16, 32, 64], [_group()], vs
-    rep.disagreements, rep.restarts_used, rep.restarts_now = [], 8, 8
-    rep.restarts_full_sweep, rep.rounds, rep.wall_s, rep.run_dir = 8, 8, 1.0, "d"
     buf = io.StringIO()
-    render_bisect(rep, Console(file=buf, width=300))
+    render_bisect(bisect_model(tmp_path, vs, [8, 16, 32, 64]), Console(file=buf, width=300))
     out = buf.getvalue()
     assert "\n1. b16: " in out and "\n2. b32: " in out and "\n3. b64: " in out
     assert "4. " not in out and "garbage: garbage:" not in out
@@ -75,8 +73,8 @@ def test_a_hostile_server_log_is_escaped_and_bounded(tmp_path: Path) -> None:
     (store.dir / "logs").mkdir(exist_ok=True)
     (store.dir / "logs" / "h-b16-graph.log").write_text(evil)
     rec = load_run(store.dir)
-    html = render_html(rec)
-    md = render_markdown(rec)
+    html = render_html(build_model(rec))
+    md = render_markdown(build_model(rec))
     assert "<script>" not in html and "<img src" not in html and "\x1b" not in html
     assert "&lt;/pre&gt;&lt;script&gt;" in html
     block = md.split("Server log", 1)[1]
@@ -84,9 +82,3 @@ def test_a_hostile_server_log_is_escaped_and_bounded(tmp_path: Path) -> None:
     assert len(fence) >= 4  # longer than the ``` inside the log
     assert block.count("\nline ") <= 40 and "line 4999" in block and "line 10\n" not in block
     assert "\x1b" not in md
-
-
-def _group() -> object:
-    """A finished group as render_bisect reads it (its cells: none here)."""
-    import types
-    return types.SimpleNamespace(name="g", cells=[])

@@ -21,6 +21,7 @@ from report_util import _cell, write_seed_run
 from ddprobe.report import write_reports
 from ddprobe.report.style import outcome_colour
 from ddprobe.results import Outcome
+from ddprobe.runmodel import build_model
 from ddprobe.store import load_run
 
 _NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
@@ -120,7 +121,7 @@ def html_report(tmp_path_factory: pytest.TempPathFactory) -> Path:
     extra = [_cell(16, True, Outcome.OK, accept=5.8, tok_s=280.0, passed=20,
                    patches=("ddtestbed-custom-mask",))]
     rec = load_run(write_seed_run(root, extra=extra))
-    return write_reports(rec)["html"]
+    return write_reports(build_model(rec))["html"]
 
 
 def test_html_is_self_contained(html_report: Path) -> None:

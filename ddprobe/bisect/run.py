@@ -1,10 +1,12 @@
 """`ddprobe bisect`: plan, run and judge a bisect over one or more hosts; resumable.
 
-    report = run_bisect(hosts, BisectRequest(budgets=(8, 16, 32, 64)), on_event=print_event)
+    model = run_bisect(hosts, BisectRequest(budgets=(8, 16, 32, 64)), on_event=print_event)
 
 Identical hosts share the rounds (k-ary search); hosts that differ run the same plan side by
 side and the report lists where their answers disagree. Every cell is journaled as it finishes
-(`runs/<run-id>/journal.jsonl`), so `resume=RUN_ID` continues without repeating any.
+(`runs/<run-id>/journal.jsonl`), so `resume=RUN_ID` continues without repeating any. What the
+run returns is its model read back from the journal (ddprobe/runmodel.py): the end entry holds
+each group's rounds, restarts, suspects and final-verdict times besides the verdicts.
 """
 from __future__ import annotations
 
@@ -32,12 +34,13 @@ from ddprobe.bisect.preflight import PlanPreflight, plan_preflight
 from ddprobe.bisect.runframe import RunFrame, begin_run, now
 from ddprobe.bisect.session import HostSession, Opened, StaticEvidence, static_evidence
 from ddprobe.bisect.streaming import VerdictStream, journaled
-from ddprobe.bisect.verdicts import ExitProtocol, RunStatus, build_verdicts, exit_code, run_status
+from ddprobe.bisect.verdicts import build_verdicts, exit_code, run_status
 from ddprobe.defaults import OVERSIZE_FACTOR
 from ddprobe.errors import ConfigError, UsageError
 from ddprobe.inventory import Host
 from ddprobe.remote import RemoteOptions
 from ddprobe.results import CellResult, Config, UnknownValue, Verdict, known
+from ddprobe.runmodel import RunModel
 from ddprobe.server.caches import RunCaches
 from ddprobe.sources.patches import apply_patch, load_patch
 from ddprobe.store import RunRecord, find_run, load_run
@@ -118,6 +121,7 @@ class BisectRequest:
 
 @dataclass
 class GroupOutcome:
+    key: str
     name: str
     hosts: list[str]
     identity: dict[str, Any]
@@ -132,61 +136,6 @@ class GroupOutcome:
     patch_kept: bool | None = None
     # when each verdict became final (streaming.py): budgets, kind, after_cells, cells_s, ...
     finals: list[dict[str, Any]] = field(default_factory=list)
-
-
-@dataclass
-class BisectReport:
-    run_id: str
-    run_dir: Path
-    budgets: tuple[int, ...]
-    groups: list[GroupOutcome]
-    disagreements: list[dict[str, Any]]
-    notes: list[str]
-    wall_s: float
-    server_s: float  # time spent waiting on cells (the slowest per round, summed)
-    status: RunStatus
-
-    @property
-    def verdicts(self) -> list[Verdict]:
-        return [v for g in self.groups for v in g.verdicts]
-
-    @property
-    def restarts_used(self) -> int:
-        return sum(g.restarts for g in self.groups)
-
-    @property
-    def restarts_now(self) -> int:
-        return sum(g.restarts_now for g in self.groups)
-
-    @property
-    def restarts_full_sweep(self) -> int:
-        return sum(g.full_sweep for g in self.groups)
-
-    @property
-    def rounds(self) -> int:
-        return max((g.rounds for g in self.groups), default=0)
-
-    def exit_code(self, protocol: ExitProtocol | None = None) -> int:
-        return exit_code(self.verdicts, protocol=protocol)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "run_id": self.run_id, "run_dir": str(self.run_dir), "budgets": list(self.budgets),
-            "status": self.status, "restarts_used": self.restarts_used,
-            "restarts_this_invocation": self.restarts_now,
-            "restarts_full_sweep": self.restarts_full_sweep, "rounds": self.rounds,
-            "wall_s": round(self.wall_s, 3), "server_s": round(self.server_s, 3),
-            "verdicts": [v.to_dict() for v in self.verdicts],
-            "groups": [{"name": g.name, "hosts": g.hosts, "identity": g.identity,
-                        "rounds": g.rounds, "restarts": g.restarts,
-                        "restarts_full_sweep": g.full_sweep, "suspects": g.suspects,
-                        "patch_kept": g.patch_kept, "notes": g.notes,
-                        "verdicts_final": g.finals,
-                        "cells": [{"key": pc.key, "purpose": pc.purpose, "host": c.host,
-                                   "outcome": c.outcome.value} for pc, c in g.cells]}
-                       for g in self.groups],
-            "disagreements": self.disagreements, "notes": self.notes,
-        }
 
 
 def load_resume(run_id: str, root: Path | None = None) -> RunRecord:
@@ -211,8 +160,9 @@ def resume_request(rec: RunRecord) -> BisectRequest:
 def run_bisect(hosts: Sequence[Host], req: BisectRequest, *, root: Path | None = None,
                resume: RunRecord | None = None, on_event: EventSink | None = None,
                break_lock: bool = False, argv: Sequence[str] = (),
-               opts: RemoteOptions, caches: RunCaches | None = None) -> BisectReport:
-    """Run (or resume) a bisect; the journal, logs and reports land in runs/<run-id>/."""
+               opts: RemoteOptions, caches: RunCaches | None = None) -> RunModel:
+    """Run (or resume) a bisect; the journal and logs land in runs/<run-id>/; its model comes
+    back (`report.write_reports` renders its files)."""
     t0 = time.monotonic()
     if resume is None:
         req.spec(small_max_bs=1)  # validates budgets/order/repeat before touching a host
@@ -257,11 +207,9 @@ def run_bisect(hosts: Sequence[Host], req: BisectRequest, *, root: Path | None =
         for d in dis:
             frame.journal.note("hosts disagree: " + d["text"])
         server_s = max((gr.cell_s for gr in runs), default=0.0)
-        report = BisectReport(frame.run_id, frame.store.dir, tuple(req.budgets), outcomes, dis,
-                              opened.notes, time.monotonic() - t0, server_s,
-                              run_status([v for o in outcomes for v in o.verdicts]))
-    frame.finish(_end_entry(report), report.notes)
-    return report
+        end = _end_entry(outcomes, dis, opened.notes, wall_s=time.monotonic() - t0,
+                         server_s=server_s)
+    return frame.finish(end)
 
 
 @dataclass
@@ -352,7 +300,7 @@ def _outcome(frame: RunFrame, req: BisectRequest, sessions: dict[str, HostSessio
     verdicts = build_verdicts(gp.planner, host=_label(g, several=several_groups))
     kept = _keep_patch(frame, req, sessions, g, verdicts)
     return GroupOutcome(
-        name=g.name, hosts=[h.name for h in g.hosts], identity=g.identity.to_dict(),
+        key=g.key, name=g.name, hosts=[h.name for h in g.hosts], identity=g.identity.to_dict(),
         verdicts=verdicts, rounds=gr.rounds,
         restarts=sum(1 for _, c in gr.cells if is_restart(c)),
         restarts_now=sum(1 for c in gr.new_cells if is_restart(c)),
@@ -361,15 +309,27 @@ def _outcome(frame: RunFrame, req: BisectRequest, sessions: dict[str, HostSessio
         notes=list(gp.static.notes), patch_kept=kept)
 
 
-def _end_entry(report: BisectReport) -> dict[str, Any]:
-    return {"restarts_used": report.restarts_used,
-            "restarts_this_invocation": report.restarts_now,
-            "restarts_full_sweep": report.restarts_full_sweep,
-            "rounds": report.rounds, "status": report.status,
-            "infra_errors": sum(1 for o in report.groups for _, c in o.cells
+def _end_entry(outcomes: Sequence[GroupOutcome], dis: list[dict[str, Any]], notes: list[str],
+               *, wall_s: float, server_s: float) -> dict[str, Any]:
+    """The journal's end entry: the counts, and per group what the model reads back."""
+    verdicts = [v for o in outcomes for v in o.verdicts]
+    return {"restarts_used": sum(o.restarts for o in outcomes),
+            "restarts_this_invocation": sum(o.restarts_now for o in outcomes),
+            "restarts_full_sweep": sum(o.full_sweep for o in outcomes),
+            "rounds": max((o.rounds for o in outcomes), default=0),
+            "status": run_status(verdicts),
+            "infra_errors": sum(1 for o in outcomes for _, c in o.cells
                                 if c.outcome.value == "error"),
-            "exit_code": report.exit_code(), "wall_s": round(report.wall_s, 3),
-            "disagreements": [d["text"] for d in report.disagreements]}
+            "exit_code": exit_code(verdicts), "wall_s": round(wall_s, 3),
+            "disagreements": [d["text"] for d in dis],
+            "server_s": round(server_s, 3), "disagreement_details": dis,
+            "run_notes": list(notes),
+            "groups": [{"key": o.key, "name": o.name, "hosts": o.hosts,
+                        "identity": o.identity, "rounds": o.rounds, "restarts": o.restarts,
+                        "restarts_this_invocation": o.restarts_now,
+                        "restarts_full_sweep": o.full_sweep, "suspects": o.suspects,
+                        "patch_kept": o.patch_kept, "notes": o.notes,
+                        "verdicts_final": o.finals} for o in outcomes]}
 
 
 def _served_max_bs(pf: PlanPreflight) -> int | None:

@@ -1,11 +1,12 @@
 """The frame bisect and sweep share around their cells: the run's directory and journal, the
-hosts opened and locked, the groups driven, the servers stopped, the end entry and the reports.
+hosts opened and locked, the groups driven, the servers stopped, the end entry, and the run's
+model read back from the journal (ddprobe/runmodel.py): what bisect and sweep return.
 
     frame = begin_run("sweep", hosts, root=root, resume=resume, on_event=emit, opts=opts, ...)
     frame.start()
     opened = frame.open_hosts(stack, hosts, parallel=True, break_lock=False)
     runs = frame.drive_groups(opened, [lambda: drive(...)])
-    frame.finish({...}, notes)
+    model = frame.finish({...})   # the journal's end entry, then load_model(run dir)
 """
 from __future__ import annotations
 
@@ -24,9 +25,9 @@ from ddprobe.defaults import OVERSIZE_FACTOR
 from ddprobe.errors import HostGone
 from ddprobe.inventory import Host
 from ddprobe.remote import RemoteOptions
-from ddprobe.report import write_reports
+from ddprobe.runmodel import RunModel, load_model
 from ddprobe.server.caches import RunCaches
-from ddprobe.store import RunRecord, RunStore, load_run, runs_root
+from ddprobe.store import RunRecord, RunStore, runs_root
 from ddprobe.timestamps import utc_stamp
 
 
@@ -107,10 +108,11 @@ class RunFrame:
             if show:
                 self.emit(Event("note", sess.host.name, msg))
 
-    def finish(self, end: dict[str, Any], notes: list[str]) -> None:
-        """The journal's end entry, then the reports (a failure to write them is a note)."""
+    def finish(self, end: dict[str, Any]) -> RunModel:
+        """The journal's end entry; the run's model, read back from the journal (the caller
+        renders it: the terminal and the files draw from this one model)."""
         self.journal.append({"type": "end", "finished_at": now(), **end})
-        write_run_reports(self.store.dir, notes)
+        return load_model(self.store.dir)
 
 
 def begin_run(command: str, hosts: Sequence[Host], *, root: Path | None,
@@ -129,11 +131,3 @@ def begin_run(command: str, hosts: Sequence[Host], *, root: Path | None,
                               "budgets": list(budgets), "started_at": now(),
                               "options": options})
     return frame
-
-
-def write_run_reports(run_dir: Path, notes: list[str]) -> None:
-    """report.md/json/csv/html of a finished run; a failure to write them becomes a note."""
-    try:
-        write_reports(load_run(run_dir))
-    except Exception as e:
-        notes.append(f"reports not written: {type(e).__name__}: {e}")

@@ -24,6 +24,7 @@ from ddprobe.inventory import Host
 from ddprobe.probes import differential
 from ddprobe.remote import RemoteOptions
 from ddprobe.results import CellResult, Config, UnknownValue, known
+from ddprobe.runmodel import RunModel
 from ddprobe.server.caches import RunCaches
 from ddprobe.store import RunRecord
 
@@ -140,41 +141,6 @@ class MatrixRow:
     entries: dict[str, dict[str, Any]] = field(default_factory=dict)  # variant -> summary
 
 
-@dataclass
-class SweepReport:
-    run_id: str
-    run_dir: Path
-    rows: list[MatrixRow]
-    variants: list[str]
-    restarts_used: int
-    wall_s: float
-    notes: list[str]
-    cells: list[CellResult]
-
-    @property
-    def failed(self) -> bool:
-        return any(c.outcome.bad for c in self.cells)
-
-    @property
-    def errored(self) -> int:
-        """Cells that ended in an infrastructure error: the matrix is incomplete."""
-        return sum(1 for c in self.cells if c.outcome.value == "error")
-
-    @property
-    def exit_code(self) -> int:
-        """5 when cells errored (incomplete; `--resume` runs them again), 1 when a cell failed,
-        else 0."""
-        if self.errored:
-            return int(ExitCode.SERVER)
-        return int(ExitCode.FAILED) if self.failed else 0
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"run_id": self.run_id, "run_dir": str(self.run_dir), "variants": self.variants,
-                "restarts_used": self.restarts_used, "wall_s": round(self.wall_s, 3),
-                "rows": [asdict(r) for r in self.rows], "notes": self.notes,
-                "cells": [c.to_dict() for c in self.cells]}
-
-
 def variant_name(c: Config) -> str:
     parts = ["graph" if c.graph else "eager"]
     if c.max_bs is not None:
@@ -199,7 +165,9 @@ def summarize(results: Sequence[CellResult], repeat: int) -> dict[str, Any]:
 def run_sweep(hosts: Sequence[Host], req: SweepRequest, *, root: Path | None = None,
               resume: RunRecord | None = None, on_event: EventSink | None = None,
               break_lock: bool = False, argv: Sequence[str] = (),
-              opts: RemoteOptions, caches: RunCaches | None = None) -> SweepReport:
+              opts: RemoteOptions, caches: RunCaches | None = None) -> RunModel:
+    """Run (or resume) a sweep; its model, read back from the journal, comes back (its end
+    entry holds the table: `rows`, `variants`)."""
     req.validate()
     t0 = time.monotonic()
     frame = begin_run("sweep", hosts, root=root, resume=resume, on_event=on_event,
@@ -227,12 +195,20 @@ def run_sweep(hosts: Sequence[Host], req: SweepRequest, *, root: Path | None = N
             frame.stop_servers(opened.sessions, show=False)
     rows, variants, all_cells = _matrix(opened.groups, plans, cells, req.repeat)
     restarts = sum(1 for gr in runs for _, c in gr.cells if is_restart(c))
-    report = SweepReport(frame.run_id, frame.store.dir, rows, variants, restarts,
-                         time.monotonic() - t0, opened.notes, all_cells)
-    frame.finish({"restarts_used": restarts, "restarts_full_sweep": restarts,
-                  "exit_code": report.exit_code, "wall_s": round(report.wall_s, 3),
-                  "infra_errors": report.errored}, report.notes)
-    return report
+    errored = sum(1 for c in all_cells if c.outcome.value == "error")
+    return frame.finish({"restarts_used": restarts, "restarts_full_sweep": restarts,
+                         "exit_code": _exit_code(all_cells, errored),
+                         "wall_s": round(time.monotonic() - t0, 3), "infra_errors": errored,
+                         "variants": variants, "rows": [asdict(r) for r in rows],
+                         "run_notes": list(opened.notes)})
+
+
+def _exit_code(cells: Sequence[CellResult], errored: int) -> int:
+    """5 when cells errored (incomplete; `--resume` runs them again), 1 when a cell failed,
+    else 0."""
+    if errored:
+        return int(ExitCode.SERVER)
+    return int(ExitCode.FAILED) if any(c.outcome.bad for c in cells) else 0
 
 
 def _matrix(groups: Sequence[HostGroup], plans: dict[str, MatrixPlan],

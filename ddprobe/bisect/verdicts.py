@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from typing_extensions import Unpack
 
 FAILURE_KINDS: Final[tuple[VerdictKind, ...]] = ("buffer_sizing", "graph_capture", "kernel")
-# what a run found, as `git bisect run` sees a version (BisectReport.status)
+# what a run found, as `git bisect run` sees a version (the end entry's status, RunModel.status)
 RunStatus = Literal["good", "bad", "skip"]
 ExitProtocol = Literal["bisect"]  # --exit-protocol: the exit codes `git bisect run` reads
 

@@ -227,8 +227,10 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """The full matrix of cells: outcomes, acceptance, tok/s, coding, signatures."""
         from ddprobe.bisect.sweep import SweepRequest, run_sweep
+        from ddprobe.report.jsondoc import sweep_doc
         from ddprobe.report.live import EventRenderer
         from ddprobe.report.terminal import render_sweep
+        from ddprobe.report.write import write_run_reports
         rec = None
         if resume:
             rec = load_run(find_run(resume))
@@ -249,19 +251,20 @@ def register(app: typer.Typer) -> None:
                 raise UsageError("give --host (or --resume RUN_ID)")
             hosts = common.hosts(host)
         with EventRenderer(common.env().err, quiet=False) as ren:
-            rep = run_sweep(hosts, req, resume=rec, on_event=ren, break_lock=break_lock,
-                            opts=common.env().remote_options, caches=common.env().caches,
-                            argv=["sweep", "--host", host or "", "--budgets",
-                                  ",".join(map(str, budgets or ()))])
+            model = run_sweep(hosts, req, resume=rec, on_event=ren, break_lock=break_lock,
+                              opts=common.env().remote_options, caches=common.env().caches,
+                              argv=["sweep", "--host", host or "", "--budgets",
+                                    ",".join(map(str, budgets or ()))])
+        model = write_run_reports(model)
         if as_json:
-            common.emit_json(rep.to_dict())
+            common.emit_json(sweep_doc(model))
         else:
-            render_sweep(rep, common.env().out)
-        if rep.errored:
-            common.env().err.print(f"{rep.errored} cell(s) ended in an infrastructure error: the "
+            render_sweep(model, common.env().out)
+        if model.errored:
+            common.env().err.print(f"{model.errored} cell(s) ended in an infrastructure error: the "
                                    f"matrix is incomplete; run them again with `ddprobe sweep "
-                                   f"--resume {rep.run_id}`", markup=False)
-        raise typer.Exit(rep.exit_code)
+                                   f"--resume {model.run_id}`", markup=False)
+        raise typer.Exit(model.exit_code or 0)
 
 
 def _resumed(run_id: str) -> tuple[RunRecord, BisectRequest, list[Host]]:
@@ -275,20 +278,24 @@ def _bisect(req: BisectRequest, hosts: list[Host], *, rec: RunRecord | None, pla
             protocol: ExitProtocol | None, break_lock: bool, as_json: bool,
             argv: list[str]) -> int:
     from ddprobe.bisect.run import run_bisect
+    from ddprobe.bisect.verdicts import exit_code
+    from ddprobe.report.jsondoc import bisect_doc
     from ddprobe.report.live import EventRenderer
     from ddprobe.report.terminal import render_bisect
+    from ddprobe.report.write import write_run_reports
     if plan:
         _print_plan(req, hosts, as_json=as_json)
         return 0
     with EventRenderer(common.env().err, quiet=False) as ren:
-        rep = run_bisect(hosts, req, resume=rec, on_event=ren, break_lock=break_lock,
-                         opts=common.env().remote_options, caches=common.env().caches,
-                         argv=argv)
+        model = run_bisect(hosts, req, resume=rec, on_event=ren, break_lock=break_lock,
+                           opts=common.env().remote_options, caches=common.env().caches,
+                           argv=argv)
+    model = write_run_reports(model)
     if as_json:
-        common.emit_json(rep.to_dict())
+        common.emit_json(bisect_doc(model))
     else:
-        render_bisect(rep, common.env().out)
-    return rep.exit_code(protocol)
+        render_bisect(model, common.env().out)
+    return exit_code(model.verdicts, protocol=protocol)
 
 
 def _print_plan(req: BisectRequest, hosts: list[Host], *, as_json: bool) -> None:

@@ -14,8 +14,8 @@ from ddprobe.cli import common
 from ddprobe.errors import DdprobeError, UsageError
 from ddprobe.report import render, render_terminal, resolve_run, write_reports
 from ddprobe.report.write import write_text_atomic
+from ddprobe.runmodel import load_model
 from ddprobe.safeconsole import SafeConsole
-from ddprobe.store import load_run
 
 
 class Format(str, Enum):
@@ -51,25 +51,25 @@ def register(app: typer.Typer) -> None:
             if fmt not in (Format.term, Format.json):
                 raise UsageError(f"--json is --format json; drop --format {fmt.value}")
             fmt = Format.json
-        rec = load_run(resolve_run(run_id, runs))
+        m = load_model(resolve_run(run_id, runs))
         if fmt is Format.all:
             if output is not None:
                 raise DdprobeError("--format all writes into the run directory; drop --output")
-            for name, path in write_reports(rec).items():
+            for name, path in write_reports(m).items():
                 common.env().err.print(Text(f"{name}: {path}"))
             return
         if fmt is Format.term:
             if output is None:
-                render_terminal(rec, common.env().out)
+                render_terminal(m, common.env().out)
                 return
             buf = io.StringIO()
-            render_terminal(rec, SafeConsole(file=buf, width=120, no_color=True, highlight=False))
+            render_terminal(m, SafeConsole(file=buf, width=120, no_color=True, highlight=False))
             text = buf.getvalue()
         else:
-            text = render(rec, fmt.value)
+            text = render(m, fmt.value)
         if output is None and fmt is Format.html and sys.stdout.isatty():
             # 55 KB of HTML is no use on a terminal: the run's own report.html, and its path
-            output = rec.dir / "report.html"
+            output = m.run_dir / "report.html"
         if output is None:
             _stdout(text)
             return
@@ -77,7 +77,7 @@ def register(app: typer.Typer) -> None:
             write_text_atomic(output, text)
         except OSError as e:
             raise DdprobeError(f"cannot write {output}: {e.strerror or e}") from None
-        common.env().err.print(Text(f"{rec.run_id}: {fmt.value} report written to {output}"))
+        common.env().err.print(Text(f"{m.run_id}: {fmt.value} report written to {output}"))
 
 
 def _stdout(text: str) -> None:

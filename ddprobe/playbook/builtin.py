@@ -29,7 +29,9 @@ from ddprobe.playbook.context import StepContext
 from ddprobe.probes.runner import run_probes
 from ddprobe.report import write_reports
 from ddprobe.report.resolve import resolve_run
+from ddprobe.report.write import write_run_reports
 from ddprobe.results import CellResult, Config
+from ddprobe.runmodel import load_model
 from ddprobe.smoke import junit_xml, run_smoke
 from ddprobe.sources.buffers import SizingParams
 from ddprobe.sources.fetch import grep_buffers, read_flags
@@ -249,18 +251,18 @@ def _sweep(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
     req = SweepRequest(budgets=tuple(a["budgets"]), graph=a["graph"],
                        max_bs=(a["max_bs"],), backends=(a["backend"],),
                        **_given(repeat=a["repeat"]))
-    rep = run_sweep([ctx.host], req, root=ctx.runs_root, on_event=_on_event(ctx),
-                    argv=_argv("sweep"), opts=ctx.opts, caches=ctx.caches)
-    return _joined(ctx, load_run(rep.run_dir))
+    model = run_sweep([ctx.host], req, root=ctx.runs_root, on_event=_on_event(ctx),
+                      argv=_argv("sweep"), opts=ctx.opts, caches=ctx.caches)
+    return _joined(ctx, write_run_reports(model).record)
 
 
 def _bisect(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
     req = BisectRequest(budgets=tuple(a["budgets"]),
                         **_given(max_bs=a["max_bs"], backend=a["backend"], repeat=a["repeat"],
                                  confirm_patch=a["confirm_patch"]))
-    rep = run_bisect([ctx.host], req, root=ctx.runs_root, on_event=_on_event(ctx),
-                     argv=_argv("bisect"), opts=ctx.opts, caches=ctx.caches)
-    return _joined(ctx, load_run(rep.run_dir))
+    model = run_bisect([ctx.host], req, root=ctx.runs_root, on_event=_on_event(ctx),
+                       argv=_argv("bisect"), opts=ctx.opts, caches=ctx.caches)
+    return _joined(ctx, write_run_reports(model).record)
 
 
 def _smoke(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
@@ -300,7 +302,7 @@ def _report(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
     else:
         raise DdprobeError("report: no run to render (give `run: RUN_ID`)")
     formats = tuple(a["formats"] or ("md", "json", "csv", "html"))
-    paths = write_reports(load_run(run_dir), formats)
+    paths = write_reports(load_model(run_dir), formats)
     return ActionResult({"run_id": run_dir.name, "dir": str(run_dir),
                          "files": {k: str(v) for k, v in paths.items()}},
                         f"{', '.join(p.name for p in paths.values())} in {run_dir}")

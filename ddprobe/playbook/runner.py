@@ -22,6 +22,7 @@ from ddprobe.playbook.context import StepContext
 from ddprobe.playbook.schema import Playbook, StepSpec, Template
 from ddprobe.remote import RemoteOptions
 from ddprobe.report import write_reports
+from ddprobe.runmodel import load_model
 from ddprobe.server.caches import RunCaches
 from ddprobe.sources.patches import revert_patch
 from ddprobe.store import RunStore, load_run, runs_root
@@ -297,6 +298,6 @@ def _render_again(ctx: StepContext) -> None:
     """Report steps ran before the end was journaled: render those runs once more."""
     for d in sorted(ctx.report_targets):
         try:
-            write_reports(load_run(d))
+            write_reports(load_model(d))
         except DdprobeError:
             continue

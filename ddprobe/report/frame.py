@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Any
 
 from ddprobe.report.timing import csv_columns
 from ddprobe.results import CellResult, ProbeSummary, Verdict
+from ddprobe.runmodel import RunModel
 from ddprobe.store import RunRecord
 from ddprobe.untrusted import for_csv
 
@@ -27,7 +28,8 @@ def _verdict_of(rec: RunRecord, host: str, budget: int) -> Verdict | None:
     return next((v for v in rec.verdicts if budget in v.budgets), None)
 
 
-def cells_frame(rec: RunRecord) -> pd.DataFrame:
+def cells_frame(m: RunModel) -> pd.DataFrame:
+    rec = m.record
     import pandas as pd  # ~1 s of start-up: imported by the CSV report only
     rows = [_row(rec, i, c) for i, c in enumerate(rec.cells, 1)]
     # host text (errors, signatures, paths): cleaned, formulas defused (ddprobe/untrusted.py)
@@ -39,8 +41,8 @@ def cells_frame(rec: RunRecord) -> pd.DataFrame:
     return df
 
 
-def render_csv(rec: RunRecord) -> str:
-    return str(cells_frame(rec).to_csv(index=False, lineterminator="\n"))
+def render_csv(m: RunModel) -> str:
+    return str(cells_frame(m).to_csv(index=False, lineterminator="\n"))
 
 
 def _row(rec: RunRecord, i: int, c: CellResult) -> dict[str, Any]:

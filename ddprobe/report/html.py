@@ -9,14 +9,6 @@ from __future__ import annotations
 
 from html import escape
 
-from ddprobe.report.model import (
-    LOG_LINES,
-    CellView,
-    HostMatrix,
-    MatrixEntry,
-    ReportModel,
-    build_model,
-)
 from ddprobe.report.style import (
     OUTCOME_STYLE,
     buffer_shape,
@@ -33,7 +25,13 @@ from ddprobe.report.style import (
 )
 from ddprobe.report.svg import bar_chart
 from ddprobe.results import Verdict
-from ddprobe.store import RunRecord
+from ddprobe.runmodel import (
+    LOG_LINES,
+    CellView,
+    HostMatrix,
+    MatrixEntry,
+    RunModel,
+)
 
 _CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:24px;color:#212121;
@@ -124,7 +122,7 @@ def _legend() -> str:
     return f'<div class="legend">{items}</div>'
 
 
-def _links(m: ReportModel | None, keys: list[str], host: str | None) -> str:
+def _links(m: RunModel | None, keys: list[str], host: str | None) -> str:
     out = []
     for k in keys:
         found = m.cells_of([k], host) if m is not None else []
@@ -134,7 +132,7 @@ def _links(m: ReportModel | None, keys: list[str], host: str | None) -> str:
     return ", ".join(out)
 
 
-def _failing_cell(m: ReportModel, c: CellView) -> str:
+def _failing_cell(m: RunModel, c: CellView) -> str:
     import shlex
     cites = m.cited_by(c)
     kv = []
@@ -159,7 +157,7 @@ def _failing_cell(m: ReportModel, c: CellView) -> str:
             f'<div class="kv">{body}</div>{log}</div>')
 
 
-def _verdict(n: int, v: Verdict, m: ReportModel | None = None) -> str:
+def _verdict(n: int, v: Verdict, m: RunModel | None = None) -> str:
     col = verdict_colour(v.kind)
     budgets = ", ".join(map(str, v.budgets))
     kv = [("outcome", _pill(v.outcome) if v.outcome else ""),
@@ -192,7 +190,7 @@ def _verdict(n: int, v: Verdict, m: ReportModel | None = None) -> str:
             f'<div class="kv">{lines}</div>' + (f"<ul>{ev}</ul>" if ev else "") + nxt + "</div>")
 
 
-def _cells(m: ReportModel) -> str:
+def _cells(m: RunModel) -> str:
     head = ("<tr><th>#</th><th>host</th><th>config</th><th>outcome</th><th>signature</th>"
             "<th>coding</th><th>accept</th><th>tok/s</th><th>restart</th><th>total</th>"
             "<th>note</th></tr>")
@@ -212,8 +210,7 @@ def _cells(m: ReportModel) -> str:
     return f'<table class="cells"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
 
 
-def render_html(rec: RunRecord, model: ReportModel | None = None) -> str:
-    m = model or build_model(rec)
+def render_html(m: RunModel) -> str:
     title = f"ddprobe {m.command or 'run'} {m.run_id}"
     parts = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
              "<meta http-equiv=\"Content-Security-Policy\" content=\"default-src 'none'; "
@@ -238,7 +235,7 @@ def render_html(rec: RunRecord, model: ReportModel | None = None) -> str:
     return "\n".join(parts) + "\n"
 
 
-def _meta(m: ReportModel) -> list[str]:
+def _meta(m: RunModel) -> list[str]:
     state = "finished" if m.finished else "unfinished (resume with --resume)"
     meta = [f"hosts <b>{_e(', '.join(m.hosts) or '-')}</b>",
             f"budgets <b>{_e(', '.join(map(str, m.budgets)) or '-')}</b>",
@@ -250,7 +247,7 @@ def _meta(m: ReportModel) -> list[str]:
     return meta
 
 
-def _matrix_section(m: ReportModel) -> list[str]:
+def _matrix_section(m: RunModel) -> list[str]:
     parts = ['<h2 id="matrix">Outcome matrix: budget x CUDA graph</h2>']
     for hm in m.matrices:
         if len(m.matrices) > 1:
@@ -263,7 +260,7 @@ def _matrix_section(m: ReportModel) -> list[str]:
     return parts
 
 
-def _charts(m: ReportModel) -> list[str]:
+def _charts(m: RunModel) -> list[str]:
     return ['<h2 id="charts">Acceptance length and throughput per budget</h2>'
             '<div class="charts">',
             bar_chart(m.accept_series, title="acceptance length per budget",

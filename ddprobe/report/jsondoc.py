@@ -3,15 +3,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddprobe.report.model import ReportModel, build_model
-from ddprobe.store import RunRecord
+from ddprobe.runmodel import RunModel
 from ddprobe.untrusted import dumps_json
 
 SCHEMA_VERSION = 1
 
 
-def report_dict(rec: RunRecord, model: ReportModel | None = None) -> dict[str, Any]:
-    m = model or build_model(rec)
+def report_dict(m: RunModel) -> dict[str, Any]:
+    rec = m.record
     return {
         "schema_version": SCHEMA_VERSION,
         "run_id": rec.run_id,
@@ -41,5 +40,36 @@ def report_dict(rec: RunRecord, model: ReportModel | None = None) -> dict[str, A
     }
 
 
-def render_json(rec: RunRecord, model: ReportModel | None = None) -> str:
-    return dumps_json(report_dict(rec, model), indent=2, default=str) + "\n"
+def render_json(m: RunModel) -> str:
+    return dumps_json(report_dict(m), indent=2, default=str) + "\n"
+
+
+def bisect_doc(m: RunModel) -> dict[str, Any]:
+    """`ddprobe bisect --json`: the verdicts and, per group, its rounds, restarts and cells."""
+    return {
+        "run_id": m.run_id, "run_dir": str(m.run_dir), "budgets": list(m.budgets_asked),
+        "status": m.status, "restarts_used": m.restarts_used,
+        "restarts_this_invocation": m.restarts_now,
+        "restarts_full_sweep": m.restarts_full_sweep, "rounds": m.rounds,
+        "wall_s": m.wall_s, "server_s": m.server_s,
+        "verdicts": [v.to_dict() for v in m.verdicts],
+        "groups": [{"name": g.name, "hosts": list(g.hosts), "identity": g.identity,
+                    "rounds": g.rounds, "restarts": g.restarts,
+                    "restarts_full_sweep": g.full_sweep, "suspects": list(g.suspects),
+                    "patch_kept": g.patch_kept, "notes": list(g.notes),
+                    "verdicts_final": list(g.finals),
+                    "cells": [{"key": (c.plan or {}).get("key", c.config.key),
+                               "purpose": (c.plan or {}).get("purpose"), "host": c.host,
+                               "outcome": c.outcome.value} for c in g.cells]}
+                   for g in m.groups],
+        "disagreements": list(m.disagreement_details), "notes": list(m.run_notes),
+    }
+
+
+def sweep_doc(m: RunModel) -> dict[str, Any]:
+    """`ddprobe sweep --json`: the table (a row per group and budget) and every cell."""
+    return {"run_id": m.run_id, "run_dir": str(m.run_dir), "variants": list(m.sweep_variants),
+            "restarts_used": m.restarts_used, "wall_s": m.wall_s,
+            "rows": [{"group": r.group, "budget": r.budget, "entries": r.entries}
+                     for r in m.sweep_rows],
+            "notes": list(m.run_notes), "cells": [c.to_dict() for c in m.results]}

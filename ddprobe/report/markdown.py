@@ -1,14 +1,6 @@
 """`report.md`: the run for a pull request or an issue: verdicts first, then the matrix."""
 from __future__ import annotations
 
-from ddprobe.report.model import (
-    LOG_LINES,
-    CellView,
-    HostMatrix,
-    MatrixEntry,
-    ReportModel,
-    build_model,
-)
 from ddprobe.report.style import (
     buffer_shape,
     buffer_sizes,
@@ -21,7 +13,13 @@ from ddprobe.report.style import (
 )
 from ddprobe.report.timing import markdown_rows
 from ddprobe.results import Verdict
-from ddprobe.store import RunRecord
+from ddprobe.runmodel import (
+    LOG_LINES,
+    CellView,
+    HostMatrix,
+    MatrixEntry,
+    RunModel,
+)
 from ddprobe.untrusted import md_block, md_code, md_text
 
 _esc = md_text  # host text in a table cell or a list item (ddprobe/untrusted.py)
@@ -54,7 +52,7 @@ def _matrix(hm: HostMatrix) -> list[str]:
     return lines
 
 
-def _verdict(n: int, v: Verdict, m: ReportModel | None = None) -> list[str]:
+def _verdict(n: int, v: Verdict, m: RunModel | None = None) -> list[str]:
     head = (f"### {n}. {verdict_words(v.label)}: "
             f"budget{'s' if len(v.budgets) != 1 else ''} "
             f"{', '.join(map(str, v.budgets))}")
@@ -88,7 +86,7 @@ def _verdict(n: int, v: Verdict, m: ReportModel | None = None) -> list[str]:
     return lines + [""]
 
 
-def _cell_links(m: ReportModel | None, keys: list[str], host: str | None) -> str:
+def _cell_links(m: RunModel | None, keys: list[str], host: str | None) -> str:
     """Each cited cell as a link to its section (failing cells) or its row."""
     out = []
     for k in keys:
@@ -100,7 +98,7 @@ def _cell_links(m: ReportModel | None, keys: list[str], host: str | None) -> str
     return ", ".join(out)
 
 
-def _failing_cell(m: ReportModel, c: CellView) -> list[str]:
+def _failing_cell(m: RunModel, c: CellView) -> list[str]:
     """A failing cell's evidence: launch argv, effective config, the server log's tail."""
     import shlex
     cites = m.cited_by(c)
@@ -124,16 +122,15 @@ def _failing_cell(m: ReportModel, c: CellView) -> list[str]:
     return out + [""]
 
 
-def render_markdown(rec: RunRecord, model: ReportModel | None = None) -> str:
-    m = model or build_model(rec)
+def render_markdown(m: RunModel) -> str:
     out = _header(m) + _verdicts(m) + _matrices(m) + _cells(m) + \
-        markdown_rows(list(enumerate(rec.cells, 1))) + _failing(m)
+        markdown_rows(list(enumerate(m.record.cells, 1))) + _failing(m)
     if m.notes:
         out += ["## Notes", ""] + [f"- {_esc(n)}" for n in m.notes] + [""]
     return "\n".join(out)
 
 
-def _header(m: ReportModel) -> list[str]:
+def _header(m: RunModel) -> list[str]:
     out = [f"# ddprobe {m.command or 'run'} {m.run_id}", ""]
     state = "finished" if m.finished else "unfinished (resume with `--resume`)"
     out += [f"- hosts: {_esc(', '.join(m.hosts)) or '-'}",
@@ -147,7 +144,7 @@ def _header(m: ReportModel) -> list[str]:
     return out + [""]
 
 
-def _verdicts(m: ReportModel) -> list[str]:
+def _verdicts(m: RunModel) -> list[str]:
     out = ["## Verdicts", ""]
     if not m.verdicts:
         out += ["No verdicts recorded.", ""]
@@ -156,7 +153,7 @@ def _verdicts(m: ReportModel) -> list[str]:
     return out
 
 
-def _matrices(m: ReportModel) -> list[str]:
+def _matrices(m: RunModel) -> list[str]:
     out = ["## Outcome matrix (budget x CUDA graph)", ""]
     for hm in m.matrices:
         if len(m.matrices) > 1:
@@ -170,7 +167,7 @@ def _matrices(m: ReportModel) -> list[str]:
     return out
 
 
-def _cells(m: ReportModel) -> list[str]:
+def _cells(m: RunModel) -> list[str]:
     out = ["## Cells", "",
            "| # | host | config | outcome | signature | coding | accept | tok/s | restart "
            "| total | note |",
@@ -186,7 +183,7 @@ def _cells(m: ReportModel) -> list[str]:
     return out + [""]
 
 
-def _failing(m: ReportModel) -> list[str]:
+def _failing(m: RunModel) -> list[str]:
     failing = [c for c in m.cells if c.failed]
     if not failing:
         return []

@@ -10,8 +10,8 @@ import math
 from collections.abc import Sequence
 from html import escape
 
-from ddprobe.report.model import Series
 from ddprobe.report.style import SERIES_COLOURS, outcome_colour
+from ddprobe.runmodel import Series
 
 _LEFT, _RIGHT, _TOP, _BOTTOM = 58, 16, 40, 46
 

@@ -1,13 +1,15 @@
 """The run in a terminal (rich): header, verdicts, the coloured budget x graph matrix, cells.
 
-Two views of a run: `render_terminal` reads a recorded run (`ddprobe report`); `render_bisect`,
-`render_sweep` and `render_replay` print what a bisect or sweep just found (`ddprobe bisect`,
-`sweep`, `bisect replay`). Colours and words come from report/style.py.
+Every view draws from the run's one model (ddprobe/runmodel.py, built from the journal):
+`render_terminal` is `ddprobe report`'s; `render_bisect` and `render_sweep` print what a bisect
+or sweep just found (`ddprobe bisect`, `sweep`: the model they return is the journal's, so the
+terminal says what the files say); `render_replay` prints `bisect replay`'s verdicts. Colours
+and words come from report/style.py.
 """
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console, Group
 from rich.markup import escape
@@ -15,7 +17,6 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from ddprobe.report.model import HostMatrix, MatrixEntry, ReportModel, build_model
 from ddprobe.report.style import (
     buffer_shape,
     buffer_sizes,
@@ -31,12 +32,8 @@ from ddprobe.report.style import (
 )
 from ddprobe.report.timing import summary_line
 from ddprobe.results import Verdict
+from ddprobe.runmodel import HostMatrix, MatrixEntry, RunModel
 from ddprobe.safeconsole import SafeConsole
-from ddprobe.store import RunRecord
-
-if TYPE_CHECKING:  # the bisect imports report (write_reports): types only, no cycle
-    from ddprobe.bisect.run import BisectReport
-    from ddprobe.bisect.sweep import SweepReport
 
 
 def _entry_text(e: MatrixEntry) -> Text:
@@ -104,7 +101,7 @@ def _verdict_panel(n: int, v: Verdict) -> Panel:
     return Panel(lines, title=title, title_align="left", border_style=verdict_rich(v.kind))
 
 
-def cells_table(m: ReportModel) -> Table:
+def cells_table(m: RunModel) -> Table:
     t = Table(title="cells", title_justify="left")
     for col, just in (("#", "right"), ("host", "left"), ("config", "left"),
                       ("outcome", "left"), ("signature", "left"), ("coding", "right"),
@@ -119,10 +116,8 @@ def cells_table(m: ReportModel) -> Table:
     return t
 
 
-def render_terminal(rec: RunRecord, console: Console, *, model: ReportModel | None = None,
-                    cells: bool = True) -> None:
+def render_terminal(m: RunModel, console: Console, *, cells: bool = True) -> None:
     """Print the run to `console` (the CLI passes its stdout console)."""
-    m = model or build_model(rec)
     head = Text(f"{m.command or 'run'} {m.run_id}", style="bold")
     head.append(f"\nhosts {', '.join(m.hosts) or '-'}; budgets "
                 f"{', '.join(map(str, m.budgets)) or '-'}; {len(m.cells)} cells; "
@@ -171,21 +166,21 @@ def _verdict_table(title: str, multi: bool) -> Table:
     return t
 
 
-def render_bisect(rep: BisectReport, console: Console) -> None:
+def render_bisect(m: RunModel, console: Console) -> None:
     """A finished bisect: the verdict table, then each verdict numbered with its evidence."""
     out = _wide(console)
-    multi = len(rep.groups) > 1
-    t = _verdict_table(f"bisect {rep.run_id}: budgets {','.join(map(str, rep.budgets))}",
+    multi = len(m.groups) > 1
+    t = _verdict_table(f"bisect {m.run_id}: budgets {','.join(map(str, m.budgets_asked))}",
                        multi)
-    for v in rep.verdicts:
+    for v in m.verdicts:
         color = verdict_rich(v.kind)
         row = ([v.host or ""] if multi else []) + [
             ",".join(str(b) for b in v.budgets), f"[{color}]{v.label}[/{color}]",
             escape(what(v)), v.decided_by, v.confidence]
         t.add_row(*row)
     out.print(t, markup=True)
-    shown = [v for v in rep.verdicts if not (v.kind == "ok" and v.tested and
-                                             len(rep.verdicts) > 1)]
+    shown = [v for v in m.verdicts if not (v.kind == "ok" and v.tested and
+                                           len(m.verdicts) > 1)]
     for n, v in enumerate(shown, 1):  # numbered as printed: the list starts at 1
         head = f"[bold]{n}. b{',b'.join(map(str, v.budgets))}: {v.label}[/bold]"
         if v.signature:
@@ -200,14 +195,15 @@ def render_bisect(rep: BisectReport, console: Console) -> None:
             out.print(f"   would decide it: {v.would_decide}")
         if v.next_command:
             out.print(f"   run: {v.next_command}")
-    for d in rep.disagreements:
-        out.print(f"[yellow]hosts disagree[/yellow] {escape(d['text'])}", markup=True)
-    line = summary_line([c for g in rep.groups for _, c in g.cells])
+    for d in m.disagreement_details:
+        out.print(f"[yellow]hosts disagree[/yellow] {escape(str(d.get('text', '')))}",
+                  markup=True)
+    line = summary_line(m.results)
     if line:
         out.print(line)
-    out.print(f"restarts: {rep.restarts_used} (this invocation {rep.restarts_now}) vs "
-              f"{rep.restarts_full_sweep} for the full sweep (budgets x {{graph, eager}}); "
-              f"rounds {rep.rounds}; wall {rep.wall_s:.1f} s; run dir {rep.run_dir}")
+    out.print(f"restarts: {m.restarts_used} (this invocation {m.restarts_now}) vs "
+              f"{m.restarts_full_sweep} for the full sweep (budgets x {{graph, eager}}); "
+              f"rounds {m.rounds}; wall {m.wall_s or 0.0:.1f} s; run dir {m.run_dir}")
 
 
 def what(v: Verdict) -> str:
@@ -248,26 +244,26 @@ def latent_note(v: Verdict) -> str:
     return out
 
 
-def render_sweep(rep: SweepReport, console: Console) -> None:
+def render_sweep(m: RunModel, console: Console) -> None:
     """A finished sweep: one row per budget, one column per variant."""
     out = _wide(console)
-    t = Table(title=f"sweep {rep.run_id}", title_justify="left")
-    groups = sorted({r.group for r in rep.rows})
+    t = Table(title=f"sweep {m.run_id}", title_justify="left")
+    groups = sorted({r.group for r in m.sweep_rows})
     if len(groups) > 1:
         t.add_column("hosts")
     t.add_column("budget", justify="right")
-    for v in rep.variants:
+    for v in m.sweep_variants:
         t.add_column(v, overflow="fold")
-    for r in rep.rows:
+    for r in m.sweep_rows:
         cells = [r.group] if len(groups) > 1 else []
         cells.append(str(r.budget))
-        for v in rep.variants:
+        for v in m.sweep_variants:
             e = r.entries.get(v)
             cells.append(_entry(e) if e else "-")
         t.add_row(*cells)
     out.print(t, markup=True)
-    out.print(f"restarts: {rep.restarts_used}; wall {rep.wall_s:.1f} s; run dir "
-                     f"{rep.run_dir}")
+    out.print(f"restarts: {m.restarts_used}; wall {m.wall_s or 0.0:.1f} s; run dir "
+              f"{m.run_dir}")
 
 
 def _entry(e: dict[str, Any]) -> str:

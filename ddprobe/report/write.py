@@ -1,4 +1,5 @@
-"""Write every report file of a run into its directory (the end of every sweep/bisect/smoke)."""
+"""Write every report file of a run into its directory (after every sweep/bisect/smoke), each
+rendered from the run's one model (ddprobe/runmodel.py)."""
 from __future__ import annotations
 
 import os
@@ -11,23 +12,22 @@ from ddprobe.report.frame import render_csv
 from ddprobe.report.html import render_html
 from ddprobe.report.jsondoc import render_json
 from ddprobe.report.markdown import render_markdown
-from ddprobe.report.model import ReportModel, build_model
-from ddprobe.store import RunRecord
+from ddprobe.runmodel import RunModel
 
 # format -> (file name in the run dir, renderer)
-FORMATS: dict[str, tuple[str, Callable[[RunRecord, ReportModel], str]]] = {
+FORMATS: dict[str, tuple[str, Callable[[RunModel], str]]] = {
     "md": ("report.md", render_markdown),
     "json": ("report.json", render_json),
-    "csv": ("cells.csv", lambda rec, _m: render_csv(rec)),
+    "csv": ("cells.csv", render_csv),
     "html": ("report.html", render_html),
 }
 
 
-def render(rec: RunRecord, fmt: str, model: ReportModel | None = None) -> str:
+def render(m: RunModel, fmt: str) -> str:
     """The text of one report format (md, json, csv, html)."""
     if fmt not in FORMATS:
         raise DdprobeError(f"unknown report format {fmt!r} (one of: {', '.join(FORMATS)})")
-    return FORMATS[fmt][1](rec, model or build_model(rec))
+    return FORMATS[fmt][1](m)
 
 
 def write_text_atomic(path: Path, text: str) -> None:
@@ -43,8 +43,8 @@ def write_text_atomic(path: Path, text: str) -> None:
         raise
 
 
-def write_reports(rec: RunRecord, formats: tuple[str, ...] = tuple(FORMATS)) -> dict[str, Path]:
-    """Write report.md, report.json, cells.csv and report.html into `rec.dir`.
+def write_reports(m: RunModel, formats: tuple[str, ...] = tuple(FORMATS)) -> dict[str, Path]:
+    """Write report.md, report.json, cells.csv and report.html into the run's directory.
 
     Returns {format: path}. Safe to call again at any time: each file is replaced atomically.
     """
@@ -52,14 +52,24 @@ def write_reports(rec: RunRecord, formats: tuple[str, ...] = tuple(FORMATS)) -> 
     if unknown:
         raise DdprobeError(f"unknown report format(s) {', '.join(unknown)} (one of: "
                            f"{', '.join(FORMATS)})")
-    model = build_model(rec)
     out: dict[str, Path] = {}
     for fmt in formats:
         name, _ = FORMATS[fmt]
-        path = rec.dir / name
+        path = m.run_dir / name
         try:
-            write_text_atomic(path, render(rec, fmt, model))
+            write_text_atomic(path, render(m, fmt))
         except OSError as e:
             raise DdprobeError(f"cannot write {path}: {e.strerror or e}") from None
         out[fmt] = path
     return out
+
+
+def write_run_reports(m: RunModel) -> RunModel:
+    """The files of a finished bisect or sweep; a failure to write them becomes a run note
+    (the run itself is done: its journal holds it) on the model returned."""
+    from dataclasses import replace
+    try:
+        write_reports(m)
+    except Exception as e:
+        return replace(m, run_notes=(*m.run_notes, f"reports not written: {type(e).__name__}: {e}"))
+    return m

@@ -1,6 +1,13 @@
-"""The view of a run that every renderer draws from: cells, the budget x graph matrix, series.
+"""One model of a run, built from its journal: what bisect and sweep return and what every
+renderer draws from (the terminal and the files alike), so no two views of a run can drift.
 
-Pure: `build_model(rec)` reads a `RunRecord` and returns frozen data; nothing here formats text.
+    model = load_model(run_dir)            # = build_model(load_run(run_dir))
+    model.verdicts, model.matrices, model.groups, model.sweep_rows
+
+Pure: `build_model(rec)` reads a `RunRecord` and returns frozen data; nothing here formats text
+(a leaf: it imports results, store and untrusted only). What a bisect or sweep knew at its
+end beyond its cells and verdicts (per group: rounds, restarts, suspects, when each verdict
+became final; a sweep's table) is in the journal's end entry, read back here.
 Several cells can share a budget and a graph mode (repeats, a max-bs experiment, an oversize or
 confirm patch): the matrix shows the cells of the run's base config there and lists the others
 as variants, so a patched re-run never hides the failure it was run to explain.
@@ -10,11 +17,12 @@ from __future__ import annotations
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from ddprobe.results import CellKind, CellResult, Outcome, Verdict
-from ddprobe.store import RunRecord
+from ddprobe.store import RunRecord, load_run
 
 MODES: tuple[str, ...] = ("graph", "eager")
 _BAD = {o.value for o in Outcome if o.bad}
@@ -104,7 +112,35 @@ class Series:
 
 
 @dataclass(frozen=True)
-class ReportModel:
+class GroupView:
+    """One group of identical hosts of a bisect, as its end entry recorded it."""
+
+    key: str
+    name: str
+    hosts: tuple[str, ...]
+    identity: dict[str, Any]
+    rounds: int
+    restarts: int  # every restart of the group (resumed cells included)
+    restarts_now: int  # restarts made by the invocation that wrote the end
+    full_sweep: int
+    suspects: tuple[dict[str, Any], ...]
+    notes: tuple[str, ...]
+    patch_kept: bool | None
+    finals: tuple[dict[str, Any], ...]  # when each verdict became final (bisect/streaming.py)
+    cells: tuple[CellResult, ...]  # the group's cells, journal order (superseded errors out)
+
+
+@dataclass(frozen=True)
+class SweepRow:
+    """One row of a sweep's table: a group, a budget, a summary per variant."""
+
+    group: str
+    budget: int
+    entries: dict[str, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class RunModel:
     run_id: str
     command: str
     hosts: tuple[str, ...]
@@ -123,10 +159,42 @@ class ReportModel:
     disagreements: tuple[str, ...]
     counts: tuple[tuple[str, int], ...]
     argv: tuple[str, ...] = ()
+    record: RunRecord = field(default_factory=lambda: RunRecord("", Path(".")), repr=False)
+    wall_s: float | None = None
+    server_s: float | None = None
+    status: str = ""  # a bisect's RunStatus
+    rounds: int = 0
+    restarts_now: int = 0  # restarts made by the invocation that wrote the end
+    infra_errors: int = 0
+    groups: tuple[GroupView, ...] = ()
+    disagreement_details: tuple[dict[str, Any], ...] = ()  # budget, per_group, why, text
+    run_notes: tuple[str, ...] = ()  # the notes of opening the hosts (not every journal note)
+    sweep_variants: tuple[str, ...] = ()
+    sweep_rows: tuple[SweepRow, ...] = ()
 
     @property
     def finished(self) -> bool:
         return self.finished_at is not None
+
+    @property
+    def run_dir(self) -> Path:
+        return self.record.dir
+
+    @property
+    def budgets_asked(self) -> tuple[int, ...]:
+        """The budgets the run was asked for (its header), not every budget a cell ran."""
+        return tuple(int(b) for b in self.record.meta.get("budgets") or ())
+
+    @property
+    def results(self) -> tuple[CellResult, ...]:
+        """The run's cells as results, superseded infrastructure errors left out."""
+        return tuple(c for g in self.groups for c in g.cells) if self.groups else \
+            current_cells(self.record)
+
+    @property
+    def errored(self) -> int:
+        """Cells that ended in an infrastructure error: the run is incomplete."""
+        return sum(1 for c in self.results if c.outcome is Outcome.ERROR)
 
     def cells_of(self, keys: Sequence[str], host: str | None = None) -> list[CellView]:
         """The cells an evidence line cites (by planner key or config key)."""
@@ -261,7 +329,7 @@ def _budgets(rec: RunRecord) -> list[int]:
     return sorted(got)
 
 
-def build_model(rec: RunRecord) -> ReportModel:
+def build_model(rec: RunRecord) -> RunModel:
     """Everything a renderer needs, computed once from the run record."""
     views = _views(rec)
     hosts = list(dict.fromkeys([v.host for v in views]
@@ -270,7 +338,7 @@ def build_model(rec: RunRecord) -> ReportModel:
     matrices = _matrices(views, hosts, budgets)
     end = rec.end or {}
     used = end.get("restarts_used")
-    return ReportModel(
+    return RunModel(
         run_id=rec.run_id, command=str(rec.meta.get("command") or ""), hosts=tuple(hosts),
         budgets=tuple(budgets), started_at=str(rec.meta.get("started_at") or ""),
         finished_at=_finished_at(rec), exit_code=end.get("exit_code"),
@@ -280,7 +348,65 @@ def build_model(rec: RunRecord) -> ReportModel:
         notes=tuple(rec.notes), accept_series=_series(matrices, "accept"),
         tok_series=_series(matrices, "tok_s"), disagreements=_disagreements(matrices),
         counts=tuple(sorted(Counter(v.outcome for v in views).items())),
-        argv=tuple(str(a) for a in rec.meta.get("argv") or ()))
+        argv=tuple(str(a) for a in rec.meta.get("argv") or ()), record=rec,
+        wall_s=_num(end.get("wall_s")), server_s=_num(end.get("server_s")),
+        status=str(end.get("status") or ""), rounds=_int(end.get("rounds")),
+        restarts_now=_int(end.get("restarts_this_invocation", used)),
+        infra_errors=_int(end.get("infra_errors")), groups=_groups(rec),
+        disagreement_details=tuple(d for d in end.get("disagreement_details") or ()
+                                   if isinstance(d, dict)),
+        run_notes=tuple(str(n) for n in end.get("run_notes") or ()),
+        sweep_variants=tuple(str(v) for v in end.get("variants") or ()),
+        sweep_rows=tuple(SweepRow(str(r.get("group", "")), _int(r.get("budget")),
+                                  dict(r.get("entries") or {}))
+                         for r in end.get("rows") or () if isinstance(r, dict)))
+
+
+def load_model(run_dir: Path) -> RunModel:
+    """The model of the run in `run_dir`, from its journal."""
+    return build_model(load_run(run_dir))
+
+
+def current_cells(rec: RunRecord) -> tuple[CellResult, ...]:
+    """The journal's cells but those a resumed run replaced: an infrastructure error is run
+    again on `--resume`, and the later cell of the same group and plan key stands for it."""
+    cells = list(rec.cells)
+    out = []
+    for i, c in enumerate(cells):
+        if c.outcome is Outcome.ERROR and any(
+                later.group == c.group and _plan_key(later) == _plan_key(c)
+                for later in cells[i + 1:]):
+            continue
+        out.append(c)
+    return tuple(out)
+
+
+def _plan_key(c: CellResult) -> str:
+    return str((c.plan or {}).get("key") or c.config.key)
+
+
+def _groups(rec: RunRecord) -> tuple[GroupView, ...]:
+    """A bisect's groups, as its end entry recorded them, with their cells from the journal."""
+    cells = current_cells(rec)
+    out = []
+    for g in (rec.end or {}).get("groups") or ():
+        if not isinstance(g, dict):
+            continue
+        key = str(g.get("key", ""))
+        out.append(GroupView(
+            key=key, name=str(g.get("name", "")), hosts=tuple(g.get("hosts") or ()),
+            identity=dict(g.get("identity") or {}), rounds=_int(g.get("rounds")),
+            restarts=_int(g.get("restarts")),
+            restarts_now=_int(g.get("restarts_this_invocation")),
+            full_sweep=_int(g.get("restarts_full_sweep")),
+            suspects=tuple(g.get("suspects") or ()), notes=tuple(g.get("notes") or ()),
+            patch_kept=g.get("patch_kept"), finals=tuple(g.get("verdicts_final") or ()),
+            cells=tuple(c for c in cells if c.group == key)))
+    return tuple(out)
+
+
+def _int(v: Any) -> int:
+    return v if isinstance(v, int) and not isinstance(v, bool) else 0
 
 
 def _views(rec: RunRecord) -> list[CellView]:
