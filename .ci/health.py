@@ -8,7 +8,7 @@
 - no package cycle and no module cycle (tests/imports_util.py: the strongly connected
   components of the import graph of ddprobe's packages, its sub-packages and top-level
   modules, counting every import, those under TYPE_CHECKING too; module cycles: those among
-  the modules of one package), but the one of KNOWN_CYCLE, which issue 26 item 2 removes;
+  the modules of one package);
 - 0 `mypy --strict` errors outside ddprobe/hostside/: mypy run with `--strict` and the project's
   config (whose host-program overrides relax only modules of ddprobe.hostside), counting the
   error lines of files under ddprobe/ but ddprobe/hostside/; an override in pyproject.toml that
@@ -30,9 +30,8 @@ sys.path.insert(0, str(ROOT.parent / "tests"))
 from imports_util import cycles, module_graph, package_graph, package_of  # noqa: E402
 from test_doc_references import _sources, unresolved  # noqa: E402
 
-# the package cycle being broken (issue 26 item 2: one model of a run, bisect never imports
-# report); a cycle of its packages only passes, any other fails
-KNOWN_CYCLE = {"bisect", "report", "smoke"}
+# no package cycle is known (issue 26 item 2 broke bisect <-> report <-> smoke): any fails
+KNOWN_CYCLE: set[str] = set()
 
 
 def strict_errors() -> list[str]:
@@ -90,8 +89,7 @@ def main() -> int:
     print(f"health: mypy --strict errors outside hostside {len(strict)} (at most 0)")
     pkg_cycles, mod_cycles = cycles(package_graph()), module_cycles()
     new = [c for c in pkg_cycles if not set(c) <= KNOWN_CYCLE]
-    print(f"health: package cycles {len(pkg_cycles)} (at most 0, but one of "
-          f"{'/'.join(sorted(KNOWN_CYCLE))}: issue 26 item 2); "
+    print(f"health: package cycles {len(pkg_cycles)} (at most 0); "
           f"module cycles {len(mod_cycles)} (at most 0)")
     for line in complex_:
         print(f"  complex: {line}")

@@ -1,7 +1,13 @@
-"""`ddprobe smoke` in a terminal: each host's checks and their results."""
+"""`ddprobe smoke` in a terminal: each host's checks and their results.
+
+It reads a smoke report by its shape (`SmokeView`, which `ddprobe.smoke.SmokeReport` has): smoke
+writes its run's files with report/, so report never imports smoke, not even for a type.
+"""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
 
 from rich.console import Console
 from rich.table import Table
@@ -9,11 +15,39 @@ from rich.text import Text
 
 from ddprobe.report.style import status_rich
 
-if TYPE_CHECKING:  # smoke writes its run's reports with report/: the type only
-    from ddprobe.smoke import SmokeReport
+
+class CaseView(Protocol):
+    @property
+    def name(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def output(self) -> str: ...
 
 
-def render_smoke(rep: SmokeReport, console: Console) -> None:
+class HostView(Protocol):
+    @property
+    def host(self) -> str: ...
+    @property
+    def cases(self) -> Sequence[CaseView]: ...
+
+
+class SmokeView(Protocol):
+    @property
+    def run_id(self) -> str: ...
+    @property
+    def run_dir(self) -> Path: ...
+    @property
+    def hosts(self) -> Sequence[HostView]: ...
+    @property
+    def wall_s(self) -> float: ...
+    @property
+    def exit_code(self) -> int: ...
+
+
+def render_smoke(rep: SmokeView, console: Console) -> None:
     """One row per host and check, then the exit code and the run dir."""
     t = Table(title=f"smoke {rep.run_id}", title_justify="left")
     for c in ("host", "check", "result", "detail"):
