@@ -20,13 +20,14 @@ import json
 import os
 import secrets
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ddprobe.errors import ConfigError
 from ddprobe.results import CellResult, UnknownValue, Verdict
-from ddprobe.untrusted import dumps_json, file_part
+from ddprobe.untrusted import dumps_json, file_part, one_line
 
 
 def runs_root() -> Path:
@@ -120,6 +121,22 @@ def find_run(run_id: str, root: Path | None = None) -> Path:
     raise ConfigError(f"no run '{run_id}' under {base}", key="RUN_ID")
 
 
+def _events(j: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, event) of each journal line. A line that does not parse (JSON of UTF-8
+    text) is skipped: a kill mid-write leaves a torn line (cut inside a character, maybe), and
+    resume redoes its cell. A line that parses but is not an object is a ConfigError."""
+    for n, raw in enumerate(j.read_bytes().split(b"\n"), 1):
+        if not raw.strip():
+            continue
+        try:
+            ev = json.loads(raw.decode("utf-8"))
+        except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
+            continue
+        if not isinstance(ev, dict):
+            raise ConfigError("a journal line that is not a JSON object", path=str(j), line=n)
+        yield n, ev
+
+
 def load_run(run_dir: Path) -> RunRecord:
     """The run's journal, read: its header, plan, cells, notes, the last end entry and the
     verdicts written with it (a resumed run writes every verdict again before its new end:
@@ -127,19 +144,13 @@ def load_run(run_dir: Path) -> RunRecord:
     j = run_dir / "journal.jsonl"
     rec = RunRecord(run_id=run_dir.name, dir=run_dir)
     ended = False  # an end entry came after the last verdict
-    for n, line in enumerate(j.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            ev = json.loads(line)
-        except json.JSONDecodeError:
-            # a kill mid-write leaves at most a torn last line: ignore it, resume redoes the cell
-            continue
+    for n, ev in _events(j):
         t = ev.pop("type", None)
         if t == "run":
             rec.meta = ev
         elif t == "plan":
-            rec.plan = ev.get("cells", [])
+            cells = ev.get("cells", [])
+            rec.plan = cells if isinstance(cells, list) else []
         elif t in ("cell", "verdict"):
             try:
                 if t == "cell":
@@ -150,8 +161,13 @@ def load_run(run_dir: Path) -> RunRecord:
                     rec.verdicts.append(Verdict.from_dict(ev))
             except UnknownValue as e:  # a kind or status this version does not know
                 raise ConfigError(str(e), path=str(j), line=n, key=e.key) from None
+            except (KeyError, TypeError, ValueError, AttributeError, ArithmeticError) as e:
+                # a field missing or of another type: a damaged journal, not a bug here
+                raise ConfigError(f"a damaged {t} entry ({type(e).__name__}: "
+                                  f"{one_line(e, limit=200)})", path=str(j), line=n) from None
         elif t == "note":
-            rec.notes.append(ev.get("text", ""))
+            text = ev.get("text", "")
+            rec.notes.append(text if isinstance(text, str) else str(text))
         elif t == "end":
             rec.end, ended = ev, True
         elif t is None:

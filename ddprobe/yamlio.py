@@ -1,6 +1,7 @@
 """Safe YAML loading that remembers the line of every mapping key (for error messages)."""
 from __future__ import annotations
 
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,10 @@ def _construct_mapping(loader: yaml.SafeLoader, node: yaml.MappingNode) -> LineD
     d.key_lines = {}
     for key_node, value_node in node.value:
         key = loader.construct_object(key_node, deep=True)
+        if not isinstance(key, Hashable):  # `{[1]: x}`, `? {a: 1}`: YAML allows, a dict not
+            raise ConfigError("a mapping key must be a scalar, not a list or mapping",
+                              path=getattr(loader, "_path", None),
+                              line=key_node.start_mark.line + 1)
         if key in d:
             raise ConfigError(f"duplicate key '{key}'", path=getattr(loader, "_path", None),
                               line=key_node.start_mark.line + 1, key=str(key))
@@ -51,11 +56,17 @@ def load_yaml(path: Path | str, text: str | None = None) -> Any:
             text = Path(path).read_text(encoding="utf-8")
         except FileNotFoundError:
             raise ConfigError("file not found", path=p) from None
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"not UTF-8 text (byte {e.start})", path=p) from None
         except OSError as e:
             raise ConfigError(f"cannot read: {e.strerror}", path=p) from None
     if len(text) > MAX_YAML_CHARS:
         raise ConfigError(f"file larger than {MAX_YAML_CHARS >> 20} MiB", path=p)
-    loader = _Loader(text)
+    try:
+        loader = _Loader(text)
+    except yaml.reader.ReaderError as e:  # a control character: refused before any parsing
+        raise ConfigError(f"YAML cannot hold the character {e.character:#x} ({e.reason})",
+                          path=p, line=text.count("\n", 0, max(0, e.position)) + 1) from None
     loader._path = p  # type: ignore[attr-defined]
     try:
         node = loader.get_single_node()
@@ -70,6 +81,9 @@ def load_yaml(path: Path | str, text: str | None = None) -> Any:
                           line=line) from None
     except yaml.YAMLError as e:
         raise ConfigError(f"YAML error: {e}", path=p) from None
+    except ValueError as e:  # a scalar the constructor refuses: an int of 5,000 digits
+        raise ConfigError(f"YAML value that cannot be read ({str(e).split(':')[0]})",
+                          path=p) from None
     except RecursionError:
         raise ConfigError(f"YAML nested deeper than {MAX_DEPTH} levels", path=p,
                           line=getattr(loader, "line", -1) + 1 or None) from None

@@ -22,18 +22,21 @@ from typing import Any
 
 _PREFIX = re.compile(r"^=+\s?")
 _HEAD = re.compile(r"Invalid (?P<space>__\w+__|\w+) (?P<access>read|write|atomic\w*) of size "
-                   r"(?P<size>\d+) bytes?")
+                   r"(?P<size>\d{1,20}) bytes?")
 _AT = re.compile(r"^\s*at (?P<kernel>[^\s+]+)(?:\+(?P<offset>0x[0-9a-f]+))?(?: in (?P<loc>\S+))?")
 _THREAD = re.compile(r"by thread \((?P<t>[\d,]+)\) in block \((?P<b>[\d,]+)\)")
 _ADDR = re.compile(r"Access to (?P<addr>0x[0-9a-f]+) is out of bounds")
-_NEAR = re.compile(r"and is (?P<dist>[\d,]+) bytes? (?P<where>after|before) the nearest allocation "
-                   r"at (?P<base>0x[0-9a-f]+) of size (?P<size>[\d,]+) bytes?")
-_SUMMARY = re.compile(r"ERROR SUMMARY: (?P<n>[\d,]+) errors?")
+_NEAR = re.compile(r"and is (?P<dist>[\d,]{1,30}) bytes? (?P<where>after|before) the nearest "
+                   r"allocation at (?P<base>0x[0-9a-f]+) of size (?P<size>[\d,]{1,30}) bytes?")
+_SUMMARY = re.compile(r"ERROR SUMMARY: (?P<n>[\d,]{1,30}) errors?")
 _OTHER = re.compile(r"(Program hit|Invalid|Malloc|Leaked|Race|Uninitialized) ")
 
 
+# numbers are bounded in the patterns: a longer one (host text) is not a match, never an int()
+# of thousands of digits (a ValueError)
 def _int(s: str) -> int:
-    return int(s.replace(",", ""))
+    digits = s.replace(",", "")
+    return int(digits) if digits else 0
 
 
 @dataclass

@@ -38,7 +38,9 @@ class PatchTextError(_Base):
         return {"kind": "patch", "message": str(self), "path": self.path, "hunk": self.hunk}
 
 
-_HUNK_RE = re.compile(r"^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@(.*)$")
+# line numbers and counts of at most 12 digits (a longer one is a malformed header, never an
+# int() of thousands of digits, which Python refuses with a ValueError)
+_HUNK_RE = re.compile(r"^@@ -(\d{1,12})(?:,(\d{1,12}))? \+(\d{1,12})(?:,(\d{1,12}))? @@(.*)$")
 _ID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
 
 

@@ -228,6 +228,8 @@ class _Parser:
         if isinstance(v, bool) and bool not in want:
             raise self.err(f"'{key}' must be {_type_name(want[0]())}, got true/false", parent, key)
         if float in want and isinstance(v, int) and not isinstance(v, bool):
+            if abs(v) > 1e300:
+                raise self.err(f"'{key}' is too large a number", parent, key)
             return float(v)
         if not isinstance(v, want):
             raise self.err(f"'{key}' must be {_type_name(want[0]())}, got {_type_name(v)}",
@@ -410,11 +412,24 @@ def load_inventory(explicit: str | None = None) -> Inventory:
     path = find_inventory(explicit)
     if path is None:
         return Inventory({TESTBED: builtin_testbed()}, {}, None)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"not UTF-8 text (byte {e.start})", path=str(path)) from None
+    except OSError as e:
+        raise ConfigError(f"cannot read: {e.strerror}", path=str(path)) from None
+    return inventory_from_text(text, path)
+
+
+def inventory_from_text(text: str, path: Path) -> Inventory:
+    """The inventory a file at `path` holding `text` is: hosts.yaml, or an Ansible inventory
+    (INI, YAML or `ansible-inventory --list` JSON). Any problem is a ConfigError naming the
+    file (and its line where there is one)."""
     from ddprobe.inventory.ansible import is_ansible_yaml, load_ansible, sniff
-    kind = sniff(path, path.read_text(encoding="utf-8", errors="replace"))
+    kind = sniff(path, text)
     if kind in ("ini", "json"):
-        return parse_inventory(load_ansible(path), str(path))
-    data = load_yaml(path)
+        return parse_inventory(load_ansible(path, text), str(path))
+    data = load_yaml(path, text)
     if is_ansible_yaml(data):
-        return parse_inventory(load_ansible(path), str(path))
+        return parse_inventory(load_ansible(path, text), str(path))
     return parse_inventory(data, str(path))

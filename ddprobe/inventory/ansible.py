@@ -122,7 +122,7 @@ class _Inv:
                 if key == "port":
                     try:
                         val = int(val)
-                    except (TypeError, ValueError):
+                    except (TypeError, ValueError, OverflowError):
                         raise ConfigError(f"host '{name}': {k} must be a port number, got "
                                           f"{val!r}", path=self.path,
                                           line=self.host_line.get(name)) from None
@@ -148,22 +148,35 @@ class _Inv:
 _RANGE = re.compile(r"\[([0-9a-z]+):([0-9a-z]+)(?::(\d+))?\]")
 
 
-def expand_range(name: str) -> list[str]:
-    """Ansible's host ranges: `gpu[01:04]`, `node-[a:c]`, `x[0:10:5]`."""
+MAX_RANGE_HOSTS = 10_000  # one host line's ranges expand to at most this many hosts
+
+
+def expand_range(name: str, budget: int = MAX_RANGE_HOSTS) -> list[str]:
+    """Ansible's host ranges: `gpu[01:04]`, `node-[a:c]`, `x[0:10:5]`; ValueError for a bad
+    one, or for ranges that name more than `budget` hosts together."""
     m = _RANGE.search(name)
     if not m:
         return [name]
-    lo, hi, step = m.group(1), m.group(2), int(m.group(3) or 1)
+    lo, hi, step_text = m.group(1), m.group(2), m.group(3) or "1"
+    step = int(step_text) if len(step_text) <= 9 else 0
+    if step < 1:
+        raise ValueError(f"bad host range step in {name!r}")
     if lo.isdigit() and hi.isdigit():
-        width = len(lo) if lo.startswith("0") else 0
-        vals = [str(i).zfill(width) for i in range(int(lo), int(hi) + 1, step)]
+        n = (int(hi) - int(lo)) // step + 1 if len(lo) <= 12 and len(hi) <= 12 else budget + 1
     elif len(lo) == 1 and len(hi) == 1:
-        vals = [chr(c) for c in range(ord(lo), ord(hi) + 1, step)]
+        n = (ord(hi) - ord(lo)) // step + 1
     else:
         raise ValueError(f"bad host range in {name!r}")
+    if n > budget:
+        raise ValueError(f"host ranges in {name!r} name more than {MAX_RANGE_HOSTS} hosts")
+    if lo.isdigit():
+        width = len(lo) if lo.startswith("0") else 0
+        vals = [str(i).zfill(width) for i in range(int(lo), int(hi) + 1, step)]
+    else:
+        vals = [chr(c) for c in range(ord(lo), ord(hi) + 1, step)]
     out: list[str] = []
     for v in vals:
-        out += expand_range(name[:m.start()] + v + name[m.end():])
+        out += expand_range(name[:m.start()] + v + name[m.end():], budget // max(1, len(vals)))
     return out
 
 
@@ -171,7 +184,7 @@ def _ini_value(text: str) -> Any:
     t = text.strip()
     if len(t) >= 2 and t[0] == t[-1] and t[0] in "'\"":
         return t[1:-1]
-    if re.fullmatch(r"-?\d+", t):
+    if re.fullmatch(r"-?\d{1,18}", t):  # a longer run of digits stays text
         return int(t)
     return t
 
@@ -279,19 +292,27 @@ def parse_yaml(data: Any, path: str) -> _Inv:
 
 def parse_list_json(data: dict[str, Any], path: str) -> _Inv:
     """The output of `ansible-inventory --list` (group vars merged into hostvars, or not with
-    --export: both are read)."""
+    --export: both are read). Each part must have its shape (ConfigError naming it)."""
+    def want(v: Any, kind: type, where: str) -> Any:
+        if v is None:
+            return kind()
+        if not isinstance(v, kind):
+            raise ConfigError(f"'{where}' must be a{'n object' if kind is dict else ' list'}",
+                              path=path)
+        return v
+
     inv = _Inv(path)
-    meta = data.get("_meta") or {}
+    meta = want(data.get("_meta"), dict, "_meta")
     for g, body in data.items():
         if g == "_meta" or not isinstance(body, dict):
             continue
         inv.group(g)
-        for h in body.get("hosts") or []:
+        for h in want(body.get("hosts"), list, f"{g}.hosts"):
             inv.add_host(g, str(h), {}, None)
-        inv.group_vars[g].update(body.get("vars") or {})
-        inv.children[g] += [str(c) for c in body.get("children") or []]
-    for h, hv in (meta.get("hostvars") or {}).items():
-        inv.host_vars.setdefault(str(h), {}).update(hv or {})
+        inv.group_vars[g].update(want(body.get("vars"), dict, f"{g}.vars"))
+        inv.children[g] += [str(c) for c in want(body.get("children"), list, f"{g}.children")]
+    for h, hv in want(meta.get("hostvars"), dict, "_meta.hostvars").items():
+        inv.host_vars.setdefault(str(h), {}).update(want(hv, dict, f"_meta.hostvars.{h}"))
     inv.group("all")
     return inv
 
@@ -323,19 +344,28 @@ def is_ansible_yaml(data: Any) -> bool:
                                             for v in data.values()))
 
 
-def load_ansible(path: Path) -> dict[str, Any]:
-    """An Ansible inventory file -> ddprobe's inventory shape."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"cannot read the Ansible inventory: {e.strerror}",
-                          path=str(path)) from None
+def load_ansible(path: Path, text: str | None = None) -> dict[str, Any]:
+    """An Ansible inventory file (or its `text`, already read) -> ddprobe's inventory shape."""
+    if text is None:
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ConfigError(f"not UTF-8 text (byte {e.start})", path=str(path)) from None
+        except OSError as e:
+            raise ConfigError(f"cannot read the Ansible inventory: {e.strerror}",
+                              path=str(path)) from None
     kind = sniff(path, text)
     if kind == "json":
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
             raise ConfigError(f"invalid JSON: {e.msg}", path=str(path), line=e.lineno) from None
+        except (ValueError, RecursionError):  # a number of thousands of digits, deep nesting
+            raise ConfigError("invalid JSON: a number too long or nesting too deep",
+                              path=str(path)) from None
+        if not isinstance(data, dict):
+            raise ConfigError("the JSON inventory must be an object of groups (the output of "
+                              "`ansible-inventory --list`)", path=str(path), line=1)
         inv = parse_list_json(data, str(path))
     elif kind == "ini":
         inv = parse_ini(text, str(path))

@@ -197,7 +197,7 @@ class _Parser:
         k, v, col = self.toks[self.i]
         if k == "num":
             self.take()
-            return Lit(float(v) if "." in v else int(v))
+            return Lit(_number(v, col))
         if k == "str":
             self.take()
             return Lit(re.sub(r"\\(.)", r"\1", v[1:-1]))
@@ -256,9 +256,20 @@ class _Parser:
                 if "." in num:
                     raise ExprError("an index is a whole number", ncol)
                 self.take("]")
-                steps.append(Step("index", index=int(num)))
+                steps.append(Step("index", index=int(_number(num, ncol))))
             else:
                 return Path(root, tuple(steps), col)
+
+
+MAX_NUMBER_CHARS = 40
+
+
+def _number(v: str, col: int) -> int | float:
+    """A number literal; one of more than MAX_NUMBER_CHARS characters is refused (Python would
+    refuse an int() of thousands of digits with a ValueError, and no playbook needs one)."""
+    if len(v) > MAX_NUMBER_CHARS:
+        raise ExprError(f"a number of more than {MAX_NUMBER_CHARS} characters", col)
+    return float(v) if "." in v else int(v)
 
 
 def parse(src: str) -> Node:

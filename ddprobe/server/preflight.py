@@ -151,8 +151,9 @@ def _as_dict(v: Any) -> dict[str, Any]:
 
 def _one(host: Host, item: dict[str, Any], entry: str, version: str | None) -> PreflightResult:
     """One launch's answer: parsed (its effective config), rejected by SGLang, or incomplete."""
-    warnings = tuple(_s(w) or "" for w in (item.get("warnings") or [])[:50]
-                     if isinstance(w, str))
+    raw_warnings = item.get("warnings")
+    warnings = tuple(_s(w) or "" for w in (raw_warnings if isinstance(raw_warnings, list)
+                                           else [])[:50] if isinstance(w, str))
     status = item.get("status")
     err = _as_dict(item.get("error"))
     if status == "ok" and isinstance(item.get("values"), dict):
