@@ -17,7 +17,7 @@ from typing import Any, Literal, Protocol
 
 from ddprobe import interrupt
 from ddprobe.bisect.cellrun import CellRunner
-from ddprobe.bisect.cells import PlannedCell
+from ddprobe.bisect.cells import PlannedCell, describe
 from ddprobe.bisect.groups import HostGroup
 from ddprobe.bisect.session import HostSession
 from ddprobe.errors import ConfigError, HostGone
@@ -53,6 +53,26 @@ class Event:
     group: str
     text: str
     data: dict[str, Any] = field(default_factory=dict)
+
+
+    def to_record(self) -> dict[str, Any]:
+        """The event as one JSON object of an event stream (`bisect --events`): `type` is the
+        kind; a verdict is its journal line (`verdict_final`: the verdict's fields and
+        `final`); a finished cell is summed up (the journal holds all of it)."""
+        if self.kind == "verdict":
+            return {"type": "verdict_final", "group": self.group,
+                    **(self.data.get("verdict") or {}), "final": self.data.get("final")}
+        rec: dict[str, Any] = {"type": self.kind, "group": self.group, "text": self.text}
+        for k, v in self.data.items():
+            rec[k] = _cell_summary(v) if isinstance(v, CellResult) else v
+        return rec
+
+
+def _cell_summary(c: CellResult) -> dict[str, Any]:
+    return {"key": c.config.key, "host": c.host, "outcome": c.outcome.value,
+            "signature": c.signature.id if c.signature else None,
+            "cheap": bool(c.cheap), "wall_s": c.wall_s, "describe": describe(c),
+            "phases": c.phases}
 
 
 EventSink = Callable[[Event], None]
@@ -198,11 +218,11 @@ def drive(group: HostGroup, plan: Plan, sessions: dict[str, HostSession], runner
                 journal.cell(res)
                 plan.record(cell, res)
                 run.cells.append((cell, res))
-                if after is not None:  # e.g. the verdicts that just became final
-                    after(cell, res)
                 slowest = max(slowest, float(res.wall_s or 0.0))
                 emit(Event("cell_done", group.name, f"{s.host.name}: {cell.key}", {
                     "host": s.host.name, "cell": cell.key, "result": res}))
+                if after is not None:  # e.g. the verdicts that just became final
+                    after(cell, res)
             run.cell_s += slowest
             if gone is not None:
                 raise gone

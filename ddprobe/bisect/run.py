@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ddprobe.bisect.agreement import AgreementOptions
+from ddprobe.bisect.agreement import COMPARE_MODE, AgreementOptions
 from ddprobe.bisect.cellrun import CellRunner, probe_options
 from ddprobe.bisect.cells import PlannedCell
 from ddprobe.bisect.cheap import CheapSupport, host_support
@@ -350,6 +350,8 @@ def _same(pf: PlanPreflight, name: str) -> Any:
 
 
 def _why(c: PlannedCell) -> str:
+    if c.mode == COMPARE_MODE:
+        return "graph-vs-eager comparison"
     return {"frontier": "graph frontier", "eager": "eager control",
             "oversize": "oversize " + ",".join(c.buffers), "max_bs": "smaller max bs",
             "sanitize": "compute-sanitizer", "confirm": f"confirm {c.patch}"}.get(

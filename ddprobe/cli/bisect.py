@@ -4,6 +4,7 @@
                    [--order auto|eager-first|graph-first] [--confirm-patch PATCH]
                    [--sanitize] [--no-latent-check] [--no-cheap-cells] [--oversize-factor N]
                    [--plan] [--resume RUN_ID] [--exit-protocol bisect] [--json]
+                   [--events FILE|-]
     ddprobe bisect log RUN_ID          the replayable session log (git bisect log format)
     ddprobe bisect replay FILE         re-derive the verdicts from a (possibly edited) log
     ddprobe sweep --host H --budgets 8,16,32 [--graph both|on|off] [--max-bs 64,16] [--json]
@@ -40,8 +41,10 @@ from ddprobe.store import RunRecord, find_run, load_run
 # The bisect engine, the planner and the renderers are imported by the command that runs
 # (a completion or `--help` builds this module's options only: issue 24.16).
 if TYPE_CHECKING:
+    from ddprobe.bisect.engine import Event, EventSink
     from ddprobe.bisect.run import BisectRequest
     from ddprobe.bisect.verdicts import ExitProtocol
+    from ddprobe.report.events import EventStream
 
 
 DEFAULT_BISECT_TASKS = ("8",)  # one probe wave: enough to tell ok from garbage, fast
@@ -61,11 +64,15 @@ def _budgets(budgets: options.Ints | None) -> tuple[int, ...]:
     return budget_set(budgets)
 
 
-def _protocol_exit(e: DdprobeError, *, as_json: bool) -> int:
+def _protocol_code(e: DdprobeError) -> int:
     """An error under --exit-protocol bisect: infrastructure -> 125 (skip), else abort."""
-    common.env().err.print(common.error_line(e), highlight=False)
-    code = int(ExitCode.BISECT_SKIP) if isinstance(e, (RemoteError, LockedError, ServerError)) \
+    return int(ExitCode.BISECT_SKIP) if isinstance(e, (RemoteError, LockedError, ServerError)) \
         else int(ExitCode.BISECT_ABORT)
+
+
+def _protocol_exit(e: DdprobeError, *, as_json: bool) -> int:
+    common.env().err.print(common.error_line(e), highlight=False)
+    code = _protocol_code(e)
     if as_json:
         common.emit_json_error(str(e), code, type(e).__name__)
     return code
@@ -128,11 +135,13 @@ def register(app: typer.Typer) -> None:
         keep_server: options.KeepServer = False,
         break_lock: options.BreakLock = False,
         as_json: options.Json = False,
+        events: options.Events = None,
     ) -> None:
         """Bisect budgets with CUDA graphs, then diagnose each failure mode."""
         if ctx.invoked_subcommand is not None:
             return
         protocol = options.protocol_of(exit_protocol)
+        stream = _open_events(events, plan=plan, as_json=as_json)
         try:
             rec, req, hosts = _resumed(resume) if resume else (None, None, [])
             if req is None:
@@ -157,11 +166,21 @@ def register(app: typer.Typer) -> None:
             argv = ["bisect", *(["--host", host] if host else []),
                     *(["--budgets", ",".join(map(str, budgets))] if budgets else []), *ctx.args]
             code = _bisect(req, hosts, rec=rec, plan=plan, protocol=protocol,
-                           break_lock=break_lock, as_json=as_json, argv=argv)
+                           break_lock=break_lock, as_json=as_json, argv=argv, stream=stream)
         except DdprobeError as e:
+            if stream is not None:
+                stream.error(str(e), type(e).__name__, _protocol_code(e)
+                             if protocol == "bisect" else int(e.exit_code))
             if protocol == "bisect":
                 raise typer.Exit(_protocol_exit(e, as_json=as_json)) from None
             raise
+        except KeyboardInterrupt:
+            if stream is not None:
+                stream.error("interrupted", "KeyboardInterrupt", int(ExitCode.INTERRUPTED))
+            raise
+        finally:
+            if stream is not None:
+                stream.close()
         raise typer.Exit(code)
 
     @bis.command("log")
@@ -276,7 +295,7 @@ def _resumed(run_id: str) -> tuple[RunRecord, BisectRequest, list[Host]]:
 
 def _bisect(req: BisectRequest, hosts: list[Host], *, rec: RunRecord | None, plan: bool,
             protocol: ExitProtocol | None, break_lock: bool, as_json: bool,
-            argv: list[str]) -> int:
+            argv: list[str], stream: EventStream | None = None) -> int:
     from ddprobe.bisect.run import run_bisect
     from ddprobe.bisect.verdicts import exit_code
     from ddprobe.report.jsondoc import bisect_doc
@@ -287,15 +306,43 @@ def _bisect(req: BisectRequest, hosts: list[Host], *, rec: RunRecord | None, pla
         _print_plan(req, hosts, as_json=as_json)
         return 0
     with EventRenderer(common.env().err, quiet=False) as ren:
-        model = run_bisect(hosts, req, resume=rec, on_event=ren, break_lock=break_lock,
-                           opts=common.env().remote_options, caches=common.env().caches,
-                           argv=argv)
+        model = run_bisect(hosts, req, resume=rec, on_event=_tee(ren, stream),
+                           break_lock=break_lock, opts=common.env().remote_options,
+                           caches=common.env().caches, argv=argv)
     model = write_run_reports(model)
-    if as_json:
+    code = exit_code(model.verdicts, protocol=protocol)
+    if stream is not None:
+        stream.result(bisect_doc(model), code)
+    if stream is not None and stream.to_stdout:
+        pass  # stdout is the stream
+    elif as_json:
         common.emit_json(bisect_doc(model))
     else:
         render_bisect(model, common.env().out)
-    return exit_code(model.verdicts, protocol=protocol)
+    return code
+
+
+def _open_events(events: str | None, *, plan: bool, as_json: bool) -> EventStream | None:
+    """--events: the stream (checked before anything runs)."""
+    if events is None:
+        return None
+    if plan:
+        raise UsageError("--events streams a run; --plan runs nothing (use --plan --json)")
+    if events == "-" and as_json:
+        raise UsageError("--events - ends with the --json document (its `result` line): give "
+                         "one of them")
+    from ddprobe.report.events import EventStream
+    return EventStream(events)
+
+
+def _tee(ren: EventSink, stream: EventStream | None) -> EventSink:
+    if stream is None:
+        return ren
+
+    def sink(e: Event) -> None:
+        ren(e)
+        stream(e)
+    return sink
 
 
 def _print_plan(req: BisectRequest, hosts: list[Host], *, as_json: bool) -> None:

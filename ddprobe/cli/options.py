@@ -139,6 +139,11 @@ SweepGraph = Annotated[GraphChoice, typer.Option(
 
 # ----- output -----
 Json = Annotated[bool, typer.Option("--json", help="Print one JSON document on stdout.")]
+Events = Annotated[Optional[str], typer.Option(
+    "--events", metavar="FILE|-",
+    help="Write the run as it happens, one JSON object a line (NDJSON): each cell, each "
+         "verdict the moment it is final (verdict_final), and last the --json document "
+         "(result) or the error; '-' is stdout.")]
 
 
 def order_of(order: OrderChoice | None, *, graph_first: bool = False,
