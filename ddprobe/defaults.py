@@ -8,3 +8,9 @@ from typing import Final
 # (bisect/ladder.py escalates to cover the static shortfall, or x16, when that does not cure)
 OVERSIZE_FACTOR: Final = 4
 MAX_OVERSIZE_FACTOR: Final = 1024  # the largest factor an escalation or --oversize-factor asks
+
+# the probes of a cell (`run`, `probe`, every bisect and sweep cell)
+PROBE_SUITE: Final = "coding"  # the bundled coding suite
+PROBE_CONCURRENCY: Final = 8  # requests in flight at once
+PROBE_MAX_TOKENS: Final = 512  # new tokens per coding answer
+PROBE_TIMEOUT_S: Final = 300.0  # per request

@@ -138,3 +138,28 @@ def test_the_oversize_factor_default_is_stated_once() -> None:
 def test_an_oversize_factor_out_of_range_is_refused_in_a_session_log() -> None:
     with pytest.raises(ConfigError, match="--oversize-factor must be 2 to 1024, got 1"):
         replay("ddprobe bisect start --host h --budgets 8 --oversize-factor 1\n", "s.log")
+
+
+# flags that knowingly mean different things in different commands (a host pattern to run on
+# or the host a manual log records; one max bs or a sweep's list; a mark's --graph or a
+# sweep's both|on|off; ...): each of these is its command's own option
+SEVERAL_MEANINGS = {"--backend", "--baseline", "--check", "--dry-run", "--force", "--graph",
+                    "--host", "--max-bs", "--no-compare", "--suite", "--tasks", "--var"}
+
+
+def test_a_flag_of_several_commands_is_one_spec() -> None:
+    """Every other flag two commands take reads the same in both (one spec in
+    cli/options.py): a flag restated by hand drifts, and this fails."""
+    from ddprobe.cli.helpdoc import long_name, walk
+    helps: dict[str, dict[str, list[str]]] = {}
+    for path, c in walk(typer.main.get_command(get_app())):
+        for p in c.params:
+            if getattr(p, "param_type_name", "") == "option" and not p.hidden:
+                helps.setdefault(long_name(p), {}).setdefault(p.help or "", []).append(
+                    " ".join(path))
+    shared = {flag for flag, by_help in helps.items()
+              if sum(map(len, by_help.values())) > 1}
+    assert {"--budgets", "--json", "--order", "--oversize-factor", "--repeat"} <= shared
+    assert {f: h for f, h in helps.items() if f in shared - SEVERAL_MEANINGS
+            and len(h) > 1} == {}
+    assert SEVERAL_MEANINGS <= shared  # an entry no longer needed is taken off the list

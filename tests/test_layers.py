@@ -49,7 +49,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
              "hostside.client", "hostside.errors", "facts", *LEAVES),
     "server": ("sources", "remote", "inventory", "hostside.client", "hostside.errors",
                *LEAVES),
-    "probes": ("results", "errors", "untrusted"),
+    "probes": ("results", "errors", "untrusted", "defaults"),
     "sources": ("remote", "inventory", "hostside.client", "hostside.patchtext", *LEAVES),
     "signatures": ("results", "errors", "yamlio"),
     "hostside": (),  # the host programs: the standard library and each other only

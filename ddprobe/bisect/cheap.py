@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Final, Literal
 
+from ddprobe.defaults import PROBE_CONCURRENCY
 from ddprobe.errors import RefusedError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
@@ -65,7 +66,7 @@ class CheapSupport:
     bs_flag: bool = False  # the release defines --cuda-graph-bs
     warmup_flag: bool = False
     max_bs: int | None = None  # the max bs the server captures by default (preflight)
-    concurrency: int = 8
+    concurrency: int = PROBE_CONCURRENCY  # the probes' (capture_list covers their batch)
 
     def args(self, config: Config) -> tuple[str, ...]:
         out = list(DUMMY) + (list(DRAFT_DUMMY) if self.draft_flag else [])

@@ -32,6 +32,7 @@ from ddprobe.cell.kernel_log import recent_xid_lines
 from ddprobe.cell.phases import cell_phases
 from ddprobe.cell.restart import Restart, copy_log
 from ddprobe.cell.served import model_loaded
+from ddprobe.defaults import PROBE_CONCURRENCY, PROBE_MAX_TOKENS, PROBE_SUITE, PROBE_TIMEOUT_S
 from ddprobe.effective import fetch_server_info, from_log, from_server_args
 from ddprobe.errors import DdprobeError, PatchError, RemoteCommandError, RemoteError
 from ddprobe.hostside.errors import HostOpError
@@ -61,11 +62,11 @@ _INFRA = (RemoteError, HostOpError, RemoteCommandError, ProbeHTTPError)
 
 @dataclass(frozen=True)
 class ProbeOptions:
-    suite: str = "coding"
-    concurrency: int = 8
+    suite: str = PROBE_SUITE
+    concurrency: int = PROBE_CONCURRENCY
     tasks: tuple[str, ...] | None = None
-    max_tokens: int = 512
-    timeout: float = 300.0  # per request
+    max_tokens: int = PROBE_MAX_TOKENS
+    timeout: float = PROBE_TIMEOUT_S  # per request
     stop_when_dead: bool = False  # end the probe once a request failed and the server died
 
 

@@ -187,7 +187,7 @@ def register(app: typer.Typer) -> None:
     def log_cmd(run_id: Optional[str] = typer.Argument(
             None, metavar="RUN_ID", help="Run id (or a prefix, or 'latest'); default: the "
                                            "manual bisect in progress."),
-            as_json: bool = common.JsonOpt) -> None:
+            as_json: options.Json = False) -> None:
         """Print a bisect's session log: one runnable `ddprobe bisect` command a line.
 
         Example:
@@ -210,7 +210,7 @@ def register(app: typer.Typer) -> None:
 
     @bis.command("replay")
     def replay_cmd(file: Path = typer.Argument(..., help="A session log (from `bisect log`)."),
-                   as_json: bool = common.JsonOpt) -> None:
+                   as_json: options.Json = False) -> None:
         """Re-derive the verdicts from a session log without touching a host."""
         try:
             text = file.read_text(encoding="utf-8")

@@ -177,7 +177,7 @@ def register(bis: typer.Typer) -> None:
                 None, "--refused", metavar="WHY",
                 help="skip: the server refused the flags (config error), and why.")
             if verb == "skip" else typer.Option(None, hidden=True),
-            as_json: bool = common.JsonOpt,
+            as_json: options.Json = False,
         ) -> None:
             words = _words(max_bs=max_bs, oversize=oversize, mode=mode, refused=refused)
             if graph is not None:
@@ -195,7 +195,7 @@ def register(bis: typer.Typer) -> None:
               "ddprobe bisect skip 32 --no-graph")
 
     @bis.command("next", rich_help_panel=PANEL)
-    def next_cmd(as_json: bool = common.JsonOpt) -> None:
+    def next_cmd(as_json: options.Json = False) -> None:
         """Print the next cell to run (or the verdicts when the bisect is complete).
 
         Example:
@@ -211,7 +211,7 @@ def register(bis: typer.Typer) -> None:
                                  help="The host whose SGLang install gets the patch."),
         revert: bool = typer.Option(False, "--revert",
                                     help="Take the temporary oversize patch off again."),
-        as_json: bool = common.JsonOpt,
+        as_json: options.Json = False,
     ) -> None:
         """Apply the temporary patch of the oversize step `next` names (its buffers, its
         factor), built from the host's own sources; --revert takes it off. Restart the server
@@ -250,7 +250,7 @@ def register(bis: typer.Typer) -> None:
             f"`ddprobe bisect oversize --revert --host {h.name}`", markup=False)
 
     @bis.command("visualize", rich_help_panel=PANEL)
-    def visualize_cmd(as_json: bool = common.JsonOpt) -> None:
+    def visualize_cmd(as_json: options.Json = False) -> None:
         """Show the marks so far: each budget, each failure mode's experiments.
 
         Example:
@@ -270,7 +270,7 @@ def register(bis: typer.Typer) -> None:
                                + (f"; next: {st.next.key}" if st.next else "; complete"))
 
     @bis.command("reset", rich_help_panel=PANEL)
-    def reset_cmd(as_json: bool = common.JsonOpt) -> None:
+    def reset_cmd(as_json: options.Json = False) -> None:
         """End the manual bisect (removes its session file).
 
         Example:

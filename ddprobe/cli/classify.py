@@ -9,7 +9,7 @@ import typer
 from rich.text import Text
 
 from ddprobe.cell.logverdict import LogVerdict, classify_log
-from ddprobe.cli import common
+from ddprobe.cli import common, options
 from ddprobe.errors import UsageError
 from ddprobe.exitcodes import OUTCOME_EXIT, ExitCode
 from ddprobe.report.style import status_rich
@@ -28,7 +28,7 @@ def classify(
     path: str = typer.Argument(..., metavar="FILE|-", help="The log file, or - for stdin."),
     package: str = typer.Option("sglang", "--package",
                                 help="The server package (a launch failure names it)."),
-    as_json: bool = common.JsonOpt,
+    as_json: options.Json = False,
 ) -> None:
     """Classify a server log: outcome, failure signature, phase, hint, decode-line acceptance.
 

@@ -1,4 +1,4 @@
-"""Shared CLI plumbing: global options, consoles, JSON output, host selection.
+"""Shared CLI plumbing: consoles, JSON output, host selection (the options: cli/options.py).
 
 Only the CLI prints. stdout carries data (tables or JSON); messages and progress go to stderr.
 """
@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import typer
 from rich.text import Text
 
 from ddprobe.context import Context, current
@@ -65,16 +64,6 @@ def task_words(text: str | None) -> tuple[str, ...]:
     """--tasks as given: ids (a comma list), one number N (the suite's first N) or 'all'
     (resolved by the suite: ddprobe.probes.coding.Suite.select); () when not given."""
     return tuple(t.strip() for t in (text or "").split(",") if t.strip())
-
-
-TASKS_HELP = "Probe these coding tasks (comma-separated ids), the first N (a number), or 'all'"
-
-
-HostOpt = typer.Option(..., "--host", "-H",
-                       help="Host, group, or comma list (see `ddprobe hosts`).")
-JsonOpt = typer.Option(False, "--json", help="Print one JSON document on stdout.")
-BreakLockOpt = typer.Option(False, "--break-lock", help="Take over a stale host lock.")
-KeepServerOpt = typer.Option(False, "--keep-server", help="Leave the last cell's server running.")
 
 
 def read_json_file(path: str, what: str) -> Any:

@@ -6,7 +6,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ddprobe import remote
-from ddprobe.cli import common
+from ddprobe.cli import common, options
 from ddprobe.exitcodes import ExitCode
 from ddprobe.facts import Facts, gather_facts
 from ddprobe.inventory import Host
@@ -54,7 +54,7 @@ def _sandbox() -> tuple[str, str | None]:
 
 def register(app: typer.Typer) -> None:
     @app.command("facts")
-    def facts_cmd(host: str = common.HostOpt, as_json: bool = common.JsonOpt) -> None:
+    def facts_cmd(host: options.Hosts, as_json: options.Json = False) -> None:
         """Facts of one or more hosts, gathered in parallel (one round-trip each)."""
         hs = common.hosts(host)
         res = remote.fan_out(hs, _facts, max_workers=16, deadline=90)

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ddprobe import remote
-from ddprobe.cli import common
+from ddprobe.cli import common, options
 from ddprobe.errors import ConfigError, RemoteCommandError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.inventory import Host
@@ -41,7 +41,7 @@ def register(app: typer.Typer) -> None:
             None, "--example", metavar="gpu|testbed",
             help="Print a documented hosts.yaml and exit: gpu (every key, GPU hosts) or "
                  "testbed (the testbed on an SSH host)."),
-        as_json: bool = common.JsonOpt,
+        as_json: options.Json = False,
     ) -> None:
         """List the inventory; with --check, reachability and round-trip time per host."""
         if example is not None:

@@ -13,6 +13,7 @@ imports this module, never the engine.
 from __future__ import annotations
 
 from enum import Enum
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional, cast
 
 import typer
@@ -102,11 +103,31 @@ ContextLen = Annotated[Optional[int], typer.Option(
 KeepServer = Annotated[bool, typer.Option("--keep-server",
                                           help="Leave the last cell's server running.")]
 
+Budget = Annotated[Optional[int], typer.Option(
+    "--budget", "-b", min=1, help="Draft-tree budget (default: the inventory's server.budget).")]
+Graph = Annotated[bool, typer.Option("--graph/--no-graph",
+                                     help="CUDA graphs on (default) or off.")]
+Extra = Annotated[Optional[list[str]], typer.Option(
+    "--extra", help="Extra launch flags (shell words), e.g. --extra '--mem-fraction-static "
+                    "0.8'. Repeatable.")]
+Env = Annotated[Optional[list[str]], typer.Option(
+    "--env", help="KEY=VALUE for the server's environment. Repeatable.")]
+HealthTimeout = Annotated[Optional[float], typer.Option(
+    "--health-timeout", help="Seconds to wait for /health_generate (default: the inventory's "
+                             "server.health_timeout).")]
+
 # ----- probes -----
 TASKS_HELP = "Probe these coding tasks (comma-separated ids), the first N (a number), or 'all'"
 Tasks = Annotated[Optional[str], typer.Option("--tasks", help=TASKS_HELP + " (default: all).")]
 BisectTasks = Annotated[Optional[str], typer.Option(
     "--tasks", help=TASKS_HELP + " (default: 8, one wave of probes).")]
+
+Suite = Annotated[str, typer.Option("--suite",
+                                    help="Probe suite: a bundled suite's name or a .json file.")]
+Concurrency = Annotated[int, typer.Option("--concurrency", "-c", min=1, max=256,
+                                          help="Probe requests in flight at once.")]
+MaxTokens = Annotated[int, typer.Option("--max-tokens", min=1,
+                                        help="Max new tokens per coding answer.")]
 
 # ----- a bisect's or sweep's plan -----
 Repeat = Annotated[int, typer.Option("--repeat", min=1,
@@ -144,6 +165,8 @@ Events = Annotated[Optional[str], typer.Option(
     help="Write the run as it happens, one JSON object a line (NDJSON): each cell, each "
          "verdict the moment it is final (verdict_final), and last the --json document "
          "(result) or the error; '-' is stdout.")]
+Runs = Annotated[Optional[Path], typer.Option("--runs", envvar="DDPROBE_RUNS",
+                                              help="The runs directory (default ./runs).")]
 
 
 def order_of(order: OrderChoice | None, *, graph_first: bool = False,

@@ -9,7 +9,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ddprobe import remote
-from ddprobe.cli import common
+from ddprobe.cli import common, options
 from ddprobe.errors import PatchError, UsageError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.hostside.patchtext import Patch
@@ -71,12 +71,13 @@ def register(app: typer.Typer) -> None:
     @papp.command("apply")
     def apply_cmd(
         patch: str = typer.Argument(..., help="A .patch file or a name in playbooks/patches."),
-        host: str = common.HostOpt,
+        *,
+        host: options.Hosts,
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the diff, change nothing."),
         force: bool = typer.Option(False, "--force", help="Apply even if the file was edited "
                                    "or the version differs."),
-        break_lock: bool = common.BreakLockOpt,
-        as_json: bool = common.JsonOpt,
+        break_lock: options.BreakLock = False,
+        as_json: options.Json = False,
     ) -> None:
         """Apply a patch atomically (all files or none), recording it in the host's ledger."""
         h = common.one_host(host)
@@ -100,12 +101,13 @@ def register(app: typer.Typer) -> None:
     @papp.command("revert")
     def revert_cmd(
         patch: Optional[str] = typer.Argument(None, help="Patch id, file or name."),
-        host: str = common.HostOpt,
+        *,
+        host: options.Hosts,
         all_: bool = typer.Option(False, "--all", help="Revert every applied patch."),
         force: bool = typer.Option(False, "--force", help="Restore even if the patched file "
                                    "changed since (the changed copy is kept beside the backup)."),
-        break_lock: bool = common.BreakLockOpt,
-        as_json: bool = common.JsonOpt,
+        break_lock: options.BreakLock = False,
+        as_json: options.Json = False,
     ) -> None:
         """Restore the originals byte for byte (sha256 checked) and drop the ledger entry."""
         if (patch is None) == (not all_):
@@ -124,7 +126,7 @@ def register(app: typer.Typer) -> None:
                                         + (f" ({res.message})" if res.message else "")))
 
     @papp.command("status")
-    def status_cmd(host: str = common.HostOpt, as_json: bool = common.JsonOpt) -> None:
+    def status_cmd(host: options.Hosts, as_json: options.Json = False) -> None:
         """Applied patches and drift; an interrupted apply says how to finish or roll back."""
         h = common.one_host(host)
         with common.env().connect(h) as r:
@@ -160,10 +162,10 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(int(ExitCode.PATCH))
 
     @papp.command("recover")
-    def recover_cmd(host: str = common.HostOpt,
+    def recover_cmd(host: options.Hosts,
                     apply: bool = typer.Option(False, "--apply", help="Restore (default: show "
                                                "what would be restored)."),
-                    as_json: bool = common.JsonOpt) -> None:
+                    as_json: options.Json = False) -> None:
         """A damaged or hand-edited ledger: restore every file from its oldest backup (the
         original before the first patch) and start a new ledger; the old one is kept."""
         h = common.one_host(host)
@@ -185,8 +187,9 @@ def register(app: typer.Typer) -> None:
     @papp.command("diff")
     def diff_cmd(
         patch_id: Optional[str] = typer.Argument(None, help="Only this applied patch."),
-        host: str = common.HostOpt,
-        as_json: bool = common.JsonOpt,
+        *,
+        host: options.Hosts,
+        as_json: options.Json = False,
     ) -> None:
         """What the applied patches changed on the host: original (backup) -> file now."""
         h = common.one_host(host)
@@ -203,7 +206,7 @@ def register(app: typer.Typer) -> None:
             _print_diff(d)
 
     @papp.command("list")
-    def list_cmd(as_json: bool = common.JsonOpt) -> None:
+    def list_cmd(as_json: options.Json = False) -> None:
         """The patches in ./playbooks/patches and the ones shipped with ddprobe."""
         ps = list_patches()
         if as_json:

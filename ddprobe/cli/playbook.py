@@ -8,7 +8,7 @@ import typer
 from rich.text import Text
 
 from ddprobe.bundled_files import bundled_playbooks, resolve_playbook
-from ddprobe.cli import common
+from ddprobe.cli import common, options
 from ddprobe.exitcodes import ExitCode
 from ddprobe.playbook import (
     Playbook,
@@ -116,16 +116,16 @@ def register(app: typer.Typer) -> None:
     def run_cmd(
         file: Path = typer.Argument(..., help="The playbook: a file, or a shipped one by name "
                                     f"({', '.join(bundled_playbooks())})."),
-        host: str = common.HostOpt,
+        *,
+        host: options.Hosts,
         dry_run: bool = typer.Option(False, "--dry-run", help="Print the steps with variables "
                                      "resolved; run nothing."),
         var: Optional[list[str]] = typer.Option(None, "--var", help="Override a variable: "
                                                 "NAME=VALUE (repeatable)."),
         keep_patches: bool = typer.Option(False, "--keep-patches", help="When a step fails, "
                                           "keep the patches the playbook applied."),
-        runs: Optional[Path] = typer.Option(None, "--runs", envvar="DDPROBE_RUNS",
-                                            help="The runs directory (default ./runs)."),
-        as_json: bool = common.JsonOpt,
+        runs: options.Runs = None,
+        as_json: options.Json = False,
     ) -> None:
         """Check the whole playbook (errors name file:line), then run it step by step.
 
@@ -150,7 +150,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(res.exit_code)
 
     @papp.command("actions")
-    def actions_cmd(as_json: bool = common.JsonOpt) -> None:
+    def actions_cmd(as_json: options.Json = False) -> None:
         """List the actions a step may use, with their arguments."""
         if as_json:
             common.emit_json({"actions": [

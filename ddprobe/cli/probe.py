@@ -13,7 +13,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from rich.text import Text
 
-from ddprobe.cli import common
+from ddprobe.cli import common, options
+from ddprobe.defaults import PROBE_CONCURRENCY, PROBE_MAX_TOKENS, PROBE_SUITE, PROBE_TIMEOUT_S
 from ddprobe.errors import ConfigError, DdprobeError, ServerError, UsageError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.inventory import Host
@@ -93,22 +94,20 @@ def register(app: typer.Typer) -> None:
                                            help="Host whose server to probe (its server port)."),
         url: Optional[str] = typer.Option(None, "--url",
                                           help="Probe this server URL instead of a host's."),
-        suite: str = typer.Option("coding", "--suite", help="Bundled suite name or a .json."),
-        concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, max=256,
-                                        help="Tasks in flight at once."),
-        tasks: Optional[str] = typer.Option(None, "--tasks",
-                                            help=common.TASKS_HELP + " (default: all)."),
-        max_tokens: int = typer.Option(512, "--max-tokens", min=1,
-                                       help="Bound on each chat answer (the code)."),
+        suite: options.Suite = PROBE_SUITE,
+        concurrency: options.Concurrency = PROBE_CONCURRENCY,
+        tasks: options.Tasks = None,
+        max_tokens: options.MaxTokens = PROBE_MAX_TOKENS,
         accept_tokens: int = typer.Option(
             128, "--accept-tokens", min=0,
             help="Tokens of the /generate request that measures acceptance (0: skip it)."),
-        timeout: float = typer.Option(300.0, "--timeout", help="Per-request timeout (s)."),
+        timeout: float = typer.Option(PROBE_TIMEOUT_S, "--timeout",
+                                      help="Per-request timeout (s)."),
         baseline: Optional[str] = typer.Option(
             None, "--baseline", help="Compare answers with this baseline file (differential)."),
         save_baseline: Optional[str] = typer.Option(
             None, "--save-baseline", help="Write this run's answers as a baseline file."),
-        as_json: bool = common.JsonOpt,
+        as_json: options.Json = False,
     ) -> None:
         """Probe a running server: coding suite in a sandbox, acceptance length, tok/s."""
         if bool(host) == bool(url):

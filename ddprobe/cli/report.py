@@ -10,7 +10,7 @@ from typing import Optional
 import typer
 from rich.text import Text
 
-from ddprobe.cli import common
+from ddprobe.cli import common, options
 from ddprobe.errors import DdprobeError, UsageError
 from ddprobe.report import render, render_terminal, resolve_run, write_reports
 from ddprobe.report.write import write_text_atomic
@@ -39,9 +39,8 @@ def register(app: typer.Typer) -> None:
                                         "all (writes the four files into the run directory)."),
         output: Optional[Path] = typer.Option(None, "--output", "-o",
                                               help="Write to FILE instead of stdout."),
-        runs: Optional[Path] = typer.Option(None, "--runs", envvar="DDPROBE_RUNS",
-                                            help="The runs directory (default ./runs)."),
-        as_json: bool = typer.Option(False, "--json", help="The same as --format json."),
+        runs: options.Runs = None,
+        as_json: options.Json = False,  # the same as --format json
     ) -> None:
         """Re-render a stored run (sweep, bisect, smoke, playbook) without touching a host.
 

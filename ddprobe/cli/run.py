@@ -15,7 +15,8 @@ import typer
 from rich.console import Console
 
 from ddprobe.cell.experiment import Baseline, CellReporter, ProbeOptions, run_cell
-from ddprobe.cli import common
+from ddprobe.cli import common, options
+from ddprobe.defaults import PROBE_CONCURRENCY, PROBE_MAX_TOKENS, PROBE_SUITE, PROBE_TIMEOUT_S
 from ddprobe.errors import ConfigError, UsageError
 from ddprobe.exitcodes import ExitCode, for_outcome
 from ddprobe.inventory import Host, env_name_problem
@@ -91,34 +92,23 @@ def load_baseline(path: str) -> Baseline:
         raise ConfigError(f"not a cell from `ddprobe run --json` ({e})", path=path) from None
 
 
-ExtraOpt = typer.Option(None, "--extra", help="Extra launch flags (shell words), e.g. "
-                                              "--extra '--mem-fraction-static 0.8'. Repeatable.")
-EnvOpt = typer.Option(None, "--env", help="KEY=VALUE for the server's environment. Repeatable.")
-
 
 def register(app: typer.Typer) -> None:
     @app.command("run")
     def run_cmd(
-        host: str = common.HostOpt,
-        budget: Optional[int] = typer.Option(None, "--budget", "-b", min=1,
-                                             help="Draft-tree budget (default: server.budget)."),
-        graph: bool = typer.Option(True, "--graph/--no-graph", help="CUDA graphs on or off."),
-        max_bs: Optional[int] = typer.Option(None, "--max-bs", min=1,
-                                             help="CUDA-graph max batch size."),
-        backend: Optional[str] = typer.Option(None, "--backend", help="--attention-backend."),
-        extra: Optional[list[str]] = ExtraOpt,
-        env: Optional[list[str]] = EnvOpt,
-        health_timeout: Optional[float] = typer.Option(
-            None, "--health-timeout", help="Seconds to wait for health (default: "
-                                           "server.health_timeout)."),
-        suite: str = typer.Option("coding", "--suite", help="Probe suite (name or .json)."),
-        concurrency: int = typer.Option(8, "--concurrency", "-c", min=1, max=256,
-                                         help="Probe requests in flight at once."),
-        tasks: Optional[str] = typer.Option(None, "--tasks",
-                                            help=common.TASKS_HELP + " (default: all)."),
-        max_tokens: int = typer.Option(512, "--max-tokens", min=1,
-                                        help="Max new tokens per coding answer."),
-        probe_timeout: float = typer.Option(300.0, "--probe-timeout",
+        host: options.Hosts,
+        budget: options.Budget = None,
+        graph: options.Graph = True,
+        max_bs: options.MaxBs = None,
+        backend: options.Backend = None,
+        extra: options.Extra = None,
+        env: options.Env = None,
+        health_timeout: options.HealthTimeout = None,
+        suite: options.Suite = PROBE_SUITE,
+        concurrency: options.Concurrency = PROBE_CONCURRENCY,
+        tasks: options.Tasks = None,
+        max_tokens: options.MaxTokens = PROBE_MAX_TOKENS,
+        probe_timeout: float = typer.Option(PROBE_TIMEOUT_S, "--probe-timeout",
                                             help="Per-request timeout (s)."),
         baseline: Optional[str] = typer.Option(
             None, "--baseline", help="A previous `ddprobe run --json` to compare with "
@@ -128,7 +118,7 @@ def register(app: typer.Typer) -> None:
                                                "later --baseline)."),
         log_dir: Optional[Path] = typer.Option(None, "--log-dir",
                                                help="Copy the server log here."),
-        break_lock: bool = common.BreakLockOpt,
+        break_lock: options.BreakLock = False,
         stop_after: bool = typer.Option(False, "--stop-after",
                                         help="Stop the server after the cell (default: leave "
                                              "a working server running)."),
@@ -136,7 +126,7 @@ def register(app: typer.Typer) -> None:
             False, "--differential",
             help="Run the budget without and then with CUDA graphs and compare the greedy "
                  "outputs token by token: a divergence makes the graph cell garbage."),
-        as_json: bool = common.JsonOpt,
+        as_json: options.Json = False,
     ) -> None:
         """One cell: restart the server with a config, wait for health, probe, classify."""
         h = common.one_host(host)

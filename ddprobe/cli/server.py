@@ -15,8 +15,8 @@ from rich.text import Text
 
 from ddprobe import remote
 from ddprobe.cell.restart import StartReport, start_server
-from ddprobe.cli import common
-from ddprobe.cli.run import EnvOpt, ExtraOpt, LiveReporter, make_config
+from ddprobe.cli import common, options
+from ddprobe.cli.run import LiveReporter, make_config
 from ddprobe.errors import UsageError
 from ddprobe.exitcodes import OUTCOME_EXIT, ExitCode
 from ddprobe.inventory import Host
@@ -78,24 +78,18 @@ def register(app: typer.Typer) -> None:
 
     def _opts(restart: bool) -> Callable[..., None]:
         def cmd(
-            host: str = common.HostOpt,
-            budget: Optional[int] = typer.Option(None, "--budget", "-b", min=1,
-                                                 help="Draft-tree budget (default: "
-                                                      "server.budget)."),
-            graph: bool = typer.Option(True, "--graph/--no-graph",
-                                              help="CUDA graphs on (default) or off."),
-            max_bs: Optional[int] = typer.Option(None, "--max-bs", min=1,
-                                                 help="--cuda-graph-max-bs."),
-            backend: Optional[str] = typer.Option(None, "--backend",
-                                                  help="--attention-backend."),
-            extra: Optional[list[str]] = ExtraOpt,
-            env: Optional[list[str]] = EnvOpt,
+            host: options.Hosts,
+            budget: options.Budget = None,
+            graph: options.Graph = True,
+            max_bs: options.MaxBs = None,
+            backend: options.Backend = None,
+            extra: options.Extra = None,
+            env: options.Env = None,
             wait: bool = typer.Option(True, "--wait/--no-wait",
                                       help="Wait until /health_generate answers."),
-            health_timeout: Optional[float] = typer.Option(
-                None, "--health-timeout", help="Seconds to wait for /health_generate."),
-            break_lock: bool = common.BreakLockOpt,
-            as_json: bool = common.JsonOpt,
+            health_timeout: options.HealthTimeout = None,
+            break_lock: options.BreakLock = False,
+            as_json: options.Json = False,
         ) -> None:
             _start(restart, host, budget, graph, max_bs, backend, extra, env, wait,
                    health_timeout, break_lock, as_json)
@@ -109,11 +103,11 @@ def register(app: typer.Typer) -> None:
     srv.command("restart")(_opts(True))
 
     @srv.command("stop")
-    def stop_cmd(host: str = common.HostOpt,
+    def stop_cmd(host: options.Hosts,
                  grace: Optional[float] = typer.Option(None, "--grace",
                                                        help="TERM grace (s) before KILL."),
-                 break_lock: bool = common.BreakLockOpt,
-                 as_json: bool = common.JsonOpt) -> None:
+                 break_lock: options.BreakLock = False,
+                 as_json: options.Json = False) -> None:
         """Stop the server: TERM its process group, KILL after the grace; verify it is gone."""
         h = common.one_host(host)
         with common.env().connect(h) as r, HostLock(r, h, break_lock=break_lock,
@@ -132,7 +126,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(int(ExitCode.SERVER))
 
     @srv.command("status")
-    def status_cmd(host: str = common.HostOpt, as_json: bool = common.JsonOpt) -> None:
+    def status_cmd(host: options.Hosts, as_json: options.Json = False) -> None:
         """Is the server running, with which config; is it healthy; who holds the host lock."""
         h = common.one_host(host)
         with common.env().connect(h) as r:
@@ -163,7 +157,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(int(ExitCode.FAILED))
 
     @srv.command("logs")
-    def logs_cmd(host: str = common.HostOpt,
+    def logs_cmd(host: options.Hosts,
                  tail: Optional[int] = typer.Option(None, "--tail", "-n", min=1,
                                                     help="Only the last N lines."),
                  since: Optional[float] = typer.Option(
@@ -172,7 +166,7 @@ def register(app: typer.Typer) -> None:
                  follow: bool = typer.Option(False, "--follow", "-f",
                                              help="Keep printing new lines until the server "
                                                   "exits (Ctrl-C to stop)."),
-                 as_json: bool = common.JsonOpt) -> None:
+                 as_json: options.Json = False) -> None:
         """The server log (of the running server, else of the last one)."""
         if as_json and follow:
             raise UsageError("--json and --follow exclude each other")

@@ -24,7 +24,7 @@ from ddprobe.smoke import junit_xml, run_smoke
 def register(app: typer.Typer) -> None:
     @app.command("smoke")
     def smoke_cmd(
-        host: str = common.HostOpt,
+        host: options.Hosts,
         budgets: options.Budgets = None,
         junit: Optional[Path] = typer.Option(None, "--junit", help="Write JUnit XML here."),
         tasks: options.Tasks = None,
@@ -37,7 +37,7 @@ def register(app: typer.Typer) -> None:
             help="Do not compare the graph cell's greedy output with eager (by default an "
                  "eager cell at the same budget, or the --baseline's answers; a divergence "
                  "fails the smoke as garbage, exit 9)."),
-        as_json: bool = common.JsonOpt,
+        as_json: options.Json = False,
     ) -> None:
         """CI smoke check: facts, flags, one graph cell at the production budget, probes,
         its greedy output against eager."""

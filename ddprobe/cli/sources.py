@@ -41,7 +41,8 @@ def register(app: typer.Typer) -> None:
     @app.command("grep")
     def grep_cmd(
         pattern: str = typer.Argument(..., help="Regular expression (or text with -F)."),
-        host: str = common.HostOpt,
+        *,
+        host: options.Hosts,
         path: Optional[str] = typer.Option(None, "--path", help="Subdirectory or file of the "
                                            "package, e.g. srt/layers/attention."),
         context: int = typer.Option(0, "-C", "--context", help="Lines of context."),
@@ -52,7 +53,7 @@ def register(app: typer.Typer) -> None:
                                        "'*.py'); repeatable."),
         tool: str = typer.Option("auto", "--tool", help="auto (ripgrep where the host has it, "
                                  "else grep), rg or grep."),
-        as_json: bool = common.JsonOpt,
+        as_json: options.Json = False,
     ) -> None:
         """Search the host's installed package (ripgrep if present, else grep)."""
         if tool not in ("auto", "rg", "grep"):
@@ -90,7 +91,7 @@ def register(app: typer.Typer) -> None:
 
     @app.command("grep-buffers")
     def grep_buffers_cmd(
-        host: str = common.HostOpt,
+        host: options.Hosts,
         backend: str = typer.Option("all", "--backend",
                                     help="An --attention-backend name (its classes follow the "
                                          "install's hierarchy) or all"),
@@ -104,7 +105,7 @@ def register(app: typer.Typer) -> None:
         flagged: bool = typer.Option(False, "--flagged", help="Only flagged buffers."),
         all_phases: bool = typer.Option(False, "--all-phases", help="Also per-batch "
                                         "temporaries (eager paths)."),
-        as_json: bool = common.JsonOpt,
+        as_json: options.Json = False,
     ) -> None:
         """List the buffers the install allocates for CUDA-graph capture/replay, with sizes."""
         h = common.one_host(host)
@@ -123,11 +124,11 @@ def register(app: typer.Typer) -> None:
 
     @app.command("flags")
     def flags_cmd(
-        host: str = common.HostOpt,
+        host: options.Hosts,
         check: Optional[str] = typer.Option(None, "--check", help="Check a launch argument "
                                             "string against this version, e.g. "
                                             "\"--cuda-graph-max-bs 64\"."),
-        as_json: bool = common.JsonOpt,
+        as_json: options.Json = False,
     ) -> None:
         """The launch flags the host's installed server_args.py defines (read, not imported)."""
         import shlex

@@ -7,7 +7,7 @@ from typing import Optional
 import typer
 from rich.text import Text
 
-from ddprobe.cli import common
+from ddprobe.cli import common, options
 from ddprobe.errors import ConfigError, DdprobeError
 from ddtestbed.install import InstallError, InstallResult, default_prefix, sync_testbed
 
@@ -34,7 +34,7 @@ def install(
         False, "--force", help="Overwrite files that were modified since install (patches)."),
     suite: Optional[Path] = typer.Option(
         None, "--suite", help="Coding suite JSON to install (default: ddprobe's bundled one)."),
-    as_json: bool = common.JsonOpt,
+    as_json: options.Json = False,
 ) -> None:
     """Install or update the testbed as package `ddtestbed` under a prefix.
 

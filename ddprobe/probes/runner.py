@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
+from ddprobe.defaults import PROBE_CONCURRENCY, PROBE_MAX_TOKENS, PROBE_SUITE, PROBE_TIMEOUT_S
 from ddprobe.probes import garbage
 from ddprobe.probes.client import (
     MAX_ANSWER_BYTES,
@@ -104,10 +105,11 @@ def ids_from_report(report: ProbeReport) -> dict[str, list[int]]:
             if not r.errors and r.generate_ids is not None}
 
 
-def run_probes(base_url: str, *, suite: str = "coding", concurrency: int = 8,
-               timeout: float = 300.0, baseline: Mapping[str, str] | None = None,
+def run_probes(base_url: str, *, suite: str = PROBE_SUITE,
+               concurrency: int = PROBE_CONCURRENCY, timeout: float = PROBE_TIMEOUT_S,
+               baseline: Mapping[str, str] | None = None,
                progress: Callable[[TaskResult], None] | None = None,
-               tasks: Sequence[str] | None = None, max_tokens: int = 512,
+               tasks: Sequence[str] | None = None, max_tokens: int = PROBE_MAX_TOKENS,
                accept_tokens: int = 128,
                limits: SandboxLimits = SandboxLimits(),
                stop: Callable[[], bool] | None = None) -> ProbeReport:
@@ -121,11 +123,13 @@ def run_probes(base_url: str, *, suite: str = "coding", concurrency: int = 8,
 NOT_SENT: Final = "not sent: the server had died"
 
 
-async def run_probes_async(base_url: str, *, suite: str = "coding", concurrency: int = 8,
-                           timeout: float = 300.0, baseline: Mapping[str, str] | None = None,
+async def run_probes_async(base_url: str, *, suite: str = PROBE_SUITE,
+                           concurrency: int = PROBE_CONCURRENCY,
+                           timeout: float = PROBE_TIMEOUT_S,
+                           baseline: Mapping[str, str] | None = None,
                            progress: Callable[[TaskResult], None] | None = None,
-                           tasks: Sequence[str] | None = None, max_tokens: int = 512,
-                           accept_tokens: int = 128,
+                           tasks: Sequence[str] | None = None,
+                           max_tokens: int = PROBE_MAX_TOKENS, accept_tokens: int = 128,
                            limits: SandboxLimits = SandboxLimits(),
                            stop: Callable[[], bool] | None = None) -> ProbeReport:
     """Probe `base_url` with a suite; `concurrency` tasks in flight at once.
