@@ -163,3 +163,12 @@ def test_a_flag_of_several_commands_is_one_spec() -> None:
     assert {f: h for f, h in helps.items() if f in shared - SEVERAL_MEANINGS
             and len(h) > 1} == {}
     assert SEVERAL_MEANINGS <= shared  # an entry no longer needed is taken off the list
+
+
+def test_a_playbooks_budgets_follow_the_same_rules(capsys: pytest.CaptureFixture[str]) -> None:
+    # a playbook's `ints` argument (budgets) is read by ddprobe/intlist.py too: file:line
+    assert main(["playbook", "run", "ddtree-graph-buffers", "--host", "testbed", "--var",
+                 "budgets=8,0", "--dry-run"]) == int(ExitCode.CONFIG)
+    err = capsys.readouterr().err
+    assert "ddtree-graph-buffers.yaml:" in err and "'budgets': values must be positive, got 0" \
+        in err

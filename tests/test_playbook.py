@@ -90,6 +90,9 @@ def test_parser_only_ever_raises_expr_error(text: str) -> None:
 def test_coerce_kinds() -> None:
     assert coerce("ints", "8,16, 32") == [8, 16, 32]
     assert coerce("ints", 16) == [16] and coerce("ints", [8, "16"]) == [8, 16]
+    for bad in ("8,0", [8, 0], [], "x"):  # the command line's rules (ddprobe/intlist.py)
+        with pytest.raises(ValueError):
+            coerce("ints", bad)
     assert coerce("bool", "false") is False and coerce("int", "64") == 64
     assert coerce("strs", "--a 1 '--b c'") == ["--a", "1", "--b c"]
     for kind, bad in (("int", "x"), ("bool", "maybe"), ("int", True), ("str", [1])):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ddprobe.errors import DdprobeError
+from ddprobe.intlist import parse_ints
 
 if TYPE_CHECKING:
     from ddprobe.playbook.context import StepContext
@@ -166,9 +167,11 @@ def _number(kind: str) -> Callable[[Any], Any]:
 
 
 def _to_ints(value: Any) -> list[int]:
-    items = value if isinstance(value, list) else (
-        [x for x in str(value).replace(" ", "").split(",") if x])
-    return [coerce("int", x) for x in items]
+    """A YAML list of whole numbers or the command line's text (`8,16,32`), by the command
+    line's rules (ddprobe/intlist.py: positive integers, at least one)."""
+    if isinstance(value, list):
+        value = ",".join(str(coerce("int", x)) for x in value)
+    return list(parse_ints(str(value)))  # IntListError is a ValueError
 
 
 def _to_strs(value: Any) -> list[str]:
