@@ -29,25 +29,34 @@ class Site:
 
     def __init__(self, sshd: object, tmp: Path, *, scenario: str = "seed", name: str = "gpu",
                  labels: str = "") -> None:
-        self.sshd, self.name = sshd, name
+        self.sshd, self.name, self.scenario, self.labels = sshd, name, scenario, labels
         self.prefix = install_prefix(tmp / f"{name}-site")
         self.port = free_port()
         self.workdir = tmp / f"{name}-work"
+        self.entry = self.entry_with()
+
+    def entry_with(self, env: dict[str, str] | None = None, health_timeout: float = 30) -> str:
+        """This host's inventory entry, with more environment for its server (a start-up
+        scale: the host's env is what reaches the server; ddprobe's own environment does not
+        travel over SSH) or another health timeout."""
         # facts read the scenario's GPU through the testbed's nvidia-smi stand-in
-        env = {**ENV, "DDTESTBED_SCENARIO": scenario,
-               "DDPROBE_NVIDIA_SMI": f"{sys.executable} -m ddtestbed.nvidia_smi"}
-        text = inventory_text(sshd.alias, self.prefix, self.port, self.workdir,  # type: ignore[attr-defined]
-                              scenario=scenario, name=name, env=env)
-        self.entry = text.split("hosts:\n", 1)[1] + (f"    labels: {{{labels}}}\n" if labels
-                                                     else "")
+        full = {**ENV, "DDTESTBED_SCENARIO": self.scenario,
+                "DDPROBE_NVIDIA_SMI": f"{sys.executable} -m ddtestbed.nvidia_smi", **(env or {})}
+        text = inventory_text(self.sshd.alias, self.prefix, self.port, self.workdir,  # type: ignore[attr-defined]
+                              scenario=self.scenario, name=self.name, env=full,
+                              health_timeout=health_timeout)
+        return text.split("hosts:\n", 1)[1] + (f"    labels: {{{self.labels}}}\n"
+                                                if self.labels else "")
 
     def host(self, inv: Path) -> object:
         return load_inventory(str(inv)).get(self.name)
 
 
-def write_inventory(tmp: Path, *sites: Site) -> Path:
+def write_inventory(tmp: Path, *sites: Site, entries: list[str] | None = None) -> Path:
+    """tmp/hosts.yaml with the sites' entries (or the `entries` given, e.g. `entry_with`)."""
     inv = tmp / "hosts.yaml"
-    inv.write_text("hosts:\n" + "".join(s.entry for s in sites))
+    inv.write_text("hosts:\n" + "".join(entries if entries is not None
+                                        else [s.entry for s in sites]))
     return inv
 
 

@@ -92,6 +92,11 @@ class SshServer:
     dir: Path
     pid: int
 
+    @property
+    def home(self) -> Path:
+        """`$HOME` of a login on this server (sshd_config SetEnv): the host's own `~`."""
+        return self.dir / "home"
+
 
 def _keygen(p: Path) -> None:
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(p)], check=True)
@@ -135,6 +140,7 @@ MaxSessions 64
 MaxStartups 64:30:128
 Subsystem sftp {sftp}
 LogLevel VERBOSE
+SetEnv HOME={d}/home
 {extra}"""
 
 
@@ -150,6 +156,9 @@ def start_sshd(d: Path, alias: str, client_key: Path | None = None, *, extra: st
     shutil.copy(str(client_key) + ".pub", d / "authorized_keys")
     (d / "authorized_keys").chmod(0o600)
     Path("/run/sshd").mkdir(exist_ok=True) if os.geteuid() == 0 else None
+    # The host's own home (`~` on it: the default workdir ~/.ddprobe with its lock and
+    # pidfiles): two hosts, or the hosts of two sessions side by side, never share one
+    (d / "home").mkdir(exist_ok=True)
     log = d / "sshd.log"
     proc: subprocess.Popen[bytes] | None = None
     for attempt in range(5):  # sshd cannot bind port 0: retry on the free-port race

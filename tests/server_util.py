@@ -47,7 +47,7 @@ def tb_server(port: int, workdir: Path, *, scenario: str = "seed",
 
 def inventory_text(alias: str, prefix: Path, port: int, workdir: Path, *,
                    scenario: str = "seed", name: str = "gpu", extra_server: str = "",
-                   env: dict[str, str] | None = None) -> str:
+                   env: dict[str, str] | None = None, health_timeout: float = 30) -> str:
     e = {**tb_env(prefix), **(env or {})}
     env_lines = "".join(f"      {k}: '{v}'\n" for k, v in e.items())
     return (f"hosts:\n  {name}:\n    host: {alias}\n    python: {sys.executable}\n"
@@ -56,7 +56,8 @@ def inventory_text(alias: str, prefix: Path, port: int, workdir: Path, *,
             f"      algorithm: DDTREE\n      budget_flag: ddtree\n"
             f"      draft_model_path: ddtestbed/tiny-drafter\n      budget: 8\n"
             f"      max_bs: 64\n      args: ['--testbed-scenario', '{scenario}']\n"
-            f"      workdir: {workdir}\n      health_timeout: 30\n      stop_timeout: 5\n"
+            f"      workdir: {workdir}\n      health_timeout: {health_timeout:g}\n"
+            f"      stop_timeout: 5\n"
             + extra_server)
 
 

@@ -97,15 +97,16 @@ def test_interrupt_mid_cell_leaves_nothing_behind(sshd: SshServer, tb_prefix: Pa
                              "--budget", "8", "--health-timeout", "60"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     state = h.workdir / "server.json"
-    deadline = time.monotonic() + 30
+    # a bound for a broken run only: on a loaded machine the launch alone can take a minute
+    deadline = time.monotonic() + 300
     while not state.exists() and time.monotonic() < deadline and proc.poll() is None:
         time.sleep(0.05)
     assert state.exists(), proc.communicate(timeout=5)
     marker = json.loads(state.read_text())["marker"]
     assert procs_with(marker)
-    time.sleep(0.3)  # inside the health wait
+    time.sleep(0.3)  # inside the health wait (the hang scenario never becomes healthy)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=300)
     assert proc.returncode == ExitCode.INTERRUPTED, err
     assert procs_with(marker) == [] and not state.exists()
     assert not (h.workdir / "lock").exists()

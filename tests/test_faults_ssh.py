@@ -44,8 +44,10 @@ def test_a_printing_login_shell_never_reaches_command_output(sshd_noisy, tmp_pat
         r.write_bytes(str(f), b"written\x00bytes")
         assert f.read_bytes() == b"written\x00bytes"
         assert r.read_bytes(str(f)) == b"written\x00bytes"
-        # sshd logs in with the account's home (passwd), whatever this process's $HOME says
-        assert r.home == pwd.getpwuid(os.getuid()).pw_dir
+        # `~` is the login's $HOME on the host (the test sshd sets its own), whatever this
+        # process's $HOME or the account's passwd entry says
+        assert r.home == str(sshd_noisy.home)
+        assert r.home not in (os.environ.get("HOME"), pwd.getpwuid(os.getuid()).pw_dir)
 
 
 def _inv(tmp_path: Path, text: str) -> Path:

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import session_guard
+import xdist_groups
 from testbed_util import TestbedServer, free_port, install_prefix
 
 TESTS = Path(__file__).resolve().parent
@@ -177,7 +178,11 @@ def _inner(tmp_path: Path, name: str, *args: str, port: str | None) -> subproces
     test_file = tmp_path / name / "test_inner.py"
     test_file.parent.mkdir()
     test_file.write_text(INNER)
-    env = {k: v for k, v in os.environ.items() if k != session_guard.PORT_VAR}
+    # a session of its own, as a user starts one: none of this session's pytest or
+    # pytest-xdist settings (PYTEST_ADDOPTS, PYTEST_XDIST_WORKER, the groups file) or port
+    env = {k: v for k, v in os.environ.items()
+           if k not in (session_guard.PORT_VAR, xdist_groups.GROUPS_VAR)
+           and not k.startswith("PYTEST_")}
     if port is not None:
         env[session_guard.PORT_VAR] = port
     env.update(PYTHONPATH=os.pathsep.join([str(TESTS), env.get("PYTHONPATH", "")]),
