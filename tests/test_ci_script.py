@@ -26,7 +26,7 @@ def _programs() -> set[str]:
 
 def test_ci_runs_exactly_the_readme_test_command() -> None:
     readme = (ROOT / "README.md").read_text()
-    cmd = "pip install -e '.[test]' && python -m pytest -q"
+    cmd = "pip install -e '.[test]' && python -m pytest -q -n 4 --dist loadgroup"
     assert f"```bash\n{cmd}\n```" in readme
     lines = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines()
              if ln.strip() and not ln.lstrip().startswith("#")]
