@@ -15,7 +15,10 @@ from ddprobe.errors import RemoteError
 from ddprobe.hostside.client import call
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
-from ddprobe.untrusted import clean
+from ddprobe.untrusted import clean, first_chars
+
+UNKNOWN_NAME_CAP = 40  # characters of an unknown field's name an error shows
+NAME_CAP = 100  # characters of a field or package name kept from the answer
 
 MAX_TEXT = 4096  # one string of the answer (a path can be long)
 MAX_ITEMS = 64  # GPUs, packages, keys of a nested record
@@ -91,7 +94,7 @@ def _record(v: Any, where: str, *, optional: bool = False) -> dict[str, Any] | N
         return None
     if not isinstance(v, dict) or len(v) > MAX_ITEMS:
         raise _Bad(f"{where} is not a record of at most {MAX_ITEMS} fields")
-    return {clean(str(k))[:100]: _scalar(x, f"{where}.{k}") for k, x in v.items()}
+    return {first_chars(clean(str(k)), NAME_CAP): _scalar(x, f"{where}.{k}") for k, x in v.items()}
 
 
 _TEXT_FIELDS = ("hostname", "os", "kernel", "arch")
@@ -104,7 +107,8 @@ def facts_from_answer(host: str, d: dict[str, Any]) -> Facts:
     try:
         unknown = sorted(set(d) - known)
         if unknown:
-            raise _Bad(f"unknown field(s) {', '.join(clean(k)[:40] for k in unknown[:5])}")
+            shown = ", ".join(first_chars(clean(k), UNKNOWN_NAME_CAP) for k in unknown[:5])
+            raise _Bad(f"unknown field(s) {shown}")
         out: dict[str, Any] = {}
         for k in _TEXT_FIELDS:
             if k in d:
@@ -127,7 +131,8 @@ def facts_from_answer(host: str, d: dict[str, Any]) -> Facts:
         pk = d.get("packages", {})
         if not isinstance(pk, dict) or len(pk) > MAX_ITEMS:
             raise _Bad(f"packages is not a map of at most {MAX_ITEMS}")
-        out["packages"] = {clean(str(n))[:100]: _text(v, f"packages.{n}") for n, v in pk.items()}
+        out["packages"] = {first_chars(clean(str(n)), NAME_CAP): _text(v, f"packages.{n}")
+                           for n, v in pk.items()}
     except _Bad as e:
         raise RemoteError(f"{host}: the facts program's answer is malformed: {e}") from None
     return Facts(host=host, **out)

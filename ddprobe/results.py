@@ -120,6 +120,9 @@ def _env_from(raw: Any) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, os.environ[k]) for k in names if k in os.environ))
 
 
+SIGNATURE_LINE_CAP: Final = 500  # characters of a log line (or reason) a Signature keeps
+
+
 @dataclass(frozen=True)
 class Signature:
     """A normalised failure fingerprint: class + key line with addresses/pids/times stripped."""

@@ -40,7 +40,9 @@ from ddprobe.server.caches import RunCaches
 from ddprobe.server.launch import build_launch, check_launch, host_flags
 from ddprobe.store import RunStore, runs_root
 from ddprobe.timestamps import utc_stamp
-from ddprobe.untrusted import excerpt, for_xml
+from ddprobe.untrusted import excerpt, first_chars, for_xml
+
+JUNIT_MESSAGE_CAP: Final = 500  # characters of a JUnit failure's message (its text has all)
 
 SEVERITY: Final = (ExitCode.CRASH, ExitCode.HANG, ExitCode.GARBAGE, ExitCode.DEGRADED,
                    ExitCode.REFUSED, ExitCode.SERVER, ExitCode.UNREACHABLE)
@@ -425,11 +427,11 @@ def junit_xml(rep: SmokeReport) -> str:
             tc = ET.SubElement(suite, "testcase", classname=c.classname, name=c.name,
                                time=f"{c.time:.3f}")
             if c.status in ("failure", "error"):
-                el = ET.SubElement(tc, c.status, message=c.message[:500], type=c.type or
-                                   c.status)
+                el = ET.SubElement(tc, c.status, message=first_chars(c.message, JUNIT_MESSAGE_CAP),
+                                   type=c.type or c.status)
                 el.text = c.message
             elif c.status == "skipped":
-                ET.SubElement(tc, "skipped", message=c.message[:500])
+                ET.SubElement(tc, "skipped", message=first_chars(c.message, JUNIT_MESSAGE_CAP))
             if c.output:
                 ET.SubElement(tc, "system-out").text = c.output
     for k, n in totals.items():

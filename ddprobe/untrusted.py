@@ -10,6 +10,8 @@ cell starting with `=` is a formula to a spreadsheet; lone surrogates are not va
 * `clean(s)`: the terminal/log form: escape sequences removed, other controls dropped, newlines
   and tabs kept (`one_line` also folds newlines).
 * `excerpt(s, ...)`: a bounded, cleaned tail (or head) of a long text for reports and journals.
+* `first_chars(s, cap)`, `last_chars(s, cap)`: a host text bounded where it is kept or quoted
+  (a signature's line, an error message), nothing else changed; each caller names its cap.
 * `for_xml`, `for_csv`, `md_cell`, `md_code`, `for_json`: the per-format escapes.
 * `text(s, style)`: a rich `Text` of host text (never parsed as markup).
 """
@@ -70,6 +72,17 @@ def one_line(s: object, limit: int = 240) -> str:
     t = " | ".join(p.strip() for p in clean(s).splitlines() if p.strip())
     t = t.replace("\t", " ")
     return t if len(t) <= limit else t[:max(0, limit - 3)] + "..."
+
+
+def first_chars(s: str, cap: int) -> str:
+    """At most the first `cap` characters of a host text (no marker, not cleaned: it is cleaned
+    where it is shown). The one spelling of a bare `s[:cap]` on untrusted text."""
+    return s[:max(0, cap)]
+
+
+def last_chars(s: str, cap: int) -> str:
+    """At most the last `cap` characters of a host text (an error's tail), as `first_chars`."""
+    return s[-cap:] if cap > 0 else ""
 
 
 def excerpt(s: object, *, max_chars: int = 4000, max_lines: int = 40, tail: bool = True) -> str:

@@ -97,6 +97,15 @@ def test_excerpt_is_bounded_and_says_so():
     assert ex.startswith("[... ") and "left out" in ex and "\x1b" not in ex
 
 
+def test_first_and_last_chars_bound_a_text_and_change_nothing_else():
+    text = "\x1b[31mred\x1b[0m " + "x" * 600
+    assert untrusted.first_chars(text, 500) == text[:500] and len(text[:500]) == 500
+    assert untrusted.last_chars(text, 200) == text[-200:] and len(text[-200:]) == 200
+    assert untrusted.first_chars("short", 500) == "short" == untrusted.last_chars("short", 500)
+    # a cap of 0 keeps nothing (a bare `s[-0:]` would keep it all)
+    assert untrusted.first_chars(text, 0) == "" == untrusted.last_chars(text, 0)
+
+
 def test_junit_parses_with_every_illegal_character(tmp_path):
     from ddprobe.smoke import Case, HostSmoke, SmokeReport, junit_xml
     nasty = "".join(chr(c) for c in range(0, 32)) + "\x7f\x9b\ud800\ufffe\uffff" + "".join(

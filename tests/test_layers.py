@@ -51,12 +51,12 @@ ALLOWED: dict[str, tuple[str, ...]] = {
                *LEAVES),
     "probes": ("results", "errors", "untrusted", "defaults"),
     "sources": ("remote", "inventory", "hostside.client", "hostside.patchtext", *LEAVES),
-    "signatures": ("results", "errors", "yamlio"),
+    "signatures": ("results", "errors", "yamlio", "untrusted"),
     "hostside": (),  # the host programs: the standard library and each other only
     "hostside.client": ("remote", "errors", "untrusted"),
     "hostside.errors": ("errors", "untrusted"),
     "hostside.patchtext": ("errors",),  # also sent to hosts: that import falls back there
-    "remote": ("inventory", "errors", "interrupt"),
+    "remote": ("inventory", "errors", "interrupt", "untrusted"),
     "inventory": ("errors", "yamlio"),
     # bisect.cells: report/live.py describes a cell (issue 26, item 2: one model of a run)
     "report": ("bisect.cells", "probes.differential", "sources", "runmodel", "results", "store",

@@ -26,7 +26,15 @@ from ddprobe.bisect.cells import BAD, GOOD, SKIP, Obs, PlannedCell
 from ddprobe.bisect.frontier import Row
 from ddprobe.bisect.ladder import Decision, LadderState
 from ddprobe.probes import differential
-from ddprobe.results import CellResult, Config, EvidenceDetails, Outcome, Signature
+from ddprobe.results import (
+    SIGNATURE_LINE_CAP,
+    CellResult,
+    Config,
+    EvidenceDetails,
+    Outcome,
+    Signature,
+)
+from ddprobe.untrusted import first_chars
 
 COMPARE_MODE: Final = "compare"  # the mode of the comparison's eager cells
 DIVERGENCE: Final = "graph-eager divergence"  # the Signature.key of a diverged graph cell
@@ -94,7 +102,8 @@ def judge_graph(raw: Obs, eager: Obs, *, strict: bool = False) -> Obs:
     if g is None or not _diverged(d):
         return raw
     bad = replace(g, outcome=Outcome.GARBAGE, notes=[*g.notes],
-                  signature=Signature("garbage", DIVERGENCE, d.summary[:500]),
+                  signature=Signature("garbage", DIVERGENCE,
+                                      first_chars(d.summary, SIGNATURE_LINE_CAP)),
                   differential=d.to_dict())
     return Obs(BAD, f"garbage garbage: {DIVERGENCE}", (bad,), raw.reps_done)
 

@@ -37,7 +37,9 @@ from ddprobe.sources.patches import (
     revert_patch,
 )
 from ddprobe.timestamps import utc_stamp
-from ddprobe.untrusted import file_part
+from ddprobe.untrusted import file_part, first_chars
+
+PROGRESS_LINE_CAP = 100  # characters of the server's last log line a progress line shows
 
 log = logging.getLogger("ddprobe.bisect")
 LOG_CAP = 4 << 20
@@ -238,6 +240,6 @@ def _reporter(host: str, key: str, progress: Callable[[str], None]) -> CellRepor
             if elapsed - self.last >= 10.0:
                 self.last = elapsed
                 progress(f"{host}: {key}: waiting for health {elapsed:.0f}s/{timeout:.0f}s"
-                         + (f": {last_line[:100]}" if last_line else ""))
+                         + (f": {first_chars(last_line, PROGRESS_LINE_CAP)}" if last_line else ""))
 
     return _Rep()

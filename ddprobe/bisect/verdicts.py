@@ -120,7 +120,7 @@ def _suspect_details(s: Suspect, budgets: Sequence[int]) -> dict[str, Any]:
             "sizes_text": size_line(s, budgets)}
 
 
-def _static_evidence(p: Planner, lad: LadderState, budgets: Sequence[int]) -> Evidence | None:
+def _static_evidence(p: Planner, lad: LadderState, budgets: Sequence[int]) -> Evidence:
     crash = p.obs(p.frontier_cell(lad.config.budget)).first
     sus = rank_by_traceback(p.spec.suspects, crash.log_excerpt if crash else ())
     if not sus:
@@ -238,9 +238,7 @@ def _verdict_base(p: Planner, mp: ModePlan, idx: list[int]) -> tuple[Decision, l
                        for c in p.planned().values())
     if oversize_ran or d.kind in ("graph_capture", "inconclusive") or (
             d.kind == "buffer_sizing" and not d.workspace):
-        st = _static_evidence(p, lad, b)
-        if st is not None:
-            ev.append(st)
+        ev.append(_static_evidence(p, lad, b))
     ev += [e for e in cell_ev if e.kind != "eager"]
     ev += _control_evidence(p, mp, sig_mode)
     ev += _extra_evidence(p, lad)

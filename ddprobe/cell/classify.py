@@ -20,10 +20,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 from ddprobe.probes.runner import ProbeReport, TaskResult
-from ddprobe.results import Outcome, Signature
+from ddprobe.results import SIGNATURE_LINE_CAP, Outcome, Signature
 from ddprobe.signatures import (
     LogMatch,
     best_match,
@@ -35,7 +35,13 @@ from ddprobe.signatures import (
     strip_prefix,
 )
 from ddprobe.signatures.decode import summarise_decode
-from ddprobe.untrusted import clean
+from ddprobe.untrusted import clean, first_chars
+
+# bounds on the host text a classification keeps (Signature.line: results.SIGNATURE_LINE_CAP)
+LAUNCH_LINE_CAP: Final = 300  # the log line that says the launch command itself is broken
+UNKNOWN_KEY_CAP: Final = 160  # the normalised line that keys an unknown failure
+NOTE_LINE_CAP: Final = 200  # a log line quoted in a note
+EXCERPT_LINE_CAP: Final = 500  # each line of a cell's log excerpt
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,7 @@ def launch_failure(log: str, package: str) -> str | None:
     for line in log.splitlines():
         for p in pats:
             if re.search(p, line):
-                return line.strip()[:300]
+                return first_chars(line.strip(), LAUNCH_LINE_CAP)
     return None
 
 
@@ -93,7 +99,8 @@ def argparse_refusal(log: str) -> Signature | None:
     m = _ARGPARSE_ERROR.search(log)
     if m is None:
         return None
-    return Signature("refused", normalise(m.group("msg").strip()), m.group(0).strip()[:500])
+    return Signature("refused", normalise(m.group("msg").strip()),
+                     first_chars(m.group(0).strip(), SIGNATURE_LINE_CAP))
 
 
 def _sig_from_log(log: str, since: int = 0) -> tuple[LogMatch | None, Signature | None]:
@@ -134,11 +141,12 @@ def unknown_signature(log: str, during: str, kind: str = "exit") -> Signature:
     lines = [ln for ln in lines if ln]
     for ln in reversed(lines[-200:]):
         if _ERRORISH.search(ln):
-            return Signature(kind, f"{normalise(ln)[:160]} ({phase})", ln[:500])
+            return Signature(kind, f"{first_chars(normalise(ln), UNKNOWN_KEY_CAP)} ({phase})",
+                             first_chars(ln, SIGNATURE_LINE_CAP))
     tail = lines[-1] if lines else ""
     what = "exited" if kind == "exit" else "stopped"
     return Signature(kind, f"server {what} during {during} ({phase}) with no error in its log",
-                     tail[:500])
+                     first_chars(tail, SIGNATURE_LINE_CAP))
 
 
 def implied_phase(m: LogMatch) -> str:
@@ -246,7 +254,8 @@ def evidence_notes(log: str) -> tuple[str, ...]:
     out = []
     for m in find_matches(log):
         if m.signature.kind == "xid":
-            out.append(f"driver Xid in the log: {m.signature.line[:200]} ({m.signature.key})")
+            line = first_chars(m.signature.line, NOTE_LINE_CAP)
+            out.append(f"driver Xid in the log: {line} ({m.signature.key})")
     return tuple(dict.fromkeys(out))
 
 
@@ -265,13 +274,15 @@ def classify_hang(log: str, timeout: float, *, stalled: float | None = None) -> 
     notes = evidence_notes(log)
     if m is not None and m.outcome == "crash":
         # the server carried on after it: not what it hangs on
-        notes = (f"logged during start-up and survived: {m.signature.line[:200]}", *notes)
+        notes = ("logged during start-up and survived: "
+                 f"{first_chars(m.signature.line, NOTE_LINE_CAP)}", *notes)
     if sig is None or m is None or m.outcome != "hang":
         phase = classify_phase(log) if log else "startup"
         tail = [ln for ln in log.splitlines() if ln.strip()]
         key = f"not healthy before the deadline ({phase})" if stalled is None else \
             f"start-up stalled ({phase})"
-        sig = Signature("hang", key, tail[-1].strip()[:500] if tail else "")
+        sig = Signature("hang", key,
+                        first_chars(tail[-1].strip(), SIGNATURE_LINE_CAP) if tail else "")
         m = None
     return Classification(Outcome.HANG, sig, why, m, notes)
 
@@ -290,7 +301,7 @@ def garbage_signature(report: ProbeReport, log: str = "") -> Signature:
     if s.divergence:
         key += " divergence"
     why = "; ".join([*s.garbage_flags, *(s.failures[:2])])
-    return Signature("garbage", key, why[:500])
+    return Signature("garbage", key, first_chars(why, SIGNATURE_LINE_CAP))
 
 
 def classify_served(report: ProbeReport, *, alive: bool, log: str, package: str,
@@ -333,10 +344,12 @@ def _no_probe_answered(errored: list[TaskResult], health: str | None,
     """The server is alive and no probe got an answer: crash, hang or an error of the run."""
     reason = errored[0].errors[0] if errored[0].errors else errored[0].reason
     if health == "error":
-        sig = Signature("health", "health turned bad while serving", reason[:500])
+        sig = Signature("health", "health turned bad while serving",
+                        first_chars(reason, SIGNATURE_LINE_CAP))
         return Classification(Outcome.CRASH, sig, None, None, evidence_notes(log))
     if health == "timeout" or all("timed out" in " ".join(r.errors).lower() for r in errored):
-        sig = Signature("hang", "no probe answered before its timeout", reason[:500])
+        sig = Signature("hang", "no probe answered before its timeout",
+                        first_chars(reason, SIGNATURE_LINE_CAP))
         return Classification(Outcome.HANG, sig, reason)
     return Classification(Outcome.ERROR,
                           error=f"no probe got an answer (server alive): {reason}")
@@ -349,7 +362,7 @@ def _judge_answers(report: ProbeReport, m: LogMatch | None, log: str, baseline: 
     notes = tuple(s.notes)
     if m is not None:
         notes += (f"a traceback was logged while serving, but the server kept answering: "
-                  f"{m.signature.line[:200]}",)
+                  f"{first_chars(m.signature.line, NOTE_LINE_CAP)}",)
     g, gsig = _sig_from_log(log)
     if g is not None and g.outcome == "garbage":
         return Classification(Outcome.GARBAGE, gsig, None, g, notes)
@@ -388,12 +401,13 @@ def excerpt(log: str, sig: Signature | None, *, lines: int = 25) -> list[str]:
     if sig is not None and sig.line and not any(sig.line in ln for ln in tail):
         for ln in all_lines:
             if sig.line in ln:
-                return [ln[:500], "..."] + [t[:500] for t in tail]
-    return [t[:500] for t in tail]
+                return [first_chars(ln, EXCERPT_LINE_CAP), "..."] + \
+                    [first_chars(t, EXCERPT_LINE_CAP) for t in tail]
+    return [first_chars(t, EXCERPT_LINE_CAP) for t in tail]
 
 
 def refused_signature(message: str) -> Signature:
     """A FlagSet refusal as a signature: the first clause (flag + what is wrong)."""
     head = message.split(";")[0]
     head = re.sub(r"\s*\(srt/server_args\.py\)", "", head)
-    return Signature("refused", normalise(head), message[:500])
+    return Signature("refused", normalise(head), first_chars(message, SIGNATURE_LINE_CAP))

@@ -54,6 +54,9 @@ from ddprobe.server.lock import HostLock
 from ddprobe.signatures.decode import decode_notes, summarise_decode
 from ddprobe.sources.patches import revert_temporary
 from ddprobe.timestamps import utc_stamp_tz
+from ddprobe.untrusted import first_chars
+
+XID_NOTE_CAP = 200  # characters of the last Xid line a cell's note quotes
 
 __all__ = ["Baseline", "CellReporter", "ProbeOptions", "run_cell", "run_sanitize_cell"]
 
@@ -193,8 +196,9 @@ class _Cell:
                 return
         if lines:
             self.cell.xid = lines
+            last = first_chars(lines[-1], XID_NOTE_CAP)
             self.cell.notes.append(f"kernel log ({source}): {len(lines)} NVIDIA Xid "
-                                       f"line(s) during the cell; last: {lines[-1][:200]}")
+                                   f"line(s) during the cell; last: {last}")
 
     def _steps(self) -> Classification:
         rs, rep = self.rs, self.rep

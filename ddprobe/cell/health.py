@@ -21,6 +21,9 @@ import httpx
 
 from ddprobe.server.manager import Peek
 from ddprobe.signatures import LogMatch, find_matches
+from ddprobe.untrusted import first_chars
+
+LAST_LINE_CAP = 300  # characters of the last log line a health wait shows
 
 ENDPOINTS = ("/health", "/health_generate")
 LOG_KEEP = 2 << 20  # bytes of log kept in memory for matching (the tail)
@@ -56,7 +59,7 @@ def last_line(text: str) -> str:
         # tqdm-style progress lines are rewritten with \r: show their latest state
         s = line.split("\r")[-1].strip() or line.strip()
         if s:
-            return s[:300]
+            return first_chars(s, LAST_LINE_CAP)
     return ""
 
 

@@ -15,7 +15,10 @@ from ddprobe.errors import RemoteCommandError
 from ddprobe.hostside.client import call
 from ddprobe.hostside.errors import HostOpError
 from ddprobe.remote import Remote
-from ddprobe.untrusted import clean
+from ddprobe.untrusted import clean, first_chars
+
+SOURCE_CAP: Final = 20  # characters of the kernel log's source name (dmesg, journalctl)
+XID_LINE_CAP: Final = 300  # characters of each kernel-log line kept
 
 MAX_LINES: Final = 20
 
@@ -28,7 +31,7 @@ def recent_xid_lines(r: Remote, window: float) -> tuple[str, list[str]]:
     except (HostOpError, RemoteCommandError):
         return "", []
     raw = doc.get("lines")
-    lines = [clean(x)[:300] for x in (raw if isinstance(raw, list) else [])[-MAX_LINES:]
-             if isinstance(x, str)]
+    lines = [first_chars(clean(x), XID_LINE_CAP)
+             for x in (raw if isinstance(raw, list) else [])[-MAX_LINES:] if isinstance(x, str)]
     source = doc.get("source")
-    return (clean(source)[:20] if isinstance(source, str) else ""), lines
+    return (first_chars(clean(source), SOURCE_CAP) if isinstance(source, str) else ""), lines

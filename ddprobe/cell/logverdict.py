@@ -24,6 +24,9 @@ from ddprobe.cell.classify import (
 from ddprobe.results import Signature
 from ddprobe.signatures import LogMatch, classify_phase, find_matches, serving_start
 from ddprobe.signatures.decode import DecodeSummary, decode_notes, summarise_decode
+from ddprobe.untrusted import first_chars
+
+NOTE_LINE_CAP: Final = 160  # characters of a log line a note quotes
 
 # the outcomes a log alone can give (a cell adds degraded, and decides incomplete ones)
 LOG_OUTCOMES: Final = ("ok", "crash", "hang", "refused", "garbage", "error", "incomplete")
@@ -87,7 +90,8 @@ def _verdict(text: str, package: str, served: bool) -> LogVerdict:
             # serving markers around it (the HTTP front answering on) are no sign of life
             return _from(fatal[0])
         notes = tuple(f"logged before the server got ready, and survived (a missing optional "
-                      f"module): {x.signature.line[:160]}" for x in before[:3])
+                      f"module): {first_chars(x.signature.line, NOTE_LINE_CAP)}"
+                      for x in before[:3])
         return LogVerdict("ok", "serving", notes=notes, reached_serving=True)
     if find_matches(text, first_only=True):
         # the rules a dead cell's log goes through (refusal frames, infrastructure, hangs)

@@ -17,7 +17,10 @@ from typing import Any, Final
 import httpx
 
 from ddprobe.errors import ServerError
-from ddprobe.untrusted import clean
+from ddprobe.untrusted import clean, first_chars
+
+ERROR_BODY_READ: Final = 4096  # bytes of an HTTP error body read
+ERROR_BODY_CAP: Final = 200  # characters of it an error message quotes
 
 SRC_SPEC_ACCEPT_LENGTH: Final = "spec_accept_length"
 SRC_VERIFY_CT: Final = "completion_tokens/spec_verify_ct"
@@ -265,7 +268,8 @@ class ProbeClient:
     @staticmethod
     def _json(url: str, status: int, raw: bytes) -> Any:
         if status >= 400:
-            snippet = " ".join(clean(raw[:4096].decode("utf-8", "replace")).split())[:200]
+            text = raw[:ERROR_BODY_READ].decode("utf-8", "replace")
+            snippet = first_chars(" ".join(clean(text).split()), ERROR_BODY_CAP)
             raise ProbeHTTPError(url, f"HTTP {status}: {snippet}", status=status)
         if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and not json_depth_ok(raw):
             raise ProbeHTTPError(url, f"answer is not usable JSON (nested deeper than "

@@ -228,12 +228,14 @@ def apply(graph_cell: Any, eager_cell: Any) -> Differential:
 def mark_garbage(graph_cell: Any, d: Differential) -> None:
     """Record the comparison on the graph cell and, on a decisive divergence, make it
     `garbage` (signature `garbage: graph-eager divergence`), in place."""
-    from ddprobe.results import Outcome, Signature
+    from ddprobe.results import SIGNATURE_LINE_CAP, Outcome, Signature
+    from ddprobe.untrusted import first_chars
     graph_cell.differential = d.to_dict()
     if d.status == DIVERGED and graph_cell.outcome in (Outcome.OK, Outcome.DEGRADED):
         graph_cell.outcome = Outcome.GARBAGE
         first = d.diverged[0]
-        graph_cell.signature = Signature("garbage", "graph-eager divergence", d.summary[:500])
+        graph_cell.signature = Signature("garbage", "graph-eager divergence",
+                                         first_chars(d.summary, SIGNATURE_LINE_CAP))
         graph_cell.notes.append(
             f"the greedy output with CUDA graphs differs from eager at {first.where} of "
             f"{first.task} although acceptance and coding passed")

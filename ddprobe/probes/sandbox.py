@@ -43,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+PROBE_ERROR_CAP, BWRAP_ERROR_CAP = 200, 300  # chars kept: bwrap probe's stderr, bwrap's error
 # Read by path, not importlib.resources: this module must stay importable on its own (stdlib
 # only), e.g. by another interpreter running as another user.
 _HERE: Final = Path(__file__).resolve().parent
@@ -199,7 +200,8 @@ def _bwrap_probe(bwrap: str, spawn: _Spawn) -> str | None:
     except (OSError, subprocess.SubprocessError) as e:
         return str(e)
     if cp.returncode != 0:
-        return cp.stderr.decode("utf-8", "replace").strip()[-200:] or f"exit {cp.returncode}"
+        err = cp.stderr.decode("utf-8", "replace").strip()
+        return err[-PROBE_ERROR_CAP:] or f"exit {cp.returncode}"
     return None
 
 
@@ -365,7 +367,7 @@ async def _run_bwrap(spawn: _Spawn, files: dict[str, str], argv: list[str],
     text_err = fin.stderr.decode("utf-8", "replace")
     error = None
     if proc.returncode == 1 and text_err.startswith("bwrap:"):
-        error = text_err.strip()[:300]
+        error = text_err.strip()[:BWRAP_ERROR_CAP]
     return SandboxResult(
         exit_code=None if fin.timed_out else code, signal=None if fin.timed_out else sig,
         timed_out=fin.timed_out, stdout=fin.stdout.decode("utf-8", "replace"),

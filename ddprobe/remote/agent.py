@@ -15,6 +15,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ddprobe.untrusted import first_chars, last_chars
+
+STDERR_TAIL_CAP = 300  # characters of a dead agent's stderr its error quotes
+NOISE_LINE_CAP = 200  # characters kept of each login-shell line before the agent's
+
 if TYPE_CHECKING:  # paramiko is imported by the SSH connection that makes an Agent
     import paramiko
 
@@ -111,7 +116,7 @@ class Agent:
             size += len(line)
             if size > NOISE_LIMIT:
                 raise AgentDead(f"no agent start within {NOISE_LIMIT} bytes of login-shell output")
-            self.noise.append(line.decode("utf-8", "replace")[:200])
+            self.noise.append(first_chars(line.decode("utf-8", "replace"), NOISE_LINE_CAP))
 
     def _readline(self, deadline: float) -> bytes:
         while b"\n" not in self._buf:
@@ -139,7 +144,7 @@ class Agent:
         err = b""
         while self.chan.recv_stderr_ready():
             err += self.chan.recv_stderr(65536)
-        return err.decode(errors="replace").strip()[-300:] or "agent exited"
+        return last_chars(err.decode(errors="replace").strip(), STDERR_TAIL_CAP) or "agent exited"
 
     def call(self, argv: Sequence[str], *, timeout: float, input: bytes | None,
              env: Mapping[str, str] | None, cwd: str | None) -> tuple[int, bytes, bytes]:

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 from ddprobe.errors import ConfigError, RemoteCommandError
 from ddprobe.inventory import Host, env_name_problem
+from ddprobe.untrusted import last_chars
+
+NO_PYTHON_CAP = 120  # characters of the host's stderr when its interpreter cannot run
 
 
 @dataclass(frozen=True)
@@ -114,8 +117,8 @@ class Remote:
             path, _, line = (where or "").rpartition(":")
             raise ConfigError(f"{self.host.name}: the host's interpreter {self.host.python!r} "
                               f"(key 'python') cannot be run there "
-                              f"({res.stderr.strip()[-120:]}); set `python` to an interpreter "
-                              f"path on the host",
+                              f"({last_chars(res.stderr.strip(), NO_PYTHON_CAP)}); set "
+                              f"`python` to an interpreter path on the host",
                               key="python", path=path or None,
                               line=int(line) if line.isdigit() else None)
         return self._checked(res, check)

@@ -45,6 +45,9 @@ from ddprobe.remote.keytrust import (
 )
 from ddprobe.remote.sshconfig import SshTarget, resolve
 from ddprobe.remote.tunnel import forward
+from ddprobe.untrusted import last_chars
+
+STDERR_TAIL_CAP = 200  # characters of a failed command's stderr an error quotes
 
 log = logging.getLogger("ddprobe.remote")
 
@@ -329,7 +332,7 @@ class SshRemote(Remote):
             res = self.run(["base64", "--", self.expand(path)], timeout=300)
             if not res.ok:
                 raise RemoteError(f"{self.host.name}: cannot read {path}: "
-                                  f"{res.stderr.strip()[-200:]}")
+                                  f"{last_chars(res.stderr.strip(), STDERR_TAIL_CAP)}")
             return base64.b64decode(res.stdout)
         try:
             with sftp.open(self.expand(path), "rb") as fh:
@@ -354,7 +357,7 @@ class SshRemote(Remote):
                            input=base64.b64encode(data), timeout=300)
             if not res.ok:
                 raise RemoteError(f"{self.host.name}: cannot write {path}: "
-                                  f"{res.stderr.strip()[-200:]}")
+                                  f"{last_chars(res.stderr.strip(), STDERR_TAIL_CAP)}")
             return
         try:
             with sftp.open(tmp, "wb") as fh:

@@ -18,6 +18,9 @@ from ddprobe.hostside.errors import HostOpError
 from ddprobe.server.launch import Launch
 from ddprobe.server.lock import redact_argv
 from ddprobe.server.manager import Manager, Peek, ServerStatus, StartInfo, StopInfo, stamp
+from ddprobe.untrusted import first_chars
+
+STATE_ERROR_CAP = 200  # characters of the host's output quoted when its state is unreadable
 
 # The group leader is the server (its shell exec'd it): alive while /proc/PGID exists and is not
 # a zombie (an orphan's zombie may never be reaped where PID 1 is not an init). Whether the
@@ -135,6 +138,7 @@ class CommandManager(Manager):
         try:
             alive, _off, size, _skipped, listening = (int(w) for w in head.split())
         except ValueError:
+            said = first_chars((res.stderr or res.stdout).strip(), STATE_ERROR_CAP)
             raise HostOpError(f"{self.host.name}: cannot read the server's state: "
-                              f"{(res.stderr or res.stdout).strip()[:200]}") from None
+                              f"{said}") from None
         return Peek(bool(alive), data, size, None if listening < 0 else bool(listening))

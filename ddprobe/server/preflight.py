@@ -33,6 +33,9 @@ from ddprobe.hostside.errors import NoAnswerError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 from ddprobe.server.launch import FLAG_FIELDS, budget_fields
+from ddprobe.untrusted import first_chars
+
+NO_ANSWER_CAP = 300  # characters of the last output lines of a program that gave no answer
 
 # modules a GPU host has and a CPU-only checkout may not: without them the preflight cannot
 # run, which is not a fault of the install
@@ -141,7 +144,8 @@ def _no_answer(host: Host, e: NoAnswerError) -> str:
         return f"the interpreter {host.python!r} was not found (key 'python')"
     if e.kind != "no-answer":
         return f"the preflight program's answer was unusable ({_s(e.reason, 300)})"
-    tail = " | ".join((e.stderr.strip() or e.stdout.strip()).splitlines()[-2:])[:300]
+    tail = first_chars(" | ".join((e.stderr.strip() or e.stdout.strip()).splitlines()[-2:]),
+                       NO_ANSWER_CAP)
     return f"the preflight program gave no answer (exit {e.code}: {tail})"
 
 

@@ -15,10 +15,12 @@ try:  # the regex parser, for required_literal (3.11+ moved it; the old name sti
 except ImportError:  # pragma: no cover - Python 3.10
     import sre_parse as _sre_parse
 
-from ddprobe.results import Signature
+from ddprobe.results import SIGNATURE_LINE_CAP, Signature
 from ddprobe.signatures.catalogue import Catalogue, Entry, load_catalogue
 from ddprobe.signatures.normalise import normalise, strip_prefix
+from ddprobe.untrusted import first_chars
 
+KEY_FIELD_CAP: Final = 80  # characters of a matched field a key template shows
 PHASES: Final = ("startup", "capture", "serving")
 _ANSI: Final = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _TB_HEADER: Final = "Traceback (most recent call last):"
@@ -120,7 +122,8 @@ def _matches(cat: Catalogue, clean: str, lines: list[str], claimed: set[int],
             # the same error at capture time and at serving time are different failures
             key = "[capture] " + key
         details = extra + _details(cat, entry, lines, idx, phase)
-        out.append(LogMatch(signature=Signature(entry.kind, key, lines[idx].strip()[:500]),
+        line = first_chars(lines[idx].strip(), SIGNATURE_LINE_CAP)
+        out.append(LogMatch(signature=Signature(entry.kind, key, line),
                             entry=entry.id, outcome=entry.outcome, severity=entry.severity,
                             phase=phase, line_no=idx + 1, hint=entry.hint, details=details))
         if first_only:
@@ -202,7 +205,7 @@ def _required_follows(entry: Entry, lines: list[str], idx: int) -> bool:
 def _match_key(entry: Entry, rx: re.Pattern[str], m: re.Match[str], line: str) -> str:
     if entry.key:
         # the fields verbatim: the template picks stable ones (an Xid's number)
-        return entry.key.format_map({k: " ".join((v or "").split())[:80]
+        return entry.key.format_map({k: first_chars(" ".join((v or "").split()), KEY_FIELD_CAP)
                                      for k, v in m.groupdict().items()})
     raw = m.group("key") if "key" in rx.groupindex and m.group("key") else line
     return normalise(raw)

@@ -15,6 +15,9 @@ from typing import TypeVar
 
 from ddprobe.sources.bufeval import _FUNCS
 from ddprobe.sources.bufscan import Assignment, CallSite, FuncInfo, ModuleScan
+from ddprobe.untrusted import first_chars
+
+CALLER_TEXT_CAP = 80  # characters of a caller's argument (source text) a note quotes
 
 # canonical sizing variables (what --max-bs/--budgets/--context-len/--var set)
 MAX_BS = "max_bs"
@@ -362,7 +365,8 @@ def _callers_size(what: str, use: list[tuple[CallSite, ast.expr]],
         # the callers say nothing about sizing, or pass what only runs can tell
         # (`max(self.capture_num_tokens) if ... else ...`): keep the name's meaning
         if names & set(CANONICAL):
-            notes.append(f"{what}: callers pass {sorted(texts)[0][:80]}, not resolvable here; "
+            passed = first_chars(sorted(texts)[0], CALLER_TEXT_CAP)
+            notes.append(f"{what}: callers pass {passed}, not resolvable here; "
                          f"sized by the parameter's name")
         return None
     where = ", ".join(f"{s.file}:{s.line} ({ast.unparse(a)})" for s, a in use[:3])
