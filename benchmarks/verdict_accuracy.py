@@ -26,8 +26,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from ddprobe.bisect.ladder import Order  # noqa: E402
 from ddprobe.bisect.run import BisectRequest, run_bisect  # noqa: E402
+from ddprobe.cli.bisect import request_of  # noqa: E402
 from ddprobe.inventory import Host, builtin_testbed  # noqa: E402
 from ddprobe.remote import RemoteOptions  # noqa: E402
 from ddprobe.results import Verdict  # noqa: E402
@@ -56,13 +56,8 @@ def nondet_capture(exp: Expectation, verdicts: list[Verdict]) -> int:
 
 
 def request(exp: Expectation, tasks: str) -> BisectRequest:
-    f = list(exp.flags)
-    backend = f[f.index("--backend") + 1] if "--backend" in f else None
-    order: Order = "eager-first" if "--eager-first" in f \
-        else "graph-first" if "--graph-first" in f else "auto"
-    return BisectRequest(budgets=exp.budgets, backend=backend, order=order,
-                         thorough="--thorough" in f, tasks=(tasks,),
-                         max_bs=int(f[f.index("--max-bs") + 1]) if "--max-bs" in f else None)
+    """The header's flags as `ddprobe bisect` reads them (ddprobe.cli.bisect.request_of)."""
+    return replace(request_of(exp.flags), budgets=exp.budgets, tasks=(tasks,))
 
 
 def testbed_host(scenario: str) -> Host:

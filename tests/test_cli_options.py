@@ -172,3 +172,13 @@ def test_a_playbooks_budgets_follow_the_same_rules(capsys: pytest.CaptureFixture
     err = capsys.readouterr().err
     assert "ddtree-graph-buffers.yaml:" in err and "'budgets': values must be positive, got 0" \
         in err
+
+
+@pytest.mark.parametrize("args", [
+    ["--eager-first", "--thorough"], ["--max-bs", "16", "--backend", "triton", "--tasks", "2"],
+    ["--order", "graph-first", "--oversize-factor", "8", "--no-cheap-cells", "--repeat", "2"]])
+def test_request_of_is_the_request_the_command_runs(args: list[str],
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # the scenarios' `expect:` flags are read by it (tests/test_scenarios.py, the benchmarks)
+    from ddprobe.cli.bisect import request_of
+    assert request_of(["--budgets", "16,8", *args]).to_dict() == _plan_request(capsys, *args)

@@ -15,6 +15,7 @@ import pytest
 from testbed_util import free_port, install_prefix
 
 from ddprobe.bisect.run import BisectRequest, run_bisect
+from ddprobe.cli.bisect import request_of
 from ddprobe.inventory import builtin_testbed
 from ddprobe.remote import RemoteOptions
 from ddtestbed.expect import Expectation, expectations, grade
@@ -40,13 +41,9 @@ def _host(scenario: str, prefix: Path, tmp: Path):  # -> Host
 
 
 def request(exp: Expectation) -> BisectRequest:
-    f = list(exp.flags)
-    return BisectRequest(budgets=exp.budgets,
-                         backend=f[f.index("--backend") + 1] if "--backend" in f else None,
-                         order="eager-first" if "--eager-first" in f else "auto",
-                         thorough="--thorough" in f,
-                         max_bs=int(f[f.index("--max-bs") + 1]) if "--max-bs" in f else None,
-                         tasks=(f[f.index("--tasks") + 1] if "--tasks" in f else "2",))
+    """The header's flags as `ddprobe bisect` reads them; 2 tasks unless they say."""
+    req = replace(request_of(exp.flags), budgets=exp.budgets)
+    return req if "--tasks" in exp.flags else replace(req, tasks=("2",))
 
 
 @pytest.mark.parametrize("exp", EXPECTATIONS, ids=[e.label.replace(" ", "") for e in

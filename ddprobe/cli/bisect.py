@@ -18,6 +18,7 @@ command builds the library's `BisectRequest` (or `SweepRequest`) from them and h
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
@@ -148,20 +149,10 @@ def register(app: typer.Typer) -> None:
                 if not host:
                     raise UsageError("give --host (a host, group or comma list; see "
                                      "`ddprobe hosts`)")
-                from ddprobe.bisect.run import BisectRequest
                 if confirm_patch:
                     from ddprobe.sources.patches import load_patch
                     load_patch(confirm_patch)  # a missing/bad patch: before any restart
-                req = BisectRequest(
-                    budgets=_budgets(budgets), max_bs=max_bs, backend=backend,
-                    order=options.order_of(order, graph_first=graph_first,
-                                           eager_first=eager_first),
-                    repeat=repeat, sanitize=sanitize, confirm_patch=confirm_patch,
-                    parallel=not no_parallel, tasks=_tasks(tasks, DEFAULT_BISECT_TASKS),
-                    keep_server=keep_server, latent_check=not no_latent_check,
-                    context_len=context_len, thorough=thorough,
-                    oversize_factor=oversize_factor, cheap_cells=not no_cheap_cells,
-                    compare=not no_compare, baseline=baseline)
+                req = _request(**ctx.params)  # the parsed options, by name
                 hosts = common.hosts(host)
             argv = ["bisect", *(["--host", host] if host else []),
                     *(["--budgets", ",".join(map(str, budgets))] if budgets else []), *ctx.args]
@@ -284,6 +275,38 @@ def register(app: typer.Typer) -> None:
                                    f"matrix is incomplete; run them again with `ddprobe sweep "
                                    f"--resume {model.run_id}`", markup=False)
         raise typer.Exit(model.exit_code or 0)
+
+
+def _request(*, budgets: options.Ints | None, max_bs: int | None, backend: str | None,
+             repeat: int, order: options.OrderChoice | None, graph_first: bool,
+             eager_first: bool, confirm_patch: str | None, no_latent_check: bool,
+             sanitize: bool, no_compare: bool, baseline: str | None,
+             context_len: int | None, thorough: bool, no_cheap_cells: bool,
+             oversize_factor: int, tasks: str | None, no_parallel: bool, keep_server: bool,
+             **_cli: object) -> BisectRequest:
+    """The BisectRequest of the parsed options (`ctx.params`; `_cli`: the options that are
+    the command's own, not the run's: --host, --plan, --resume, --json, ...)."""
+    from ddprobe.bisect.run import BisectRequest
+    return BisectRequest(
+        budgets=_budgets(budgets), max_bs=max_bs, backend=backend,
+        order=options.order_of(order, graph_first=graph_first, eager_first=eager_first),
+        repeat=repeat, sanitize=sanitize, confirm_patch=confirm_patch,
+        parallel=not no_parallel, tasks=_tasks(tasks, DEFAULT_BISECT_TASKS),
+        keep_server=keep_server, latent_check=not no_latent_check, context_len=context_len,
+        thorough=thorough, oversize_factor=oversize_factor, cheap_cells=not no_cheap_cells,
+        compare=not no_compare, baseline=baseline)
+
+
+def request_of(argv: Sequence[str]) -> BisectRequest:
+    """The BisectRequest `ddprobe bisect ARGV` would run, by the command's own options,
+    parsers and defaults; nothing runs, no host is contacted. For the code that states a
+    bisect as its flags (the testbed scenarios' `expect:` lines, read by the benchmarks and
+    tests/test_scenarios.py): they never parse ddprobe's flags by hand."""
+    from ddprobe.cli import get_app
+    group = typer.main.get_command(get_app())
+    bisect = group.commands["bisect"]  # type: ignore[attr-defined]
+    with bisect.make_context("bisect", list(argv)) as ctx:
+        return _request(**ctx.params)
 
 
 def _resumed(run_id: str) -> tuple[RunRecord, BisectRequest, list[Host]]:
