@@ -12,6 +12,7 @@ import re
 
 DEFAULT_WORDS = ("default", "none", "-")
 _INT = re.compile(r"[+-]?[0-9]+")  # decimal, ASCII digits only (int() takes others too)
+MAX_DIGITS = 18  # Python's int() refuses thousands of digits (ValueError); no list needs 19
 
 
 class IntListError(ValueError):
@@ -44,6 +45,8 @@ def _words(text: str) -> list[str]:
 def _positive(word: str) -> int:
     if not _INT.fullmatch(word):
         raise IntListError(f"expected comma-separated integers, got {word!r}")
+    if len(word.lstrip("+-")) > MAX_DIGITS:
+        raise IntListError(f"a value of more than {MAX_DIGITS} digits")
     value = int(word)
     if value <= 0:
         raise IntListError(f"values must be positive, got {value}")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ddprobe.errors import ConfigError, DdprobeError
+from ddprobe.errors import ConfigError, DdprobeError, RefusedError
 from ddprobe.hostside.patchtext import PatchTextError, parse_patch
 from ddprobe.inventory import Host, builtin_testbed, inventory_from_text
 from ddprobe.playbook.expr import ExprError
@@ -44,13 +44,16 @@ class Target:
 
 # ----- seed corpora (the real files) ------------------------------------------------------------
 
+MAX_SEED_CHARS = 64 << 10  # the start of a longer corpus file (a 1,000-finding memcheck report)
+
+
 def _read(paths: Sequence[Path]) -> list[str]:
     out = []
     for p in sorted(paths):
         raw = p.read_bytes()
         if p.suffix == ".gz":
             raw = gzip.decompress(raw)
-        out.append(raw.decode("utf-8", "replace")[:200_000])
+        out.append(raw.decode("utf-8", "replace")[:MAX_SEED_CHARS])
     return out
 
 
@@ -184,6 +187,54 @@ def _journal_dir() -> Path:
     return Path(tempfile.mkdtemp(prefix="ddprobe-fuzz-journal-"))
 
 
+def _server_args(text: str) -> object:
+    from ddprobe.sources.flags import SERVER_ARGS
+    from ddprobe.sources.flagsrc import parse_flags
+    # the newer releases declare their flags in other modules too: only server_args.py here
+    return parse_flags({SERVER_ARGS: text}, package="sglang", version="0.5.10")
+
+
+def _server_args_seeds() -> list[str]:
+    """ddtestbed's server_args.py, and the real SGLang ones of the test cache where built (the
+    smaller releases: each input is parsed with `ast`)."""
+    cache = Path.home() / ".cache" / "ddprobe-tests" / "venvs"
+    real = [p for p in cache.glob("sglang-*/lib/python3*/site-packages/sglang/srt/server_args.py")
+            if p.stat().st_size < MAX_SEED_CHARS]
+    return _read([ROOT / "ddtestbed" / "srt" / "server_args.py", *real])
+
+
+def _session_log(text: str) -> object:
+    from ddprobe.bisect.sessionlog import replay
+    return [(s.hosts, [v.kind for v in verdicts]) for s, _, verdicts in replay(text)]
+
+
+def _session_log_seeds() -> list[str]:
+    from ddprobe.bisect.sessionlog import render_log
+    from ddprobe.store import load_run
+    return [render_log(load_run(DATA / "journal-old-bisect")),
+            "ddprobe bisect start --host gpu-a --budgets 8,16,32,64 --max-bs 64\n"
+            "ddprobe bisect good 8\nddprobe bisect bad 32 --mode 'crash x'\n"
+            "ddprobe bisect bad 16 --no-graph\nddprobe bisect skip 64\n"]
+
+
+def _answer_text(text: str) -> object:
+    from ddprobe.probes.coding import extract_code
+    from ddprobe.probes.garbage import divergence, garbage_flags, text_stats
+    return (extract_code(text, "solve"), extract_code(text), garbage_flags(text),
+            text_stats(text), divergence(text, "def solve(x):\n    return x\n"))
+
+
+def _answer_text_seeds() -> list[str]:
+    suite = json.loads((ROOT / "ddprobe" / "probes" / "suites" / "coding.json").read_text())
+    out = []
+    for task in suite.get("tasks", [])[:20] if isinstance(suite, dict) else []:
+        for v in task.values():
+            if isinstance(v, str) and len(v) > 20:
+                out.append(f"Here is the code:\n```python\n{v}\n```\n")
+                out.append(v)
+    return out or ["```python\ndef solve(x):\n    return x\n```\n", "def solve(x): return x"]
+
+
 # ----- host answers: what a host program prints, read by the real client and its callers -------
 
 class AnswerRemote(LocalRemote):
@@ -238,6 +289,11 @@ def _kernel_log(r: AnswerRemote) -> object:
     return recent_xid_lines(r, 60.0)
 
 
+def _grep(r: AnswerRemote) -> object:
+    from ddprobe.sources.grep import grep
+    return grep(r, "def ", context=1)
+
+
 def _ops(r: AnswerRemote) -> object:
     from ddprobe.hostside.client import call
     res = call(r, "status", {"state": "/nonexistent"}, program="ops")
@@ -255,11 +311,16 @@ def real_answers() -> dict[str, str]:
     asks = {"facts": ("facts", {"package": "json", "port": 1, "bind": "127.0.0.1"}),
             "sources": ("locate", {"package": "json"}), "kernel_log": ("xid", {"window": 60.0}),
             "ops": ("status", {"state": "/nonexistent"})}
-    for program, (op, req) in asks.items():
+    grep = {"package": "json", "pattern": "def ", "subdir": None, "context": 1, "fixed": False,
+            "ignore_case": False, "include": []}
+    asks["grep-rg"] = ("grep", {**grep, "tool": "rg"})
+    asks["grep-grep"] = ("grep", {**grep, "tool": "grep"})
+    for name, (op, req) in asks.items():
+        program = "sources" if name.startswith("grep") else name
         p = subprocess.run([sys.executable, "-c", BOOT, op],
                            input=program_input(program_source(program, op), json.dumps(req)),
                            capture_output=True, timeout=120, check=False)
-        out[program] = p.stdout.decode("utf-8", "replace")
+        out[name] = p.stdout.decode("utf-8", "replace")[-MAX_SEED_CHARS:]
     out["preflight"] = json.dumps({"ok": True, "result": {
         "ok": True, "version": "0.5.10", "entry": "prepare_server_args", "results": [
             {"key": "b8-graph", "status": "ok", "warnings": ["w"],
@@ -271,11 +332,13 @@ def real_answers() -> dict[str, str]:
     return out
 
 
-def _answer_seeds(program: str) -> Callable[[], list[str]]:
+def _answer_seeds(*programs: str) -> Callable[[], list[str]]:
     def seeds() -> list[str]:
-        real = real_answers()[program]
         err = '{"ok": false, "error": {"kind": "io", "message": "disk", "errno": 28}}\n'
-        return [real, "progress line\n" + real, err]
+        out = [err]
+        for p in programs:
+            out += [real_answers()[p], "progress line\n" + real_answers()[p]]
+        return out
     return seeds
 
 
@@ -309,9 +372,17 @@ TARGETS: tuple[Target, ...] = (
            (DdprobeError,), _answer_seeds("preflight")),
     Target("answer-kernel-log", "cell.kernel_log.recent_xid_lines", _answer(_kernel_log), (),
            _answer_seeds("kernel_log")),
+    Target("answer-grep", "sources.grep.grep (rg --json and grep -rnZ output)", _answer(_grep),
+           (DdprobeError,), _answer_seeds("grep-rg", "grep-grep")),
     Target("answer-ops", "hostside.client.call (ops status) and its fields", _answer(_ops),
            (DdprobeError,), _answer_seeds("ops")),
     Target("journal", "store.load_run", _journal, (ConfigError,), _journal_seeds),
+    Target("session-log", "bisect.sessionlog.replay (a `bisect log` file)", _session_log,
+           (ConfigError,), _session_log_seeds),
+    Target("server-args", "sources.flagsrc.parse_flags (the host's server_args.py) + check",
+           _server_args, (ConfigError, RefusedError), _server_args_seeds),
+    Target("model-answer", "probes.coding.extract_code + probes.garbage", _answer_text, (),
+           _answer_text_seeds),
 )
 BY_NAME = {t.name: t for t in TARGETS}
 

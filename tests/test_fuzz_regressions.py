@@ -5,15 +5,21 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import fuzz_util
 import pytest
 
+from ddprobe.bisect.sessionlog import parse_suspect, replay
 from ddprobe.cell.memcheck import parse_memcheck
-from ddprobe.errors import ConfigError
+from ddprobe.errors import ConfigError, DdprobeError
 from ddprobe.hostside.patchtext import PatchTextError, parse_patch
+from ddprobe.intlist import IntListError, parse_ints
 from ddprobe.inventory import builtin_testbed, inventory_from_text, load_inventory
 from ddprobe.inventory.ansible import MAX_RANGE_HOSTS, expand_range
 from ddprobe.playbook.expr import ExprError, evaluate, parse
+from ddprobe.probes.coding import extract_code
+from ddprobe.probes.garbage import garbage_flags, text_stats
 from ddprobe.server.preflight import _one
+from ddprobe.sources.grep import _parse_grep, _parse_rg
 from ddprobe.store import load_run
 from ddprobe.yamlio import load_yaml
 
@@ -130,3 +136,47 @@ def test_a_torn_or_undecodable_journal_line_is_skipped(tmp_path: Path) -> None:
     rec = load_run(_journal(tmp_path, _RUN, b'{"type": "note", "text": "caf\xc3',
                             b'{"type": "note", "text": 3}', b"[" * 100_000))
     assert rec.meta == {"command": "bisect"} and rec.notes == ["3"]
+
+
+def test_a_session_log_with_huge_or_unicode_numbers_is_a_config_error() -> None:
+    start = "ddprobe bisect start --host gpu-a --budgets 8,16,32,64\n"
+    for mark in (f"ddprobe bisect bad {HUGE}", "ddprobe bisect bad 1\u00b2",
+                 f"ddprobe bisect good b{HUGE}-graph"):
+        with pytest.raises(ConfigError, match="not a cell key"):
+            replay(start + mark + "\n")
+    with pytest.raises(ConfigError, match="--budgets: a value of more than 18 digits"):
+        replay(f"ddprobe bisect start --budgets 8,{HUGE}\n")
+    assert parse_suspect("buf@srt/x.py:1\u00b2").line is None
+    with pytest.raises(IntListError, match="more than 18 digits"):
+        parse_ints("1" * 19)
+
+
+def test_garbage_statistics_take_a_lone_surrogate_from_json() -> None:
+    text = json.loads('"\\ud800' + " ok" * 200 + '"')
+    assert text_stats(text).chars == len(text) and isinstance(garbage_flags(text), list)
+
+
+def test_a_model_answer_compiled_for_a_check_prints_no_warning(
+        capfd: pytest.CaptureFixture[str]) -> None:
+    assert extract_code("x = 1if 2 else 3\n") is not None
+    assert extract_code("(" * 100_000) is None
+    assert "SyntaxWarning" not in capfd.readouterr().err
+
+
+def test_grep_output_of_another_shape_is_skipped_or_malformed() -> None:
+    rg = "\n".join([json.dumps({"type": "match", "data": {"lines": 3}}),
+                    json.dumps({"type": "match", "data": {"path": {"bytes": 5},
+                                                          "lines": {"text": "x"},
+                                                          "line_number": 1}}),
+                    json.dumps({"type": "context", "data": {"path": {"text": "/r/a.py"},
+                                                            "lines": {"text": "y"},
+                                                            "line_number": "2"}}),
+                    json.dumps({"type": "match", "data": {"path": {"text": "/r/a.py"},
+                                                          "lines": {"text": "z\n"},
+                                                          "line_number": 3}})])
+    assert [(h.file, h.line, h.text) for h in _parse_rg(rg, "/r/")] == [("a.py", 3, "z")]
+    grep_lines = f"/r/a.py\x001\u00b2:x\n/r/a.py\x00{HUGE}:y\n/r/b.py\x007:z\n"
+    assert [(h.file, h.line) for h in _parse_grep(grep_lines, "/r/")] == [("b.py", 7)]
+    answer = {"ok": True, "result": {"root": 1, "output": "", "tool": "rg", "install": {}}}
+    with pytest.raises(DdprobeError, match="'root' is int, not text"):
+        fuzz_util.BY_NAME["answer-grep"].parse(json.dumps(answer) + "\n")

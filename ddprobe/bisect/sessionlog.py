@@ -45,8 +45,8 @@ from ddprobe.results import (
 )
 from ddprobe.store import RunRecord
 
-_KEY = re.compile(r"^b(?P<budget>\d+)-(?P<graph>graph|eager)(?:-bs(?P<bs>\d+))?"
-                  r"(?:-(?P<rest>[^+#]*?))?(?P<suffix>(?:\+[^#]*)?)(?:#(?P<rep>\d+))?$")
+_KEY = re.compile(r"^b(?P<budget>\d{1,9})-(?P<graph>graph|eager)(?:-bs(?P<bs>\d{1,9}))?"
+                  r"(?:-(?P<rest>[^+#]*?))?(?P<suffix>(?:\+[^#]*)?)(?:#(?P<rep>\d{1,9}))?$")
 
 
 def _verdict_line(v: Verdict) -> str:
@@ -179,8 +179,9 @@ def parse_suspect(text: str) -> Suspect:
     """`ATTR[@FILE[:LINE]]` (the session log's form) -> a Suspect."""
     attr, _, loc = text.partition("@")
     file, _, line = loc.rpartition(":") if ":" in loc else (loc, "", "")
-    return Suspect(attr=attr.strip(), file=file or "?", line=int(line) if line.isdigit()
-                   else None, shape="?", scope="", flags=(), tier=1)
+    return Suspect(attr=attr.strip(), file=file or "?",
+                   line=int(line) if line.isdecimal() and len(line) <= 9 else None, shape="?",
+                   scope="", flags=(), tier=1)
 
 
 def _small_max_bs(cells: Sequence[CellResult]) -> int | None:
@@ -294,7 +295,7 @@ def mark_cell(spec: BisectSpec, target: str, opt: dict[str, Any], path: str,
               line: int | None) -> tuple[PlannedCell, bool]:
     """The planned cell a mark names: a cell key (`b16-graph-bs64+oversize[x]`) or a budget
     with --graph/--no-graph, --max-bs, --backend, --oversize, --patch. -> (cell, sanitize)."""
-    if target.isdigit():
+    if target.isdecimal() and len(target) <= 9:  # a longer one is no cell key either
         cfg, bufs, patch, san, rep = _budget_target(spec, int(target), opt, path, line)
     else:
         cfg, bufs, patch, san, rep = parse_key(target, line or 0, path)

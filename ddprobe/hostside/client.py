@@ -128,9 +128,18 @@ class HostAnswer(dict[str, Any]):
         raise host_error(self._family, "malformed", f"{self._where} has no {key!r}",
                          self._extra)
 
+    def text(self, key: str) -> str:
+        """The field `key`, which must be text (else the family's `malformed` error)."""
+        v = self[key]
+        if not isinstance(v, str):
+            raise host_error(self._family, "malformed",
+                             f"{self._where}: {key!r} is {type(v).__name__}, not text",
+                             self._extra)
+        return v
+
 
 def call(r: Remote, op: str, request: dict[str, Any], *, program: str = "ops",
-         timeout: float | None = None, source: str | None = None) -> dict[str, Any]:
+         timeout: float | None = None, source: str | None = None) -> HostAnswer:
     """Run one op of a host program; its result (a JSON object), or the exception its error
     kind maps to (`hostside.errors.ERRORS`; the client's own kinds: `no-python`, the
     interpreter is missing; `no-answer`, no answer line; `oversize`; `malformed`, an answer

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
@@ -130,8 +131,10 @@ def extract_code(text: str, entry_point: str | None = None) -> str | None:
     if blocks:
         return None  # fenced, but in another language
     try:
-        compile(text, "answer", "exec")
-    except (SyntaxError, ValueError):
+        with warnings.catch_warnings():  # a SyntaxWarning would print host text on stderr
+            warnings.simplefilter("ignore")
+            compile(text, "answer", "exec")
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     return text if text.strip() else None
 

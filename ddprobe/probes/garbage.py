@@ -56,8 +56,8 @@ def text_stats(text: str) -> TextStats:
     run = max((len(m.group(0)) for m in _PERIODIC.finditer(text) if _ALNUM.search(m.group(1))),
               default=0)
     bad = sum(1 for ch in text if _nonprintable(ch))
-    comp = len(zlib.compress(text.encode("utf-8"), 9)) / max(1, len(text.encode("utf-8"))) \
-        if n >= MIN_CHARS_FOR_STATS else None
+    raw = text.encode("utf-8", "surrogatepass")  # JSON may carry a lone surrogate ("\\ud800")
+    comp = len(zlib.compress(raw, 9)) / max(1, len(raw)) if n >= MIN_CHARS_FOR_STATS else None
     return TextStats(chars=n, repetition_ratio=round(rep, 3), periodic_run=run,
                      nonprintable_share=round(bad / n, 4) if n else 0.0,
                      compression_ratio=round(comp, 3) if comp is not None else None)

@@ -176,7 +176,7 @@ def _take_values(argv: Sequence[str], i: int, nargs: str | None) -> tuple[list[s
         if i < len(argv) and is_value(argv[i]):
             return [argv[i]], i + 1
         return [], i
-    if nargs is not None and nargs.isdigit():
+    if nargs is not None and nargs.isdecimal() and len(nargs) <= 6:  # int() takes these
         n = int(nargs)
         return list(argv[i:i + n]), i + n
     vals: list[str] = []

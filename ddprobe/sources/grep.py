@@ -61,10 +61,10 @@ def grep(r: Remote, pattern: str, *, host: Host | None = None, subdir: str | Non
                            "context": context, "fixed": fixed,
                            "ignore_case": ignore_case, "include": list(include),
                            "tool": tool}, program="sources", timeout=120)
-    root = res["root"].rstrip("/") + "/"
+    root, output = res.text("root").rstrip("/") + "/", res.text("output")
     parse = _parse_rg if res["tool"] == "rg" else _parse_grep
     # rg searches in parallel: order by file and line so runs and hosts compare
-    hits = sorted(parse(res["output"], root), key=lambda x: (x.file, x.line))
+    hits = sorted(parse(output, root), key=lambda x: (x.file, x.line))
     truncated = bool(res.get("truncated")) or len(hits) > max_hits
     return GrepResult(h.name, Install.from_dict(res["install"]), pattern, res["tool"],
                       tuple(hits[:max_hits]), truncated, str(res.get("dialect") or ""))
@@ -89,10 +89,15 @@ def _parse_rg(out: str, root: str) -> list[GrepHit]:
             continue
         if not isinstance(ev, dict) or ev.get("type") not in ("match", "context"):
             continue
-        d = ev["data"]
-        text = _rg_text(d["lines"]).rstrip("\n").rstrip("\r")
-        hits.append(GrepHit(_rel(_rg_text(d["path"]), root), int(d["line_number"]), text,
-                            ev["type"]))
+        try:
+            d = ev["data"]
+            text = _rg_text(d["lines"]).rstrip("\n").rstrip("\r")
+            number = d["line_number"]
+            if not isinstance(number, int) or isinstance(number, bool):
+                continue
+            hits.append(GrepHit(_rel(_rg_text(d["path"]), root), number, text, ev["type"]))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue  # an event of another shape (host text): not a hit, like a non-JSON line
     return hits
 
 
@@ -105,10 +110,10 @@ def _parse_grep(out: str, root: str) -> list[GrepHit]:
         path, _, rest = line.partition("\0")
         num = ""
         k = 0
-        while k < len(rest) and rest[k].isdigit():
+        while k < len(rest) and rest[k] in "0123456789":  # str.isdigit takes "²", int() not
             num += rest[k]
             k += 1
-        if not num or k >= len(rest) or rest[k] not in ":-":
+        if not num or len(num) > 12 or k >= len(rest) or rest[k] not in ":-":
             continue
         hits.append(GrepHit(_rel(path, root), int(num), rest[k + 1:].rstrip("\r"),
                             "match" if rest[k] == ":" else "context"))
