@@ -6,14 +6,12 @@ import sys
 from pathlib import Path
 
 import typer
-from rich.text import Text
 
 from ddprobe.cell.logverdict import LogVerdict, classify_log
 from ddprobe.cli import common, options
 from ddprobe.errors import UsageError
 from ddprobe.exitcodes import OUTCOME_EXIT, ExitCode
-from ddprobe.report.style import status_rich
-from ddprobe.untrusted import clean
+from ddprobe.report.logs import render_log_verdict
 
 MAX_BYTES = 64 << 20  # a log bigger than this is read from its tail
 # the outcome's exit code, as `ddprobe run` gives it (incomplete: the log cannot decide)
@@ -41,7 +39,7 @@ def classify(
     if as_json:
         common.emit_json({**v.to_dict(), "suspect": why})
     else:
-        _render(v, why)
+        render_log_verdict(v, common.env().out, why)
     raise typer.Exit(int(EXIT[v.outcome]))
 
 
@@ -72,27 +70,3 @@ def _read(path: str) -> str:
         except OSError as e:
             raise UsageError(f"{path}: cannot read it ({e.strerror})") from None
     return data.decode("utf-8", errors="replace")
-
-
-def _render(v: LogVerdict, why: str | None = None) -> None:
-    out = common.env().out
-    shown = "suspect" if why else v.outcome
-    out.print(Text.assemble(("outcome: ", "bold"), (shown, status_rich(v.outcome if not why
-                                                                          else "garbage")),
-                            f"  (phase: {v.phase}" + ("; no failure signature" if why else "")
-                            + ")"))
-    if why:
-        out.print(Text.assemble(("suspect: ", "bold yellow"), why))
-    if v.signature is not None:
-        out.print(Text.assemble(("signature: ", "bold"), clean(v.signature.id)))
-        where = f"line {v.line_no}: " if v.line_no else ""
-        out.print(Text.assemble(("key line: ", "bold"), where, clean(v.signature.line)[:300]))
-    if v.hint:
-        out.print(Text.assemble(("hint: ", "bold"), v.hint))
-    for k, val in v.details.items():
-        out.print(Text.assemble((f"{k}: ", "bold"), clean(val)[:200]))
-    d = v.decode
-    if d is not None:
-        out.print(Text.assemble(("decode lines: ", "bold"), d.describe()))
-    for n in v.notes:
-        out.print(Text.assemble(("note: ", "dim"), clean(n)))

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from ddprobe import remote
@@ -10,40 +9,12 @@ from ddprobe.cli import common, options
 from ddprobe.exitcodes import ExitCode
 from ddprobe.facts import Facts, gather_facts
 from ddprobe.inventory import Host
+from ddprobe.report.facts import facts_table
 
 
 def _facts(h: Host) -> Facts:
     with common.env().connect(h) as r:
         return gather_facts(r, h)
-
-
-def _render(f: Facts) -> Table:
-    t = Table(title=f"facts: {f.host}", show_header=False)
-    t.add_column("key", style="bold")
-    t.add_column("value")
-    t.add_row("hostname", f.hostname)
-    t.add_row("os", f"{f.os} ({f.kernel}, {f.arch})")
-    t.add_row("cpus / memory", f"{f.cpus} / {f.memory_mib} MiB")
-    if f.gpus:
-        for i, g in enumerate(f.gpus):
-            t.add_row(f"gpu {i}", f"{g['name']}  cc {g['compute_cap']} ({g.get('sm')})  "
-                                  f"{g['memory_mib']} MiB  driver {g['driver']}")
-    else:
-        t.add_row("gpus", "no NVIDIA GPU")
-    t.add_row("cuda", str(f.cuda or "-"))
-    t.add_row("compute-sanitizer", f.compute_sanitizer or "-")
-    t.add_row("python", f"{f.python.get('path')} ({f.python.get('version')})")
-    if f.install:
-        t.add_row("install", f"{f.install['name']} {f.install['version']} at {f.install['path']}")
-    else:
-        t.add_row("install", "not found")
-    t.add_row("packages", ", ".join(f"{k} {v}" for k, v in f.packages.items()) or "-")
-    s = f.server
-    t.add_row("server", f"port {s.get('port')}: " + (
-        f"listening, /health -> {s.get('health')}" if s.get("listening") else "not listening"))
-    backend, why = _sandbox()
-    t.add_row("probe sandbox", f"{backend} on this machine" + (f" ({why})" if why else ""))
-    return t
 
 
 def _sandbox() -> tuple[str, str | None]:
@@ -68,7 +39,7 @@ def register(app: typer.Typer) -> None:
         else:
             for o in res:
                 if o.value:
-                    common.env().out.print(_render(o.value))
+                    common.env().out.print(facts_table(o.value, _sandbox()))
                 else:
                     common.env().err.print(Text(f"{o.host.name}: {o.status}: {o.error}",
                                                 style="red"))

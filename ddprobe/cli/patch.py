@@ -13,6 +13,7 @@ from ddprobe.cli import common, options
 from ddprobe.errors import PatchError, UsageError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.hostside.patchtext import Patch
+from ddprobe.report.patches import render_backups, render_diff
 from ddprobe.sources.patches import (
     apply_patch,
     list_patches,
@@ -22,26 +23,6 @@ from ddprobe.sources.patches import (
     recover_patches,
     revert_patch,
 )
-
-
-def _print_backups(backups: tuple[dict[str, Any], ...]) -> None:
-    t = Table(show_header=True, box=None, pad_edge=False)
-    for c in ("patch", "file", "now", "backup"):
-        t.add_column(c, overflow="fold")
-    for b in backups:
-        t.add_row(Text(b["patch"]), Text(b["path"]), Text(b["state"]), Text(b["backup"]))
-    common.env().out.print(t)
-    if backups:
-        common.env().out.print(Text("`ddprobe patch recover --host H --apply` restores the files "
-                                    "that differ from their oldest backup", style="yellow"))
-
-
-def _print_diff(diff: str) -> None:
-    for line in diff.splitlines():
-        style = "green" if line.startswith("+") and not line.startswith("+++") else (
-            "red" if line.startswith("-") and not line.startswith("---") else (
-                "cyan" if line.startswith("@@") else ""))
-        common.env().out.print(Text(line, style=style))
 
 
 def _patch_or_id(spec: str) -> Patch | str:
@@ -89,7 +70,7 @@ def register(app: typer.Typer) -> None:
             common.emit_json(res.to_dict())
             return
         if res.diff and (dry_run or res.status in ("applied", "finished")):
-            _print_diff(res.diff)
+            render_diff(res.diff, common.env().out)
         msg = {"dry-run": "dry run: nothing changed",
                "applied": f"applied {len(res.changed)} file(s)",
                "finished": f"finished an interrupted apply ({len(res.changed)} file(s))",
@@ -138,7 +119,7 @@ def register(app: typer.Typer) -> None:
                                         f"{st.install.path}"))
             if st.ledger_error:
                 common.env().out.print(Text(f"ledger: {st.ledger_error}", style="bold red"))
-                _print_backups(st.backups)
+                render_backups(st.backups, common.env().out)
             elif not st.entries:
                 common.env().out.print(Text("no patches applied", style="dim"))
             for e in st.entries:
@@ -177,7 +158,7 @@ def register(app: typer.Typer) -> None:
         if res["status"] == "dry-run":
             common.env().out.print(Text(f"{h.name}: would restore {len(res['restore'])} file(s) "
                                         "(run again with --apply):"))
-            _print_backups(tuple(res["restore"]))
+            render_backups(tuple(res["restore"]), common.env().out)
         else:
             common.env().out.print(Text(f"{h.name}: restored {len(res['restored'])} file(s); the "
                                         f"damaged ledger is kept as {res['damaged_ledger']}"))
@@ -203,7 +184,7 @@ def register(app: typer.Typer) -> None:
             common.env().err.print(Text(f"{h.name}: no patches applied"))
         for pid, d in diffs:
             common.env().out.print(Text(f"# patch {pid}", style="bold"))
-            _print_diff(d)
+            render_diff(d, common.env().out)
 
     @papp.command("list")
     def list_cmd(as_json: options.Json = False) -> None:

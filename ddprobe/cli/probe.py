@@ -10,8 +10,6 @@ from typing import Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
-from rich.text import Text
 
 from ddprobe.cli import common, options
 from ddprobe.defaults import PROBE_CONCURRENCY, PROBE_MAX_TOKENS, PROBE_SUITE, PROBE_TIMEOUT_S
@@ -21,6 +19,7 @@ from ddprobe.inventory import Host
 from ddprobe.probes.client import ProbeHTTPError
 from ddprobe.probes.coding import load_suite
 from ddprobe.probes.runner import ProbeReport, TaskResult, baseline_from_report, run_probes
+from ddprobe.report.probes import render_probes
 
 _WILDCARD = ("", "0.0.0.0", "::", "[::]")
 
@@ -53,38 +52,6 @@ def _load_baseline(path: str) -> dict[str, str]:
         raise ConfigError("a baseline is an object of task id -> answer text", path=path,
                           key="texts")
     return {str(k): v for k, v in texts.items()}
-
-
-def _render(report: ProbeReport) -> None:
-    s = report.summary
-    t = Table(title=f"{report.suite} probes: {report.base_url}")
-    for col in ("task", "result", "tok/s", "accept", "latency", "why"):
-        t.add_column(col, justify="right" if col in ("tok/s", "accept", "latency") else "left")
-    for r in report.results:
-        why = r.reason if not r.passed else ", ".join(r.garbage) or (r.divergence or "")
-        t.add_row(r.task_id, Text("pass", style="green") if r.passed else Text("FAIL", style="red"),
-                  _f(r.tok_s, 1), _f(r.accept_length, 2), _f(r.latency_s, 2), why)
-    common.env().out.print(t)
-    acc = f"{_f(s.accept_length, 2)} ({s.accept_source or 'not reported'})"
-    common.env().out.print(Text.assemble((s.label, "bold"), f"   accept length {acc}   server "
-                           "accept "
-                           f"{_f(s.server_accept_length, 2)}   tok/s median {_f(s.tok_s, 1)}   "
-                           f"aggregate {_f(s.aggregate_tok_s, 1)}   latency median "
-                           f"{_f(s.latency_s, 2)} s   wall {report.wall_s:.1f} s "
-                           f"(concurrency {report.concurrency})"))
-    for f in s.garbage_flags:
-        common.env().out.print(Text.assemble(("garbage:", "yellow"), f" {f}"))
-    if s.divergence:
-        common.env().out.print(Text.assemble(("divergence:", "yellow"), f" {s.divergence}"))
-    for n in s.notes:
-        common.env().out.print(f"note: {n}")
-    if report.sandbox:
-        common.env().out.print(f"sandbox: {report.sandbox} (answers' code ran on this machine; "
-                               "docs/security.md)")
-
-
-def _f(v: float | None, digits: int) -> str:
-    return "-" if v is None else f"{v:.{digits}f}"
 
 
 def register(app: typer.Typer) -> None:
@@ -136,7 +103,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             common.emit_json(report.to_dict())
         else:
-            _render(report)
+            render_probes(report, common.env().out)
         if not report.ok:
             raise typer.Exit(code=int(ExitCode.FAILED))
 

@@ -14,13 +14,13 @@ import typer
 from rich.text import Text
 
 from ddprobe import remote
-from ddprobe.cell.restart import StartReport, start_server
+from ddprobe.cell.restart import start_server
 from ddprobe.cli import common, options
 from ddprobe.cli.run import LiveReporter, make_config
 from ddprobe.errors import UsageError
 from ddprobe.exitcodes import OUTCOME_EXIT, ExitCode
 from ddprobe.inventory import Host
-from ddprobe.report.style import status_rich
+from ddprobe.report.cell import render_start
 from ddprobe.server import HostLock, Manager, get_manager, read_lock
 from ddprobe.server.launch import server_target
 from ddprobe.untrusted import clean
@@ -28,26 +28,6 @@ from ddprobe.untrusted import clean
 # a start's status: up, or the outcome it failed with (exit codes as `ddprobe run` gives them)
 _START_EXIT = {"healthy": ExitCode.OK, "started": ExitCode.OK,
                **{s: OUTCOME_EXIT[s] for s in ("crash", "hang", "refused", "error")}}
-
-
-def _render_start(rep: StartReport) -> None:
-    o = common.env().out
-    col = status_rich(rep.status)
-    what = Text.assemble((rep.host, "bold"), f" {rep.config.key}: ", (rep.status, col))
-    if rep.elapsed is not None:
-        what.append(f" after {rep.elapsed:.1f}s")
-    if rep.signature and rep.status != "healthy":
-        what.append(f"  {rep.signature.id}")
-    o.print(what, highlight=False)
-    if rep.error:
-        o.print(f"  {rep.error}", markup=False, highlight=False)
-    if rep.start:
-        pg = f", pgid {rep.start.pgid}" if rep.start.pgid else ""
-        o.print(f"  log: {rep.start.log_path}{pg}", markup=False, highlight=False)
-    for n in rep.notes:
-        o.print(f"  note: {n}", markup=False, highlight=False)
-    for line in rep.log_excerpt:
-        o.print(f"  | {line}", markup=False, highlight=False)
 
 
 def register(app: typer.Typer) -> None:
@@ -71,7 +51,7 @@ def register(app: typer.Typer) -> None:
         if as_json:
             common.emit_json(res.to_dict())
         else:
-            _render_start(res)
+            render_start(res, common.env().out)
         code = _START_EXIT.get(res.status, ExitCode.SERVER)
         if code != ExitCode.OK:
             raise typer.Exit(int(code))

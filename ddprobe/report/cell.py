@@ -1,5 +1,6 @@
 """One cell in a terminal (`ddprobe run`): outcome and signature, probes, timings, notes, the
-log excerpt of a failure; `run --differential`: both cells and their comparison."""
+log excerpt of a failure; `run --differential`: both cells and their comparison; `server
+start`: the status the server reached."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -13,6 +14,7 @@ from ddprobe.results import CellResult, Outcome
 
 if TYPE_CHECKING:
     from ddprobe.cell.differential import DifferentialRun
+    from ddprobe.cell.restart import StartReport
 
 
 def _f(v: float | None, fmt: str = ".1f") -> str:
@@ -84,3 +86,23 @@ def render_differential(pair: DifferentialRun, console: Console) -> None:
         console.print(f"  - {x.line()}", markup=False, highlight=False)
     if d.determinism:
         console.print(f"  determinism: {d.determinism}", markup=False, highlight=False)
+
+
+def render_start(rep: StartReport, o: Console) -> None:
+    """`ddprobe server start|restart`: the status it reached, the log, the notes."""
+    col = status_rich(rep.status)
+    what = Text.assemble((rep.host, "bold"), f" {rep.config.key}: ", (rep.status, col))
+    if rep.elapsed is not None:
+        what.append(f" after {rep.elapsed:.1f}s")
+    if rep.signature and rep.status != "healthy":
+        what.append(f"  {rep.signature.id}")
+    o.print(what, highlight=False)
+    if rep.error:
+        o.print(f"  {rep.error}", markup=False, highlight=False)
+    if rep.start:
+        pg = f", pgid {rep.start.pgid}" if rep.start.pgid else ""
+        o.print(f"  log: {rep.start.log_path}{pg}", markup=False, highlight=False)
+    for n in rep.notes:
+        o.print(f"  note: {n}", markup=False, highlight=False)
+    for line in rep.log_excerpt:
+        o.print(f"  | {line}", markup=False, highlight=False)
