@@ -182,3 +182,23 @@ def test_request_of_is_the_request_the_command_runs(args: list[str],
     # the scenarios' `expect:` flags are read by it (tests/test_scenarios.py, the benchmarks)
     from ddprobe.cli.bisect import request_of
     assert request_of(["--budgets", "16,8", *args]).to_dict() == _plan_request(capsys, *args)
+
+
+@pytest.mark.parametrize("args,tasks", [
+    ([], ["8"]), (["--tasks", "all"], []), (["--tasks", "ALL"], []), (["--tasks", "3"], ["3"]),
+    (["--tasks", "fizzbuzz, two_sum"], ["fizzbuzz", "two_sum"])])
+def test_tasks_are_read_at_the_flag(args: list[str], tasks: list[str],
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    assert _plan_request(capsys, *args)["tasks"] == tasks
+
+
+@pytest.mark.parametrize("argv,msg", [
+    (["bisect", "--host", "testbed", "--budgets", "8", "--plan", "--tasks", "0"],
+     "values must be positive, got 0"),
+    (["run", "--host", "nosuch", "--tasks", "-2"], "values must be positive, got -2"),
+    (["probe", "--url", "http://127.0.0.1:9", "--tasks", " , "], "no task given")])
+def test_a_bad_task_selection_is_a_usage_error(argv: list[str], msg: str,
+                                               capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(argv) == int(ExitCode.USAGE)
+    err = capsys.readouterr().err
+    assert "'--tasks'" in err and msg in err

@@ -51,14 +51,6 @@ if TYPE_CHECKING:
 DEFAULT_BISECT_TASKS = ("8",)  # one probe wave: enough to tell ok from garbage, fast
 
 
-def _tasks(text: str | None, default: tuple[str, ...] = ()) -> tuple[str, ...]:
-    """--tasks: ids, or N (the suite's first N), or 'all'; None -> `default`."""
-    if text is None:
-        return default
-    words = common.task_words(text)
-    return () if [w.lower() for w in words] == ["all"] else words
-
-
 def _budgets(budgets: options.Ints | None) -> tuple[int, ...]:
     if not budgets:
         raise UsageError("give --budgets, e.g. --budgets 8,16,32,64")
@@ -254,7 +246,7 @@ def register(app: typer.Typer) -> None:
                                max_bs=tuple(max_bs) if max_bs else (None,),
                                backends=tuple(b.strip() or None for b in backend.split(","))
                                if backend else (None,),
-                               repeat=repeat, tasks=_tasks(tasks), parallel=not no_parallel,
+                               repeat=repeat, tasks=tuple(tasks or ()), parallel=not no_parallel,
                                keep_server=keep_server)
             req.validate()
             if not host:
@@ -282,8 +274,8 @@ def _request(*, budgets: options.Ints | None, max_bs: int | None, backend: str |
              eager_first: bool, confirm_patch: str | None, no_latent_check: bool,
              sanitize: bool, no_compare: bool, baseline: str | None,
              context_len: int | None, thorough: bool, no_cheap_cells: bool,
-             oversize_factor: int, tasks: str | None, no_parallel: bool, keep_server: bool,
-             **_cli: object) -> BisectRequest:
+             oversize_factor: int, tasks: options.TaskWords | None, no_parallel: bool,
+             keep_server: bool, **_cli: object) -> BisectRequest:
     """The BisectRequest of the parsed options (`ctx.params`; `_cli`: the options that are
     the command's own, not the run's: --host, --plan, --resume, --json, ...)."""
     from ddprobe.bisect.run import BisectRequest
@@ -291,7 +283,8 @@ def _request(*, budgets: options.Ints | None, max_bs: int | None, backend: str |
         budgets=_budgets(budgets), max_bs=max_bs, backend=backend,
         order=options.order_of(order, graph_first=graph_first, eager_first=eager_first),
         repeat=repeat, sanitize=sanitize, confirm_patch=confirm_patch,
-        parallel=not no_parallel, tasks=_tasks(tasks, DEFAULT_BISECT_TASKS),
+        parallel=not no_parallel,
+        tasks=DEFAULT_BISECT_TASKS if tasks is None else tuple(tasks),
         keep_server=keep_server, latent_check=not no_latent_check, context_len=context_len,
         thorough=thorough, oversize_factor=oversize_factor, cheap_cells=not no_cheap_cells,
         compare=not no_compare, baseline=baseline)

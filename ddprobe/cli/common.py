@@ -60,12 +60,6 @@ def _default(o: Any) -> Any:
     return str(o)
 
 
-def task_words(text: str | None) -> tuple[str, ...]:
-    """--tasks as given: ids (a comma list), one number N (the suite's first N) or 'all'
-    (resolved by the suite: ddprobe.probes.coding.Suite.select); () when not given."""
-    return tuple(t.strip() for t in (text or "").split(",") if t.strip())
-
-
 def read_json_file(path: str, what: str) -> Any:
     """A JSON file given on the command line; unreadable or invalid -> ConfigError (file:line)."""
     try:

@@ -12,6 +12,7 @@ imports this module, never the engine.
 """
 from __future__ import annotations
 
+import re
 from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Optional, cast
@@ -21,6 +22,8 @@ import typer
 from ddprobe.defaults import MAX_OVERSIZE_FACTOR
 from ddprobe.errors import UsageError
 from ddprobe.intlist import IntListError, parse_ints, parse_ints_or_default
+
+_SIGNED = re.compile(r"[+-]?[0-9]+")  # a task count (ids are names)
 
 if TYPE_CHECKING:
     from ddprobe.bisect.ladder import Order as OrderName
@@ -48,6 +51,25 @@ def _ints_or_default(text: str) -> IntsOrDefault:
         return IntsOrDefault(parse_ints_or_default(text))
     except IntListError as e:
         raise typer.BadParameter(str(e)) from None
+
+
+class TaskWords(tuple[str, ...]):
+    """--tasks as given: task ids, or one number N (the suite's first N); () for 'all'. The
+    suite resolves them (probes.coding.Suite.select), before any restart."""
+
+
+def _task_words(text: str) -> TaskWords:
+    words = tuple(w.strip() for w in text.split(",") if w.strip())
+    if not words:
+        raise typer.BadParameter("no task given (ids, a number N, or 'all')")
+    if [w.lower() for w in words] == ["all"]:
+        return TaskWords()
+    if len(words) == 1 and _SIGNED.fullmatch(words[0]):
+        try:
+            parse_ints(words[0])  # the first N: N >= 1 (ddprobe/intlist.py)
+        except IntListError as e:
+            raise typer.BadParameter(str(e)) from None
+    return TaskWords(words)
 
 
 class OrderChoice(str, Enum):
@@ -118,9 +140,10 @@ HealthTimeout = Annotated[Optional[float], typer.Option(
 
 # ----- probes -----
 TASKS_HELP = "Probe these coding tasks (comma-separated ids), the first N (a number), or 'all'"
-Tasks = Annotated[Optional[str], typer.Option("--tasks", help=TASKS_HELP + " (default: all).")]
-BisectTasks = Annotated[Optional[str], typer.Option(
-    "--tasks", help=TASKS_HELP + " (default: 8, one wave of probes).")]
+Tasks = Annotated[Optional[TaskWords], typer.Option("--tasks", parser=_task_words,
+                                                    help=TASKS_HELP + " (default: all).")]
+BisectTasks = Annotated[Optional[TaskWords], typer.Option(
+    "--tasks", parser=_task_words, help=TASKS_HELP + " (default: 8, one wave of probes).")]
 
 Suite = Annotated[str, typer.Option("--suite",
                                     help="Probe suite: a bundled suite's name or a .json file.")]
@@ -134,9 +157,9 @@ Repeat = Annotated[int, typer.Option("--repeat", min=1,
                                      help="Run each cell N times; disagreeing repeats = flaky.")]
 Order = Annotated[Optional[OrderChoice], typer.Option(
     "--order", case_sensitive=False,
-    help="Order of each failure mode's experiments: auto (by expected time to a decision), "
-         "eager-first (the eager control first: the textbook order, more restarts) or "
-         "graph-first (oversize and max bs before the eager control). --graph-first and "
+    help="Order of each failure mode's experiments: auto (the default: by expected time to a "
+         "decision), eager-first (the eager control first: the textbook order, more restarts) "
+         "or graph-first (oversize and max bs before the eager control). --graph-first and "
          "--eager-first are accepted for --order graph-first / eager-first.")]
 GraphFirst = Annotated[bool, typer.Option("--graph-first", hidden=True,
                                           help="The same as --order graph-first.")]

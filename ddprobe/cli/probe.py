@@ -80,7 +80,7 @@ def register(app: typer.Typer) -> None:
         if bool(host) == bool(url):
             raise UsageError("give exactly one of --host or --url")
         base = _load_baseline(baseline) if baseline else None
-        ids = list(common.task_words(tasks)) or None
+        ids = list(tasks or ()) or None  # None, () ('all'): the whole suite
         h = common.one_host(host) if host else None
         try:
             with contextlib.ExitStack() as stack:

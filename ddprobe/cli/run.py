@@ -136,7 +136,7 @@ def register(app: typer.Typer) -> None:
             raise UsageError("--differential compares graph with eager: it takes no "
                              "--baseline")
         base = load_baseline(baseline) if baseline else None
-        ids = common.task_words(tasks) or None
+        ids = tuple(tasks or ()) or None  # None, () ('all'): the whole suite
         opts = ProbeOptions(suite=suite, concurrency=concurrency, tasks=ids,
                             max_tokens=max_tokens, timeout=probe_timeout)
         if differential:

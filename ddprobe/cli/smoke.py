@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
         its greedy output against eager."""
         hosts = common.hosts(host)
         bs = tuple(budgets or ())  # none: the host's server.budget
-        probe = probe_options(common.task_words(tasks))
+        probe = probe_options(tuple(tasks or ()))
 
         def progress(c: CellResult) -> None:
             common.env().err.print(f"{escape(c.host)}: {c.config.key}: {escape(describe(c))}",
