@@ -18,6 +18,7 @@ from typing import Any
 
 from rich.console import Console, ConsoleOptions, RenderableType
 from rich.segment import Segment
+from rich.text import Text
 
 from ddprobe.untrusted import clean, is_clean
 
@@ -27,7 +28,7 @@ class SafeConsole(Console):
         kwargs.setdefault("markup", False)
         super().__init__(*args, **kwargs)
 
-    def render_str(self, text: str, **kwargs: Any) -> Any:
+    def render_str(self, text: str, **kwargs: Any) -> Text:
         # before rich builds a Text: rich itself drops BEL/BS/CR, which would leave an OSC
         # without its terminator (the net in `render` would then drop the rest of the line)
         return super().render_str(clean(text), **kwargs)

@@ -24,15 +24,16 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from ddprobe.cell.experiment import run_cell
+from ddprobe.cell.classify import Baseline
+from ddprobe.cell.experiment import ProbeOptions, run_cell
 from ddprobe.errors import ConfigError, DdprobeError, RefusedError, RemoteError, UsageError
 from ddprobe.exitcodes import ExitCode, for_outcome
 from ddprobe.facts import Facts, gather_facts
 from ddprobe.inventory import Host
 from ddprobe.probes import differential
-from ddprobe.remote import RemoteOptions, connect
+from ddprobe.remote import Remote, RemoteOptions, connect
 from ddprobe.report import write_reports
 from ddprobe.results import CellResult, Config, Outcome
 from ddprobe.runmodel import load_model
@@ -41,6 +42,11 @@ from ddprobe.server.launch import build_launch, check_launch, host_flags
 from ddprobe.store import RunStore, runs_root
 from ddprobe.timestamps import utc_stamp
 from ddprobe.untrusted import excerpt, first_chars, for_xml
+
+if TYPE_CHECKING:  # the flags come from server.launch.host_flags
+    from ddprobe.sources.flags import FlagSet
+
+BaselineLike = Baseline | CellResult | None  # what a cell is compared with (run_cell's)
 
 JUNIT_MESSAGE_CAP: Final = 500  # characters of a JUnit failure's message (its text has all)
 
@@ -151,7 +157,7 @@ def _tail(c: CellResult) -> str:
 
 def smoke_host(host: Host, configs: Sequence[Config], *, opts: RemoteOptions,
                caches: RunCaches, log_dir: Path | None,
-               probe: Any = None, baseline: Any = None,
+               probe: ProbeOptions | None = None, baseline: BaselineLike = None,
                on_cell: Callable[[CellResult], None] | None = None,
                compare: bool = True) -> HostSmoke:
     """Run the smoke checks on one host (never raises for the host's own problems).
@@ -201,8 +207,8 @@ def smoke_host(host: Host, configs: Sequence[Config], *, opts: RemoteOptions,
     return hs
 
 
-def _one(r: Any, host: Host, cfg: Config, hs: HostSmoke, flags: Any, why: str,
-         log_dir: Path | None, probe: Any, baseline: Any,
+def _one(r: Remote, host: Host, cfg: Config, hs: HostSmoke, flags: FlagSet | None, why: str,
+         log_dir: Path | None, probe: ProbeOptions | None, baseline: BaselineLike,
          on_cell: Callable[[CellResult], None] | None, caches: RunCaches,
          compare: bool = True) -> int:
     """One production config: the flags check, the cell, its probes, and its greedy output
@@ -239,7 +245,7 @@ def _one(r: Any, host: Host, cfg: Config, hs: HostSmoke, flags: Any, why: str,
     return int(for_outcome(cell.outcome))
 
 
-def _check_flags(case: Case, host: Host, cfg: Config, flags: Any, why: str
+def _check_flags(case: Case, host: Host, cfg: Config, flags: FlagSet | None, why: str
                  ) -> tuple[int, str] | None:
     """The flags case; (exit code, why the rest is skipped) when the config cannot run."""
     t = time.monotonic()
@@ -260,8 +266,8 @@ def _check_flags(case: Case, host: Host, cfg: Config, flags: Any, why: str
     return None
 
 
-def _differential(r: Any, host: Host, cfg: Config, cell: CellResult, hs: HostSmoke,
-                  log_dir: Path | None, probe: Any, baseline: Any,
+def _differential(r: Remote, host: Host, cfg: Config, cell: CellResult, hs: HostSmoke,
+                  log_dir: Path | None, probe: ProbeOptions | None, baseline: BaselineLike,
                   on_cell: Callable[[CellResult], None] | None, caches: RunCaches) -> Case:
     """The graph cell's greedy output against eager at the same budget: a stored eager
     baseline's answers where one is given (the eager cell is paid once), else an eager cell
@@ -302,7 +308,8 @@ def _differential(r: Any, host: Host, cfg: Config, cell: CellResult, hs: HostSmo
     return case
 
 
-def _cell(r: Any, host: Host, cfg: Config, log_dir: Path | None, probe: Any, baseline: Any,
+def _cell(r: Remote, host: Host, cfg: Config, log_dir: Path | None,
+          probe: ProbeOptions | None, baseline: BaselineLike,
           caches: RunCaches, *, keep_answers: bool = False) -> CellResult:
     kw: dict[str, Any] = {"log_dir": log_dir, "caches": caches, "keep_answers": keep_answers}
     if probe is not None:
@@ -372,7 +379,8 @@ _MARKS: Final[dict[Outcome, Callable[[_Cases, CellResult, str], None]]] = {
 
 
 def run_smoke(hosts: Sequence[Host], *, opts: RemoteOptions, budgets: Sequence[int] = (),
-              probe: Any = None, baseline: Any = None, root: Path | None = None,
+              probe: ProbeOptions | None = None, baseline: BaselineLike = None,
+              root: Path | None = None,
               argv: Sequence[str] = (), on_cell: Callable[[CellResult], None] | None = None,
               caches: RunCaches | None = None, compare: bool = True) -> SmokeReport:
     """The smoke check on every host (in parallel); the run lands in runs/<run-id>/.

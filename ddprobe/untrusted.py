@@ -20,7 +20,10 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:  # rich is imported by `text` when it is called
+    from rich.text import Text
 
 # ESC-introduced sequences (ECMA-48): CSI ... final byte; OSC/DCS/SOS/PM/APC ... up to ST or BEL
 # (or the end of the text: an unterminated OSC must not leak its payload either); any other
@@ -106,7 +109,7 @@ def excerpt(s: object, *, max_chars: int = 4000, max_lines: int = 40, tail: bool
     return f"{note}\n{body}" if tail else f"{body}\n{note}"
 
 
-def text(s: object, style: str = "") -> Any:
+def text(s: object, style: str = "") -> Text:
     """A rich Text of host text: cleaned, and never parsed as markup (`[/red]` stays text)."""
     from rich.text import Text
     return Text(clean(s), style=style)

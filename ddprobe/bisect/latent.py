@@ -382,7 +382,7 @@ def _foreign_verdict(j: Judgement, obs: Callable[[PlannedCell], Obs],
         advice=Advice("latent_foreign"))
 
 
-def _findings(j: Judgement, obs: Callable[[PlannedCell], Obs]) -> Any:
+def _findings(j: Judgement, obs: Callable[[PlannedCell], Obs]) -> dict[str, Any] | None:
     r = obs(j.cell).first
     return r.sanitizer if r is not None else None
 

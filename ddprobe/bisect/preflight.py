@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddprobe.defaults import OVERSIZE_FACTOR
 from ddprobe.effective import EffectiveConfig, describe
@@ -32,6 +32,9 @@ from ddprobe.server.preflight import (
 )
 from ddprobe.server.prepare import prepare_host
 from ddprobe.server.registry import get_manager
+
+if TYPE_CHECKING:
+    from ddprobe.sources.argrules import ArgRules
 
 
 @dataclass
@@ -124,7 +127,7 @@ def plan_preflight(r: Remote, host: Host, *, budgets: Sequence[int], base: Confi
     return pf
 
 
-def _not_run_assumption(message: str, rules: Any) -> str:
+def _not_run_assumption(message: str, rules: ArgRules | None) -> str:
     """What the plan rests on when the host's own argument handling did not run."""
     if rules is None:
         return message

@@ -21,6 +21,7 @@ from ddprobe.exitcodes import ExitCode
 from ddprobe.probes import differential
 from ddprobe.results import (
     Advice,
+    CellResult,
     Confidence,
     Evidence,
     EvidenceDetails,
@@ -358,7 +359,7 @@ def _fixed_next(patch: str, host: str | None, budget: int) -> Advice:
                                           note=f"{patch} stays applied"))
 
 
-def _assumed_verdict(p: Planner, mp: ModePlan, d: Decision, res: Any,
+def _assumed_verdict(p: Planner, mp: ModePlan, d: Decision, res: CellResult | None,
                      host: str | None) -> Verdict:
     b = p.spec.budgets
     names = ", ".join(f"b{b[i]}" for i in mp.assumed)

@@ -21,7 +21,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
+
+if TYPE_CHECKING:  # results is imported where a cell is changed (this module stays pure)
+    from ddprobe.results import CellResult
 
 DETERMINISTIC_FLAG: Final = "--enable-deterministic-inference"
 # attention backends with SGLang's deterministic mode (docs: Deterministic Inference)
@@ -127,7 +130,7 @@ def _dict(v: Any) -> dict[Any, Any]:
     return v if isinstance(v, dict) else {}
 
 
-def side_of(cell: Any) -> Side:
+def side_of(cell: CellResult) -> Side:
     """A `CellResult` kept with `keep_answers` as one side of the differential."""
     eff = getattr(cell, "effective", None)
     graph = eff.cuda_graph if eff is not None and eff.cuda_graph is not None else None
@@ -215,7 +218,7 @@ def compare(graph: Side, eager: Side) -> Differential:
                         eager_cell=eager.key, tokens_compared=ntok)
 
 
-def apply(graph_cell: Any, eager_cell: Any) -> Differential:
+def apply(graph_cell: CellResult, eager_cell: CellResult) -> Differential:
     """Compare two kept cells and, on a decisive divergence, make the graph cell `garbage`
     (signature `garbage: graph-eager divergence`), in place. Returns the comparison."""
     d = compare(side_of(graph_cell), side_of(eager_cell))
@@ -225,7 +228,7 @@ def apply(graph_cell: Any, eager_cell: Any) -> Differential:
     return d
 
 
-def mark_garbage(graph_cell: Any, d: Differential) -> None:
+def mark_garbage(graph_cell: CellResult, d: Differential) -> None:
     """Record the comparison on the graph cell and, on a decisive divergence, make it
     `garbage` (signature `garbage: graph-eager divergence`), in place."""
     from ddprobe.results import SIGNATURE_LINE_CAP, Outcome, Signature
@@ -241,7 +244,8 @@ def mark_garbage(graph_cell: Any, d: Differential) -> None:
             f"{first.task} although acceptance and coding passed")
 
 
-def evidence(graph_cell: Any, eager_cell: Any) -> Differential | None:
+def evidence(graph_cell: CellResult | None, eager_cell: CellResult | None
+             ) -> Differential | None:
     """The comparison of a failing graph cell with its eager control, for a verdict's
     evidence (nothing is changed); None when either kept no answers."""
     if graph_cell is None or eager_cell is None:
@@ -252,7 +256,7 @@ def evidence(graph_cell: Any, eager_cell: Any) -> Differential | None:
     return None if d.status == INCOMPARABLE else d
 
 
-def pairs(cells: Sequence[Any]) -> list[tuple[Any, Any]]:
+def pairs(cells: Sequence[CellResult]) -> list[tuple[CellResult, CellResult]]:
     """(graph cell, eager cell) pairs of one config but for CUDA graphs, both with answers."""
     by: dict[tuple[Any, ...], dict[bool, Any]] = {}
     for c in cells:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ddprobe.effective import EffectiveConfig, capped_by_request_pool, from_server_args
 from ddprobe.errors import RefusedError, RemoteTimeout
@@ -32,8 +32,12 @@ from ddprobe.hostside.client import call
 from ddprobe.hostside.errors import NoAnswerError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
-from ddprobe.server.launch import FLAG_FIELDS, budget_fields
+from ddprobe.results import Config
+from ddprobe.server.launch import FLAG_FIELDS, Launch, budget_fields
 from ddprobe.untrusted import first_chars
+
+if TYPE_CHECKING:  # read lazily: the sources are read only where the preflight cannot run
+    from ddprobe.sources.argrules import ArgRules
 
 NO_ANSWER_CAP = 300  # characters of the last output lines of a program that gave no answer
 
@@ -264,7 +268,7 @@ def asked(server_args: Sequence[str]) -> dict[str, Any]:
     return out
 
 
-def label_fields(host: Host, config: Any) -> tuple[str, ...]:
+def label_fields(host: Host, config: Config) -> tuple[str, ...]:
     """The effective fields a cell's label depends on (its budget flags, graph, max bs,
     backend): a difference in one of them means the cell would run under a wrong label."""
     out = list(budget_fields(host)) + ["cuda_graph"]
@@ -275,7 +279,7 @@ def label_fields(host: Host, config: Any) -> tuple[str, ...]:
     return tuple(out)
 
 
-def mismatches(host: Host, launch: Any, eff: EffectiveConfig) -> tuple[list[str], list[str]]:
+def mismatches(host: Host, launch: Launch, eff: EffectiveConfig) -> tuple[list[str], list[str]]:
     """(differences that change the cell's label, other differences) as readable lines."""
     want = asked(launch.server_args)
     critical = set(label_fields(host, launch.config))
@@ -288,7 +292,7 @@ def mismatches(host: Host, launch: Any, eff: EffectiveConfig) -> tuple[list[str]
     return bad, other
 
 
-def preflight_launch(r: Remote, host: Host, launch: Any) -> Any:
+def preflight_launch(r: Remote, host: Host, launch: Launch) -> Launch:
     """The launch with its preflight answer (`.effective`, notes), or RefusedError."""
     res = run_preflight(r, host, [launch])[0]
     rules = static_rules(r, host) if res.status == "not_run" and \
@@ -296,10 +300,10 @@ def preflight_launch(r: Remote, host: Host, launch: Any) -> Any:
     return apply_result(host, launch, res, rules=rules)
 
 
-_RULES: dict[tuple[Any, ...], Any] = {}
+_RULES: dict[tuple[Any, ...], ArgRules | None] = {}
 
 
-def static_rules(r: Remote, host: Host) -> Any:
+def static_rules(r: Remote, host: Host) -> ArgRules | None:
     """The install's post-parse rules read from its source (`sources.argrules`), or None
     when its sources cannot be read; remembered per host entry."""
     from ddprobe.errors import DdprobeError, RemoteError
@@ -319,7 +323,8 @@ def static_rules(r: Remote, host: Host) -> Any:
     return rules
 
 
-def apply_result(host: Host, launch: Any, res: PreflightResult, *, rules: Any = None) -> Any:
+def apply_result(host: Host, launch: Launch, res: PreflightResult, *,
+                 rules: ArgRules | None = None) -> Launch:
     if res.status == "not_run":
         if rules is not None:
             want = asked(launch.server_args)
