@@ -202,3 +202,9 @@ def test_a_bad_task_selection_is_a_usage_error(argv: list[str], msg: str,
     assert main(argv) == int(ExitCode.USAGE)
     err = capsys.readouterr().err
     assert "'--tasks'" in err and msg in err
+
+
+def test_a_sweeps_backends_name_the_hosts_own_as_its_max_bs_does() -> None:
+    assert options._names_or_default("triton, ,default,flashinfer") == \
+        ("triton", None, None, "flashinfer")
+    assert options._ints_or_default("64,default") == (64, None)

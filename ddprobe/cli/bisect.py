@@ -244,8 +244,7 @@ def register(app: typer.Typer) -> None:
         else:
             req = SweepRequest(budgets=_budgets(budgets), graph=options.graph_of(graph),
                                max_bs=tuple(max_bs) if max_bs else (None,),
-                               backends=tuple(b.strip() or None for b in backend.split(","))
-                               if backend else (None,),
+                               backends=tuple(backend) if backend else (None,),
                                repeat=repeat, tasks=tuple(tasks or ()), parallel=not no_parallel,
                                keep_server=keep_server)
             req.validate()

@@ -21,7 +21,7 @@ import typer
 
 from ddprobe.defaults import MAX_OVERSIZE_FACTOR
 from ddprobe.errors import UsageError
-from ddprobe.intlist import IntListError, parse_ints, parse_ints_or_default
+from ddprobe.intlist import DEFAULT_WORDS, IntListError, parse_ints, parse_ints_or_default
 
 _SIGNED = re.compile(r"[+-]?[0-9]+")  # a task count (ids are names)
 
@@ -51,6 +51,15 @@ def _ints_or_default(text: str) -> IntsOrDefault:
         return IntsOrDefault(parse_ints_or_default(text))
     except IntListError as e:
         raise typer.BadParameter(str(e)) from None
+
+
+class NamesOrDefault(tuple[Optional[str], ...]):
+    """A comma list of names (a sweep's backends); None: the host's own setting."""
+
+
+def _names_or_default(text: str) -> NamesOrDefault:
+    names = [w.strip() for w in text.split(",")]
+    return NamesOrDefault(None if not n or n.lower() in DEFAULT_WORDS else n for n in names)
 
 
 class TaskWords(tuple[str, ...]):
@@ -116,9 +125,10 @@ MaxBsList = Annotated[Optional[IntsOrDefault], typer.Option(
 Backend = Annotated[Optional[str], typer.Option(
     "--backend", help="The server's --attention-backend (default: the inventory's "
                       "server.backend).")]
-BackendList = Annotated[Optional[str], typer.Option(
-    "--backend", help="--attention-backend values, a comma list (an empty item: the host's "
-                      "server.backend).")]
+BackendList = Annotated[Optional[NamesOrDefault], typer.Option(
+    "--backend", parser=_names_or_default,
+    help="--attention-backend values, a comma list ('default' or an empty item: the host's "
+         "server.backend).")]
 ContextLen = Annotated[Optional[int], typer.Option(
     "--context-len", min=1, help="Context length for sizing buffers (default: what the "
                                  "host's SGLang resolves).")]
