@@ -24,6 +24,9 @@ from ddprobe.probes.runner import TaskResult
 from ddprobe.report.cell import render_cell, render_differential
 from ddprobe.report.live import LiveStatus
 from ddprobe.results import CellResult, Config, Outcome
+from ddprobe.untrusted import last_chars
+
+LAST_LINE_CAP = 90  # characters of the server's last log line on the status line
 
 
 class LiveReporter(LiveStatus, CellReporter):
@@ -45,7 +48,7 @@ class LiveReporter(LiveStatus, CellReporter):
         self._show(f"{name}: {detail}" if detail else name)
 
     def health(self, elapsed: float, timeout: float, stage: str, last_line: str) -> None:
-        line = last_line[-90:] if last_line else "(no log yet)"
+        line = last_chars(last_line, LAST_LINE_CAP) if last_line else "(no log yet)"
         self._show(f"waiting for {stage} ({elapsed:.0f}s of {timeout:.0f}s)  {line}", beat=True)
 
     def probe(self, result: TaskResult, done: int, total: int) -> None:

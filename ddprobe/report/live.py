@@ -12,7 +12,9 @@ from typing import TYPE_CHECKING, Any
 from rich.console import Console
 from rich.markup import escape
 
-from ddprobe.untrusted import clean
+from ddprobe.untrusted import clean, first_chars
+
+STATUS_CAP = 150  # characters of the transient status line
 
 if TYPE_CHECKING:  # rich.progress is imported by the first live status (not by a completion)
     from rich.progress import Progress, TaskID
@@ -103,7 +105,7 @@ class EventRenderer(LiveStatus):
             self.console.print(text, highlight=False, markup=True)
 
     def _status(self, text: str) -> None:
-        self._set_status(text[:150])
+        self._set_status(first_chars(text, STATUS_CAP))
 
     def __call__(self, e: Event) -> None:
         with self._lock:

@@ -7,7 +7,10 @@ from rich.console import Console
 from rich.text import Text
 
 from ddprobe.report.style import status_rich
-from ddprobe.untrusted import clean
+from ddprobe.untrusted import clean, first_chars
+
+DETAIL_CAP = 200  # characters of each detail shown
+KEY_LINE_CAP = 300  # characters of the key log line shown
 
 if TYPE_CHECKING:
     from ddprobe.cell.logverdict import LogVerdict
@@ -26,11 +29,12 @@ def render_log_verdict(v: LogVerdict, out: Console, why: str | None = None) -> N
     if v.signature is not None:
         out.print(Text.assemble(("signature: ", "bold"), clean(v.signature.id)))
         where = f"line {v.line_no}: " if v.line_no else ""
-        out.print(Text.assemble(("key line: ", "bold"), where, clean(v.signature.line)[:300]))
+        out.print(Text.assemble(("key line: ", "bold"), where,
+                                first_chars(clean(v.signature.line), KEY_LINE_CAP)))
     if v.hint:
         out.print(Text.assemble(("hint: ", "bold"), v.hint))
     for k, val in v.details.items():
-        out.print(Text.assemble((f"{k}: ", "bold"), clean(val)[:200]))
+        out.print(Text.assemble((f"{k}: ", "bold"), first_chars(clean(val), DETAIL_CAP)))
     d = v.decode
     if d is not None:
         out.print(Text.assemble(("decode lines: ", "bold"), d.describe()))

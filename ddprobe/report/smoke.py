@@ -14,6 +14,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ddprobe.report.style import status_rich
+from ddprobe.untrusted import first_chars
+
+DETAIL_CAP = 200  # characters of a case's message the table shows
 
 
 class CaseView(Protocol):
@@ -56,6 +59,7 @@ def render_smoke(rep: SmokeView, console: Console) -> None:
         for case in hs.cases:
             color = status_rich(case.status)
             detail = case.message or (case.output if case.name.startswith("probes") else "")
-            t.add_row(hs.host, case.name, Text(case.status, style=color), detail[:200])
+            t.add_row(hs.host, case.name, Text(case.status, style=color),
+                      first_chars(detail, DETAIL_CAP))
     console.print(t)
     console.print(f"exit {rep.exit_code}; wall {rep.wall_s:.1f} s; run dir {rep.run_dir}")
