@@ -111,7 +111,14 @@ def request(exp: Expectation, tasks: str, *, cheap: bool) -> BisectRequest:
     order: Any = "eager-first" if "--eager-first" in f \
         else "graph-first" if "--graph-first" in f else "auto"
     return BisectRequest(budgets=exp.budgets, backend=backend, order=order,
-                         thorough="--thorough" in f, tasks=(tasks,), cheap_cells=cheap)
+                         thorough="--thorough" in f, tasks=(tasks_of(exp, tasks),),
+                         cheap_cells=cheap)
+
+
+def tasks_of(exp: Expectation, default: str) -> str:
+    """The scenario's own --tasks (nondet needs eight to show), else the benchmark's."""
+    f = list(exp.flags)
+    return f[f.index("--tasks") + 1] if "--tasks" in f else default
 
 
 def verdict_key(v: Any) -> tuple[Any, ...]:
@@ -155,7 +162,8 @@ def bisect(exp: Expectation, tasks: str, *, cheap: bool) -> Run:
 def sweep(exp: Expectation, tasks: str) -> Run:
     root = Path(tempfile.mkdtemp(prefix="ddprobe-ttv-sweep-"))
     rep = run_sweep([testbed_host(exp.scenario, root)],
-                    SweepRequest(budgets=exp.budgets, graph="both", tasks=(tasks,)),
+                    SweepRequest(budgets=exp.budgets, graph="both",
+                                 tasks=(tasks_of(exp, tasks),)),
                     root=root, break_lock=True, opts=RemoteOptions())
     run = Run("sweep")
     run.restarts, run.cells = rep.restarts_used, len(rep.results)

@@ -413,7 +413,7 @@ class Planner:
         if self.cheap_on:
             # by expected time to a decision: the search (often cheap cells, and every
             # verdict waits for it; a new pass can make a comparison moot) before the
-            # comparisons (real-weight eager cells, for the `ok` verdict alone)
+            # comparisons (real-weight eager cells)
             needed += search
         else:
             needed += st.compare  # a divergence moves the frontier: before the search goes on
@@ -429,9 +429,10 @@ class Planner:
             rank = 0 if lad.cls == "other" else 1
             lad_spec.extend((rank, n, c) for c in lad.speculative)
         if self.cheap_on:
-            # by expected time to a decision: a cell a cheap run decides goes first (the
-            # modes and the comparisons are independent); ties keep the order
-            lad_needed = sorted([*st.compare, *lad_needed], key=self._due_cost)
+            # by expected time to a decision: the comparisons (every verdict above a pass
+            # waits for its comparison), then a cell a cheap run decides first (the modes are
+            # independent); ties keep the budget order
+            lad_needed = [*st.compare, *sorted(lad_needed, key=self._due_cost)]
         needed.extend(lad_needed)
         needed.extend(st.extras)
         lad_spec.sort(key=lambda t: (t[0], t[1]))

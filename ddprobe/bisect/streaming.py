@@ -4,7 +4,9 @@ A verdict is final when no cell the planner may still ask for can change it:
 
 * the frontier is settled: no frontier cell left (a frontier cell can move any mode's
   budgets), and no comparison left at a passing budget with a budget never restarted below it
-  (a divergence there re-opens the search below);
+  (a divergence there re-opens the search below); a comparison left at a pass also holds back
+  every verdict above it (a divergence moves the last pass their evidence and their "keep
+  budget <= N" name);
 * no budget is assumed between two failures of one mode while that mode still has cells to
   run (its diagnoses may disagree, and the budget between is then restarted: it may land in
   any verdict);
@@ -55,8 +57,13 @@ def final_verdicts(p: Planner, *, host: str | None = None) -> list[Verdict]:
     touched = {c.config.budget for c in pending}
     modes = [set(row.budgets[idx[0]:idx[-1] + 1]) for idx in row.modes().values()]
     capacity = _capacity_open(p, pending)
+    # a comparison that fails a pass moves the last pass below every mode above it (their
+    # evidence and their "keep budget <= N" name it)
+    compared = min((c.config.budget for c in pending if c.mode == agreement.COMPARE_MODE),
+                   default=None)
     return [v for v in build_verdicts(p, host=host) if v.reason != "unfinished"
             and not (v.kind == "ok" and capacity)
+            and not (compared is not None and max(v.budgets, default=0) > compared)
             and not touched & _span(v, modes, row.budgets)]
 
 
