@@ -8,10 +8,12 @@ raise). Anything else escaping it is a bug.
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import gzip
 import json
 import re
+import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Sequence
@@ -184,7 +186,9 @@ def _journal(text: str) -> object:
 
 @functools.cache
 def _journal_dir() -> Path:
-    return Path(tempfile.mkdtemp(prefix="ddprobe-fuzz-journal-"))
+    d = Path(tempfile.mkdtemp(prefix="ddprobe-fuzz-journal-"))
+    atexit.register(shutil.rmtree, d, True)
+    return d
 
 
 def _server_args(text: str) -> object:

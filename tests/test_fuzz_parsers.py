@@ -42,7 +42,7 @@ def _inputs(draw: st.DrawFn, name: str) -> str:
 
 # slower parsers (a YAML file, a whole log) get fewer examples: the benchmark does the volume
 _EXAMPLES = {"hosts.yaml": 40, "ansible-yaml": 40, "playbook": 40, "server-log": 40,
-             "journal": 60}
+             "journal": 60, "server-args": 40}
 
 
 @pytest.mark.parametrize("name", [t.name for t in fuzz_util.TARGETS])
