@@ -21,6 +21,7 @@ import signal
 import sys
 import time
 import traceback
+import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -124,6 +125,7 @@ def main() -> int:
         ap.error(f"unknown parser(s) {', '.join(unknown)} (known: "
                  f"{', '.join(fuzz_util.BY_NAME)})")
     signal.signal(signal.SIGALRM, _alarm)
+    warnings.simplefilter("ignore")  # a regex's FutureWarning, a SyntaxWarning: no exception
     print(f"{'parser':<18} {'inputs':>8} {'uncaught':>8} {'documented':>10} {'slow':>5} "
           f"{'seconds':>8}  function")
     total_uncaught = total_slow = 0
