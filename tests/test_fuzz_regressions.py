@@ -180,3 +180,22 @@ def test_grep_output_of_another_shape_is_skipped_or_malformed() -> None:
     answer = {"ok": True, "result": {"root": 1, "output": "", "tool": "rg", "install": {}}}
     with pytest.raises(DdprobeError, match="'root' is int, not text"):
         fuzz_util.BY_NAME["answer-grep"].parse(json.dumps(answer) + "\n")
+
+
+# what a host's Python source can hold besides a syntax error: an undecodable byte (read with
+# surrogateescape), a NUL byte, nesting past the parser's limits
+_BAD_SOURCES = ("x = '\udcff'\n", "x = 1\x00\n", "x = " + "(" * 300 + "1" + ")" * 300 + "\n",
+                "x = " + "-" * 100_000 + "1\n")
+
+
+@pytest.mark.parametrize("text", _BAD_SOURCES, ids=["surrogate", "nul", "parens", "unary"])
+def test_host_sources_that_do_not_parse_are_each_readers_error(text: str) -> None:
+    from ddprobe.sources.backends import class_index, known_backends
+    from ddprobe.sources.bufscan import scan_module
+    from ddprobe.sources.flags import SERVER_ARGS
+    from ddprobe.sources.flagsrc import parse_flags
+    with pytest.raises(ConfigError, match="srt/server_args.py.*cannot parse"):
+        parse_flags({SERVER_ARGS: text})
+    assert parse_flags({SERVER_ARGS: "import argparse\n", "srt/other.py": text}).flags == ()
+    assert class_index({"srt/x.py": text}) == {} and known_backends({"srt/x.py": text}) == []
+    assert (scan_module("x.py", text).error or "").startswith("cannot parse")

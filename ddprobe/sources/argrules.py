@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ddprobe.sources.pyparse import UNPARSABLE
+
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE")
 RULE_FILES = ("srt/server_args.py", "srt/arg_groups/speculative_hook.py")
 
@@ -76,7 +78,7 @@ def find_rules(texts: Mapping[str, str]) -> ArgRules:
             continue
         try:
             tree = ast.parse(texts[path])
-        except SyntaxError:
+        except UNPARSABLE:
             continue
         _scan(path, tree, texts[path], found)
     return ArgRules(**{k: found.get(k) for k in ("entry", "resolve", "topk1",

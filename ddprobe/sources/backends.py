@@ -19,6 +19,8 @@ from __future__ import annotations
 import ast
 from collections.abc import Mapping
 
+from ddprobe.sources.pyparse import UNPARSABLE
+
 ATTN = "srt/layers/attention"
 REGISTRY = f"{ATTN}/attention_registry.py"
 MODEL_RUNNER = "srt/model_executor/model_runner.py"
@@ -61,7 +63,7 @@ def class_index(texts: Mapping[str, str]) -> dict[str, tuple[str, list[str]]]:
             continue
         try:
             tree = ast.parse(texts[path])
-        except SyntaxError:
+        except UNPARSABLE:
             continue
         for node in tree.body:
             if isinstance(node, ast.ClassDef):
@@ -93,7 +95,7 @@ def known_backends(texts: Mapping[str, str]) -> list[str]:
     for path in (REGISTRY, MODEL_RUNNER):
         try:
             tree = ast.parse(texts.get(path, ""))
-        except SyntaxError:
+        except UNPARSABLE:
             continue
         for n in ast.walk(tree):
             if path == REGISTRY and isinstance(n, ast.Call) and n.args and isinstance(
@@ -123,7 +125,7 @@ def _backend_calls(nodes: list[ast.stmt]) -> list[str]:
 def _from_registry(text: str, backend: str) -> list[str] | None:
     try:
         tree = ast.parse(text)
-    except SyntaxError:
+    except UNPARSABLE:
         return None
     for node in tree.body:
         if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
@@ -142,7 +144,7 @@ def _from_model_runner(text: str, backend: str) -> list[str]:
     testbed's `else: TorchNativeAttnBackend(self)`)."""
     try:
         tree = ast.parse(text)
-    except SyntaxError:
+    except UNPARSABLE:
         return []
     for fn in ast.walk(tree):
         if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):

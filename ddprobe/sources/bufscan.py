@@ -16,6 +16,8 @@ import ast
 from dataclasses import dataclass, field
 from typing import TypeGuard
 
+from ddprobe.sources.pyparse import UNPARSABLE, why
+
 ALLOCATORS = frozenset({"zeros", "empty", "ones", "full", "arange", "zeros_like", "empty_like",
                         "ones_like", "full_like", "empty_strided"})
 NEW_METHODS = frozenset({"new_zeros", "new_empty", "new_ones", "new_full"})
@@ -333,8 +335,8 @@ def scan_module(file: str, text: str, only: frozenset[str] | None = None) -> Mod
     backends call something in it; the rest of it is not about graph buffers)."""
     try:
         tree = ast.parse(text, filename=file)
-    except (SyntaxError, ValueError) as e:
-        return ModuleScan(file=file, tree=None, error=f"cannot parse: {e}")
+    except UNPARSABLE as e:
+        return ModuleScan(file=file, tree=None, error=f"cannot parse: {why(e)}")
     scan = ModuleScan(file=file, tree=tree)
     mods, fns = _torch_names(tree)
     for stmt in tree.body:

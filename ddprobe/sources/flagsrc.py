@@ -7,6 +7,7 @@ from typing import Any
 
 from ddprobe.errors import ConfigError, RefusedError
 from ddprobe.sources.flags import SERVER_ARGS, Flag, FlagSet
+from ddprobe.sources.pyparse import UNPARSABLE, why
 
 
 def parse_flags(texts: Mapping[str, str], *, package: str = "", version: str | None = None
@@ -19,9 +20,10 @@ def parse_flags(texts: Mapping[str, str], *, package: str = "", version: str | N
     for path, text in texts.items():
         try:
             trees[path] = ast.parse(text, filename=path)
-        except SyntaxError as e:
+        except UNPARSABLE as e:
             if path == SERVER_ARGS:
-                raise ConfigError(f"cannot parse: {e.msg}", path=path, line=e.lineno) from None
+                raise ConfigError(f"cannot parse: {why(e)}", path=path,
+                                  line=e.lineno if isinstance(e, SyntaxError) else None) from None
     consts = _module_consts(trees.values())
     flags: list[Flag] = []
     seen: set[str] = set()

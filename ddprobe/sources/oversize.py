@@ -16,6 +16,7 @@ from ddprobe.errors import PatchError
 from ddprobe.hostside.patchtext import FilePatch, Patch, format_patch, make_file_patch, parse_patch
 from ddprobe.sources.buffers import BufferReport, BufferRow, _matches
 from ddprobe.sources.bufscan import _torch_names, allocator_name, shape_of
+from ddprobe.sources.pyparse import UNPARSABLE, why
 
 # temporary patches (an oversize experiment applies and reverts them): never left applied
 OVERSIZE_PREFIX = "ddprobe-oversize-"
@@ -86,8 +87,8 @@ def _file_patches(chosen: Sequence[BufferRow], sources: Mapping[str, str], facto
 def _enlarge(path: str, text: str, rows: Sequence[BufferRow], factor: int) -> str:
     try:
         tree = ast.parse(text)
-    except SyntaxError as e:
-        raise PatchError(f"{path}: cannot parse: {e}") from None
+    except UNPARSABLE as e:
+        raise PatchError(f"{path}: cannot parse: {why(e)}") from None
     mods, fns = _torch_names(tree)
     wanted = {(r.line, r.shape) for r in rows}
     edits: list[tuple[int, int, int, int]] = []
