@@ -1,13 +1,15 @@
-"""One model of a run, built from its journal: what bisect and sweep return and what every
-renderer draws from (the terminal and the files alike), so no two views of a run can drift.
+"""One model of a run, built from its journal: what bisect, sweep and smoke return and what
+every renderer draws from (the terminal, the files and JUnit alike), so no two views of a run
+can drift.
 
     model = load_model(run_dir)            # = build_model(load_run(run_dir))
-    model.verdicts, model.matrices, model.groups, model.sweep_rows
+    model.verdicts, model.matrices, model.groups, model.sweep_rows, model.smoke
 
 Pure: `build_model(rec)` reads a `RunRecord` and returns frozen data; nothing here formats text
 (a leaf: it imports results, store and untrusted only). What a bisect or sweep knew at its
 end beyond its cells and verdicts (per group: rounds, restarts, suspects, when each verdict
-became final; a sweep's table) is in the journal's end entry, read back here.
+became final; a sweep's table; a smoke check's hosts and cases) is in the journal's end entry,
+read back here.
 Several cells can share a budget and a graph mode (repeats, a max-bs experiment, an oversize or
 confirm patch): the matrix shows the cells of the run's base config there and lists the others
 as variants, so a patched re-run never hides the failure it was run to explain.
@@ -140,6 +142,46 @@ class SweepRow:
 
 
 @dataclass(frozen=True)
+class SmokeCase:
+    """One JUnit test case of a smoke check: pass | failure | error | skipped."""
+
+    name: str
+    classname: str
+    status: str = "pass"
+    message: str = ""
+    type: str = ""
+    time: float = 0.0
+    output: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class SmokeHost:
+    """One host of a smoke check, as its end entry recorded it (its cells from the journal)."""
+
+    host: str
+    cases: tuple[SmokeCase, ...]
+    exit_code: int
+    properties: dict[str, str]
+    time: float
+    timestamp: str
+    cells: tuple[CellResult, ...]
+
+
+@dataclass(frozen=True)
+class SmokeRun:
+    """A smoke check: what its terminal table, its JUnit XML and `smoke --json` draw."""
+
+    run_id: str
+    run_dir: Path
+    hosts: tuple[SmokeHost, ...]
+    wall_s: float
+    exit_code: int
+
+
+@dataclass(frozen=True)
 class RunModel:
     run_id: str
     command: str
@@ -171,6 +213,7 @@ class RunModel:
     run_notes: tuple[str, ...] = ()  # the notes of opening the hosts (not every journal note)
     sweep_variants: tuple[str, ...] = ()
     sweep_rows: tuple[SweepRow, ...] = ()
+    smoke: SmokeRun | None = None  # a smoke check's hosts and cases
 
     @property
     def finished(self) -> bool:
@@ -359,7 +402,8 @@ def build_model(rec: RunRecord) -> RunModel:
         sweep_variants=tuple(str(v) for v in end.get("variants") or ()),
         sweep_rows=tuple(SweepRow(str(r.get("group", "")), _int(r.get("budget")),
                                   dict(r.get("entries") or {}))
-                         for r in end.get("rows") or () if isinstance(r, dict)))
+                         for r in end.get("rows") or () if isinstance(r, dict)),
+        smoke=_smoke(rec))
 
 
 def load_model(run_dir: Path) -> RunModel:
@@ -403,6 +447,27 @@ def _groups(rec: RunRecord) -> tuple[GroupView, ...]:
             patch_kept=g.get("patch_kept"), finals=tuple(g.get("verdicts_final") or ()),
             cells=tuple(c for c in cells if c.group == key)))
     return tuple(out)
+
+
+def _smoke(rec: RunRecord) -> SmokeRun | None:
+    """A smoke check's hosts and their cases, from its end entry (None for another run)."""
+    end = rec.end or {}
+    if "smoke_hosts" not in end:
+        return None
+    fields = SmokeCase.__dataclass_fields__
+    hosts = []
+    for h in end.get("smoke_hosts") or ():
+        if not isinstance(h, dict):
+            continue
+        name = str(h.get("host", ""))
+        cases = tuple(SmokeCase(**{k: v for k, v in c.items() if k in fields})
+                      for c in h.get("cases") or () if isinstance(c, dict))
+        hosts.append(SmokeHost(name, cases, _int(h.get("exit_code")),
+                               {str(k): str(v) for k, v in (h.get("properties") or {}).items()},
+                               _num(h.get("time")) or 0.0, str(h.get("timestamp") or ""),
+                               tuple(c for c in rec.cells if c.host == name)))
+    return SmokeRun(rec.run_id, rec.dir, tuple(hosts), _num(end.get("wall_s")) or 0.0,
+                    _int(end.get("exit_code")))
 
 
 def _int(v: Any) -> int:

@@ -17,9 +17,7 @@ and the suite's <properties> the package versions and GPU facts.
 from __future__ import annotations
 
 import os
-import socket
 import time
-import xml.etree.ElementTree as ET
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
@@ -36,19 +34,17 @@ from ddprobe.probes import differential
 from ddprobe.remote import Remote, RemoteOptions, connect
 from ddprobe.report import write_reports
 from ddprobe.results import CellResult, Config, Outcome
-from ddprobe.runmodel import load_model
+from ddprobe.runmodel import RunModel, load_model
 from ddprobe.server.caches import RunCaches
 from ddprobe.server.launch import build_launch, check_launch, host_flags
 from ddprobe.store import RunStore, runs_root
 from ddprobe.timestamps import utc_stamp
-from ddprobe.untrusted import excerpt, first_chars, for_xml
+from ddprobe.untrusted import excerpt
 
 if TYPE_CHECKING:  # the flags come from server.launch.host_flags
     from ddprobe.sources.flags import FlagSet
 
 BaselineLike = Baseline | CellResult | None  # what a cell is compared with (run_cell's)
-
-JUNIT_MESSAGE_CAP: Final = 500  # characters of a JUnit failure's message (its text has all)
 
 SEVERITY: Final = (ExitCode.CRASH, ExitCode.HANG, ExitCode.GARBAGE, ExitCode.DEGRADED,
                    ExitCode.REFUSED, ExitCode.SERVER, ExitCode.UNREACHABLE)
@@ -382,9 +378,11 @@ def run_smoke(hosts: Sequence[Host], *, opts: RemoteOptions, budgets: Sequence[i
               probe: ProbeOptions | None = None, baseline: BaselineLike = None,
               root: Path | None = None,
               argv: Sequence[str] = (), on_cell: Callable[[CellResult], None] | None = None,
-              caches: RunCaches | None = None, compare: bool = True) -> SmokeReport:
-    """The smoke check on every host (in parallel); the run lands in runs/<run-id>/.
-    `opts`: how to reach the hosts; `caches`: the run's (a fresh one when none is given)."""
+              caches: RunCaches | None = None, compare: bool = True) -> RunModel:
+    """The smoke check on every host (in parallel); the run lands in runs/<run-id>/, its files
+    written; its model comes back (`model.smoke`: the hosts and cases the terminal, the JUnit
+    XML and `--json` draw, read back from the end entry). `opts`: how to reach the hosts;
+    `caches`: the run's (a fresh one when none is given)."""
     caches = caches if caches is not None else RunCaches()
     plans = [(h, production_configs(h, budgets)) for h in hosts]
     t0 = time.monotonic()
@@ -406,50 +404,12 @@ def run_smoke(hosts: Sequence[Host], *, opts: RemoteOptions, budgets: Sequence[i
     store.append({"type": "end", "finished_at": utc_stamp(),
                   "restarts_used": sum(1 for h in results for c in h.cells
                                        if c.timings.get("restart") is not None),
-                  "exit_code": rep.exit_code, "wall_s": round(rep.wall_s, 3)})
+                  "exit_code": rep.exit_code, "wall_s": round(rep.wall_s, 3),
+                  "smoke_hosts": [{k: v for k, v in h.to_dict().items() if k != "cells"}
+                                  | {"timestamp": h.timestamp} for h in results]})
+    model = load_model(store.dir)
     try:
-        write_reports(load_model(store.dir))
+        write_reports(model)
     except Exception:  # the files are a convenience: the verdict is the exit code and JUnit
         pass
-    return rep
-
-
-def junit_xml(rep: SmokeReport) -> str:
-    """JUnit XML (Ant/Jenkins schema) for the report: one test suite per host."""
-    root = ET.Element("testsuites", name="ddprobe smoke")
-    totals = {"tests": 0, "failures": 0, "errors": 0, "skipped": 0}
-    for hs in rep.hosts:
-        counts = {"tests": len(hs.cases),
-                  "failures": sum(c.status == "failure" for c in hs.cases),
-                  "errors": sum(c.status == "error" for c in hs.cases),
-                  "skipped": sum(c.status == "skipped" for c in hs.cases)}
-        for k, n in counts.items():
-            totals[k] += n
-        suite = ET.SubElement(root, "testsuite", {
-            "name": hs.host, "time": f"{hs.time:.3f}", "timestamp": hs.timestamp,
-            "hostname": socket.gethostname(), **{k: str(n) for k, n in counts.items()}})
-        props = ET.SubElement(suite, "properties")
-        for k, v in sorted(hs.properties.items()):
-            ET.SubElement(props, "property", name=k, value=str(v))
-        for c in hs.cases:
-            tc = ET.SubElement(suite, "testcase", classname=c.classname, name=c.name,
-                               time=f"{c.time:.3f}")
-            if c.status in ("failure", "error"):
-                el = ET.SubElement(tc, c.status, message=first_chars(c.message, JUNIT_MESSAGE_CAP),
-                                   type=c.type or c.status)
-                el.text = c.message
-            elif c.status == "skipped":
-                ET.SubElement(tc, "skipped", message=first_chars(c.message, JUNIT_MESSAGE_CAP))
-            if c.output:
-                ET.SubElement(tc, "system-out").text = c.output
-    for k, n in totals.items():
-        if k != "skipped":  # junit-10.xsd allows `skipped` on a testsuite, not on testsuites
-            root.set(k, str(n))
-    root.set("time", f"{rep.wall_s:.3f}")
-    for el in root.iter():  # host text everywhere: XML 1.0 forbids most control characters
-        if el.text:
-            el.text = for_xml(el.text)
-        for k, v in el.attrib.items():
-            el.set(k, for_xml(v))
-    ET.indent(root)
-    return ET.tostring(root, encoding="unicode", xml_declaration=True) + "\n"
+    return model

@@ -107,7 +107,8 @@ def test_first_and_last_chars_bound_a_text_and_change_nothing_else():
 
 
 def test_junit_parses_with_every_illegal_character(tmp_path):
-    from ddprobe.smoke import Case, HostSmoke, SmokeReport, junit_xml
+    from ddprobe.report.junit import junit_xml
+    from ddprobe.smoke import Case, HostSmoke, SmokeReport
     nasty = "".join(chr(c) for c in range(0, 32)) + "\x7f\x9b\ud800\ufffe\uffff" + "".join(
         HOSTILE.values())
     case = Case(classname="smoke.h", name="probe\x1b]0;t\x07", status="failure",

@@ -132,3 +132,34 @@ def test_a_resumed_runs_verdicts_replace_those_of_its_earlier_end(tmp_path: Path
     m = load_model(store.dir)
     assert [(v.kind, v.budgets) for v in m.verdicts] == [("ok", [8]), ("buffer_sizing", [16])]
     assert m.restarts_used == 4
+
+
+def test_a_smoke_prints_and_writes_junit_from_its_reloaded_journal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """Expected: the testbed's production budget passes (exit 0); its table on stdout and its
+    JUnit file are those of the model reloaded from the run dir."""
+    from ddprobe.report.jsondoc import smoke_doc
+    from ddprobe.report.junit import junit_xml
+    from ddprobe.report.smoke import render_smoke
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    monkeypatch.setenv("DDPROBE_RUNS", str(runs))
+    monkeypatch.delenv("COLUMNS", raising=False)
+    monkeypatch.delenv("DDTESTBED_SCENARIO", raising=False)
+    junit = tmp_path / "smoke.xml"
+    try:
+        code, live, run_dir = _run(capsys, runs, "smoke", "--host", "testbed", "--tasks",
+                                   "reverse_words", "--junit", str(junit))
+    finally:
+        main(["server", "stop", "-H", "testbed"])  # a smoke leaves its server up
+        capsys.readouterr()
+    assert code == 0
+    s = load_model(run_dir).smoke
+    assert s is not None and [h.host for h in s.hosts] == ["testbed"]
+    assert {c.name.split()[0] for c in s.hosts[0].cases} >= {"facts", "flags", "cell", "probes"}
+    buf = io.StringIO()
+    render_smoke(s, _stdout_console(buf))
+    assert buf.getvalue() == live
+    assert junit.read_text(encoding="utf-8") == junit_xml(s)
+    assert set(smoke_doc(s)) == {"run_id", "run_dir", "exit_code", "wall_s", "hosts"}

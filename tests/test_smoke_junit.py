@@ -10,7 +10,8 @@ from pathlib import Path
 
 from junit_util import check_junit, schema_errors
 
-from ddprobe.smoke import Case, HostSmoke, SmokeReport, junit_xml
+from ddprobe.report.junit import junit_xml
+from ddprobe.smoke import Case, HostSmoke, SmokeReport
 
 
 def _report() -> SmokeReport:

@@ -16,9 +16,11 @@ from ddprobe.bisect.cellrun import probe_options
 from ddprobe.bisect.cells import describe
 from ddprobe.cli import common, options
 from ddprobe.errors import ConfigError
+from ddprobe.report.jsondoc import smoke_doc
+from ddprobe.report.junit import junit_xml
 from ddprobe.report.smoke import render_smoke
 from ddprobe.results import CellResult
-from ddprobe.smoke import junit_xml, run_smoke
+from ddprobe.smoke import run_smoke
 
 
 def register(app: typer.Typer) -> None:
@@ -53,10 +55,12 @@ def register(app: typer.Typer) -> None:
         if baseline:
             from ddprobe.cli.run import load_baseline
             base = load_baseline(baseline)
-        rep = run_smoke(hosts, opts=common.env().remote_options, caches=common.env().caches,
-                        budgets=bs, probe=probe, baseline=base, on_cell=progress,
-                        compare=not no_compare,
-                        argv=["smoke", "--host", host])
+        model = run_smoke(hosts, opts=common.env().remote_options, caches=common.env().caches,
+                          budgets=bs, probe=probe, baseline=base, on_cell=progress,
+                          compare=not no_compare,
+                          argv=["smoke", "--host", host])
+        rep = model.smoke
+        assert rep is not None  # run_smoke's end entry holds its hosts
         if junit is not None:
             try:
                 junit.parent.mkdir(parents=True, exist_ok=True)
@@ -65,7 +69,7 @@ def register(app: typer.Typer) -> None:
                 raise ConfigError(f"cannot write the JUnit report: {e.strerror}",
                                   path=str(junit), key="--junit") from None
         if as_json:
-            common.emit_json(rep.to_dict())
+            common.emit_json(smoke_doc(rep))
         else:
             render_smoke(rep, common.env().out)
         raise typer.Exit(rep.exit_code)

@@ -28,11 +28,12 @@ from ddprobe.playbook.actions import (
 from ddprobe.playbook.context import StepContext
 from ddprobe.probes.runner import run_probes
 from ddprobe.report import write_reports
+from ddprobe.report.junit import junit_xml
 from ddprobe.report.resolve import resolve_run
 from ddprobe.report.write import write_run_reports
 from ddprobe.results import CellResult, Config
 from ddprobe.runmodel import load_model
-from ddprobe.smoke import junit_xml, run_smoke
+from ddprobe.smoke import run_smoke
 from ddprobe.sources.buffers import SizingParams
 from ddprobe.sources.fetch import grep_buffers, read_flags
 from ddprobe.sources.grep import grep
@@ -266,8 +267,10 @@ def _bisect(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
 
 
 def _smoke(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
-    rep = run_smoke([ctx.host], budgets=a["budgets"] or (), root=ctx.runs_root,
-                    argv=_argv("smoke"), opts=ctx.opts, caches=ctx.caches)
+    model = run_smoke([ctx.host], budgets=a["budgets"] or (), root=ctx.runs_root,
+                      argv=_argv("smoke"), opts=ctx.opts, caches=ctx.caches)
+    rep = model.smoke
+    assert rep is not None  # run_smoke's end entry holds its hosts
     if a["junit"]:
         junit = Path(a["junit"])
         try:
@@ -276,7 +279,7 @@ def _smoke(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
         except OSError as e:
             raise ConfigError(f"cannot write the JUnit report: {e.strerror}",
                               path=str(junit), key="junit") from None
-    return _joined(ctx, load_run(rep.run_dir))
+    return _joined(ctx, model.record)
 
 
 def campaign_action(target: str, what: str

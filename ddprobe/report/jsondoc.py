@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ddprobe.runmodel import RunModel
+from ddprobe.runmodel import RunModel, SmokeRun
 from ddprobe.untrusted import dumps_json
 
 SCHEMA_VERSION = 1
@@ -73,3 +73,12 @@ def sweep_doc(m: RunModel) -> dict[str, Any]:
             "rows": [{"group": r.group, "budget": r.budget, "entries": r.entries}
                      for r in m.sweep_rows],
             "notes": list(m.run_notes), "cells": [c.to_dict() for c in m.results]}
+
+
+def smoke_doc(s: SmokeRun) -> dict[str, Any]:
+    """`ddprobe smoke --json`: per host its exit code, properties, cases and cells."""
+    return {"run_id": s.run_id, "run_dir": str(s.run_dir), "exit_code": s.exit_code,
+            "wall_s": s.wall_s,
+            "hosts": [{"host": h.host, "exit_code": h.exit_code, "time": h.time,
+                       "properties": h.properties, "cases": [c.to_dict() for c in h.cases],
+                       "cells": [c.to_dict() for c in h.cells]} for h in s.hosts]}

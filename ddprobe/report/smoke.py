@@ -1,7 +1,8 @@
 """`ddprobe smoke` in a terminal: each host's checks and their results.
 
-It reads a smoke report by its shape (`SmokeView`, which `ddprobe.smoke.SmokeReport` has): smoke
-writes its run's files with report/, so report never imports smoke, not even for a type.
+It reads a smoke check by its shape (`SmokeView`: `RunModel.smoke`, the run's journal read back,
+has it, and so has `ddprobe.smoke.SmokeReport`): smoke writes its run's files with report/, so
+report never imports smoke, not even for a type.
 """
 from __future__ import annotations
 
@@ -23,9 +24,15 @@ class CaseView(Protocol):
     @property
     def name(self) -> str: ...
     @property
+    def classname(self) -> str: ...
+    @property
     def status(self) -> str: ...
     @property
     def message(self) -> str: ...
+    @property
+    def type(self) -> str: ...
+    @property
+    def time(self) -> float: ...
     @property
     def output(self) -> str: ...
 
@@ -35,6 +42,12 @@ class HostView(Protocol):
     def host(self) -> str: ...
     @property
     def cases(self) -> Sequence[CaseView]: ...
+    @property
+    def properties(self) -> dict[str, str]: ...
+    @property
+    def time(self) -> float: ...
+    @property
+    def timestamp(self) -> str: ...
 
 
 class SmokeView(Protocol):
