@@ -4,9 +4,17 @@ Built once per machine under DDPROBE_TEST_CACHE (about 4 minutes, 5.5 GB: torch 
 build is the torch that imports beside a torchvision here; see the requirements file's header).
 Tests never import sglang themselves: they run this venv's python as the "host" interpreter.
 DDPROBE_SGLANG_VENV=/path/to/python uses an existing one; DDPROBE_NO_SGLANG_VENV=1 skips.
+The venv is installed without bytecode (--no-compile: torch has thousands of modules) and its
+bytecode is written once by one import of sglang's server_args (BYTECODE_MARKER), whatever
+PYTHONDONTWRITEBYTECODE says: every later import reads it instead of compiling (~half its CPU).
+
+`real_parsers(versions)`: the option strings each release's own parser defines, computed for
+all the releases asked in one process and kept in the cache keyed by what decides them.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -26,7 +34,24 @@ def sglang_runtime_python() -> Path:
         return Path(os.environ["DDPROBE_SGLANG_VENV"])
     from conftest import cache_lock
     with cache_lock(f"venv-{VERSION}-runtime"):
-        return _runtime_python()
+        py = _runtime_python()
+        _write_bytecode(py)
+        return py
+
+
+BYTECODE_MARKER = ".ddprobe-bytecode"
+
+
+def _write_bytecode(py: Path) -> None:
+    """Once per venv: import what the tests import, with bytecode writing on."""
+    marker = py.parent.parent / BYTECODE_MARKER
+    if marker.exists():
+        return
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run([str(py), "-c", "import sglang.srt.server_args"], env=env, cwd=py.parent,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=False,
+                   timeout=1800)
+    marker.write_text("bytecode written by one import of sglang.srt.server_args\n")
 
 
 def _runtime_python() -> Path:
@@ -94,3 +119,73 @@ def sglang_args_python(version: str) -> Path:
                     *extra], check=True)
     marker.write_text(want)
     return py
+
+
+# The option strings a release's own parser defines (`ServerArgs.add_cli_args`), each release's
+# sglang imported in turn in ONE process of the runtime venv: torch and transformers, most of
+# an import's time, are imported once; each release comes from the front of sys.path (its
+# args venv's site-packages, which holds the release and args_extra) and is dropped from
+# sys.modules before the next. `file` names the module that built the parser.
+PARSERS_PROGRAM = r'''
+import argparse, importlib, json, sys
+out = {}
+for version, site in json.loads(sys.argv[1]).items():
+    sys.path.insert(0, site)
+    importlib.invalidate_caches()
+    import sglang.srt.server_args as sa
+    p = argparse.ArgumentParser(); sa.ServerArgs.add_cli_args(p)
+    out[version] = {"file": sa.__file__,
+                    "options": sorted(s for a in p._actions for s in a.option_strings)}
+    sys.path.remove(site)
+    for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
+        del sys.modules[name]
+print("JSON" + json.dumps(out))
+'''
+
+
+def _purelib(py: Path) -> str:
+    return subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()"
+                           "['purelib'])"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+
+
+def _parser_key(version: str, runtime: Path) -> str:
+    """What decides a release's parser: its wheel, args_extra, the runtime venv (its
+    requirements), the program, this interpreter's version."""
+    from conftest import _wheel
+    h = hashlib.sha256(Path(_wheel(version)).read_bytes())
+    for part in (" ".join(args_extra(version)), REQS.read_text(), str(runtime), PARSERS_PROGRAM,
+                 sys.version):
+        h.update(b"\0" + part.encode())
+    return h.hexdigest()[:20]
+
+
+def real_parsers(versions: tuple[str, ...]) -> dict[str, dict]:
+    """{version: {"file", "options"}} of each release's own parser (see PARSERS_PROGRAM): read
+    from the test cache (CACHE/parsers, keyed by _parser_key), the missing ones computed in
+    one process and stored there."""
+    from conftest import CACHE
+    runtime = sglang_runtime_python()
+    out: dict[str, dict] = {}
+    todo: dict[str, Path] = {}
+    sites: dict[str, str] = {}
+    for v in versions:
+        py = sglang_args_python(v)
+        f = CACHE / "parsers" / f"sglang-{v}-{_parser_key(v, runtime)}.json"
+        if f.is_file():
+            out[v] = json.loads(f.read_text())
+        else:
+            todo[v], sites[v] = f, _purelib(py)
+    if todo:
+        p = subprocess.run([str(runtime), "-c", PARSERS_PROGRAM, json.dumps(sites)],
+                           capture_output=True, text=True, timeout=1200)
+        line = next((ln for ln in p.stdout.splitlines() if ln.startswith("JSON")), None)
+        assert line, f"a release's add_cli_args failed (rc {p.returncode}): {p.stderr[-2000:]}"
+        for v, doc in json.loads(line[4:]).items():
+            f = todo[v]
+            f.parent.mkdir(parents=True, exist_ok=True)
+            tmp = f.with_name(f"{f.name}.{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(doc))
+            os.replace(tmp, f)  # sessions side by side: the same content, written whole
+            out[v] = doc
+    return out

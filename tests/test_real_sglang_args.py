@@ -188,6 +188,12 @@ def test_ddprobe_preflight_against_the_real_server_args(ssh_opts, model_dir: Pat
     ddtree = _pf_host(py, model_dir, cuda, algorithm="DDTREE", draft_model_path="",
                       steps=None, topk=None)
     with remote.connect(bare, ssh_opts) as r:
+        # one round trip asks for all five launches (one import of sglang, as a bisect asks
+        # for its plan's cells); the checks below read each answer through the API
+        hosts = ((bare, 8, None), (topk1, 16, None), (unset, 15, None), (ddtree, 15, None),
+                 (trees, 15, 64))
+        every = [build_launch(h, Config(budget=b, max_bs=m)) for h, b, m in hosts]
+        assert len(run_preflight(r, bare, every)) == 5
         res = run_preflight(r, bare, [build_launch(bare, Config(budget=8))])[0]
         assert res.status == "not_run", res
         assert res.version == "0.5.11" and "assumption" in res.message
@@ -242,25 +248,23 @@ def test_cheap_support_is_checked_by_the_real_argument_handling(ssh_opts,
 # declared with Arg(action=argparse.BooleanOptionalAction) add --no-NAME (12 in 0.5.23, e.g.
 # --no-enable-tf32-matmul), plus the add_argument calls in server_args.py: the static reader
 # finds exactly the option strings the real parser defines, none missing, none extra.
-PARSER_PROGRAM = r'''
-import argparse, json, sglang.srt.server_args as sa
-p = argparse.ArgumentParser(); sa.ServerArgs.add_cli_args(p)
-print("JSON" + json.dumps({"file": sa.__file__,
-                          "options": sorted(s for a in p._actions for s in a.option_strings)}))
-'''
+# The real parsers (tests/realsglang.py, real_parsers): the three releases in one process,
+# kept in the test cache keyed by each wheel's hash.
+RELEASES_2X = ("0.5.21", "0.5.22", "0.5.23")
 
 
-@pytest.mark.parametrize("version", ["0.5.21", "0.5.22", "0.5.23"])
-def test_static_flags_match_the_real_parser_of_0_5_2x(version: str) -> None:
-    from realsglang import sglang_args_python
+@pytest.fixture(scope="module")
+def parsers_2x() -> dict[str, dict]:
+    from realsglang import real_parsers
+    return real_parsers(RELEASES_2X)
 
+
+@pytest.mark.xdist_group("real-sglang-0.5.2x")  # the fixture's one process, not the module's
+@pytest.mark.parametrize("version", RELEASES_2X)
+def test_static_flags_match_the_real_parser_of_0_5_2x(parsers_2x: dict[str, dict],
+                                                      version: str) -> None:
     from ddprobe.sources.flagsrc import parse_flags
-    py = sglang_args_python(version)
-    p = subprocess.run([str(py), "-c", PARSER_PROGRAM], capture_output=True, text=True,
-                       timeout=600)
-    line = next((ln for ln in p.stdout.splitlines() if ln.startswith("JSON")), None)
-    assert line, f"the release's add_cli_args failed (rc {p.returncode}): {p.stderr[-2000:]}"
-    doc = json.loads(line[4:])
+    doc = parsers_2x[version]
     root = Path(doc["file"]).parent.parent
     assert f"sglang-{version}-args" in str(root)  # this venv's sglang, not the runtime's 0.5.11
     texts = {str(f.relative_to(root)): f.read_text() for f in [
