@@ -25,7 +25,10 @@ from typing import Any
 from ddprobe.hostside.errors import host_error
 from ddprobe.remote import Remote
 from ddprobe.remote.agent import MAX_REPLY_BYTES
+from ddprobe.remote.base import BOOT, program_input
 from ddprobe.untrusted import clean
+
+__all__ = ["BOOT", "HostAnswer", "call", "program_input", "program_source"]
 
 _HERE = Path(__file__).resolve().parent
 _FUTURE = re.compile(r"^from __future__ import annotations\n", re.M)
@@ -68,19 +71,6 @@ PROGRAMS = {
     "kernel_log": Program(("common.py", "kernellog.py"), "kernel_log", "<ddprobe kernel log>",
                           "kernel log program failed", 30.0, "", 256 << 10),
 }
-
-
-# Read the program (a size line, then that many bytes of UTF-8 text) from stdin and run it as
-# the __main__ module, leaving the rest of stdin (the request) to its main loop. Only `sys` is
-# left in the program's globals beside its own names (it imports sys itself).
-BOOT = ("import sys; exec(compile(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())), "
-        "'<ddprobe program>', 'exec'))")
-
-
-def program_input(source: str, request: str) -> bytes:
-    """What a host program's stdin carries: its size line, its text, then the request (JSON)."""
-    src = source.encode("utf-8")
-    return b"%d\n" % len(src) + src + request.encode("utf-8")
 
 
 @functools.cache

@@ -57,19 +57,48 @@ def build_command(argv: Sequence[str], *, env: Mapping[str, str] | None = None,
     return shlex.join(words)
 
 
+# A host program travels on stdin (a size line, then that many bytes of UTF-8 text), read and
+# run as the __main__ module by this fixed `python -c` word, leaving the rest of stdin (the
+# request) to its main loop. Only `sys` is left in the program's globals beside its own names.
+BOOT = ("import sys; exec(compile(sys.stdin.buffer.read(int(sys.stdin.buffer.readline())), "
+        "'<ddprobe program>', 'exec'))")
+
+
+def program_input(source: str, request: str) -> bytes:
+    """What a host program's stdin carries: its size line, its text, then the request (JSON)."""
+    src = source.encode("utf-8")
+    return b"%d\n" % len(src) + src + request.encode("utf-8")
+
+
+def _stdin_program(argv: Sequence[str], data: str | bytes | None) -> str | None:
+    """The program text a `python -c BOOT` command reads from `data`, else None."""
+    if BOOT not in argv or data is None:
+        return None
+    raw = data.encode() if isinstance(data, str) else data
+    head, _, rest = raw.partition(b"\n")
+    if not head.isdigit():
+        return None
+    return rest[:int(head)].decode("utf-8", "replace")
+
+
 PROGRAMS_LOG = "ddprobe-programs"  # -vvv (and --debug): the host programs' text in full
 _LONG_WORD = 160
 
 
 def log_command(log: logging.Logger, where: str, argv: Sequence[str],
-                env: Mapping[str, str] | None, how: str = "") -> None:
+                env: Mapping[str, str] | None, how: str = "",
+                data: str | bytes | None = None) -> None:
     """One debug line per command run on a host (-v): a shipped host program (a long or
-    multi-line `python -c` word) is shown as its size and digest, its text goes to the
-    PROGRAMS_LOG logger (-vvv). Environment values may be secrets: their names only."""
+    multi-line `python -c` word, or the program BOOT reads from the command's stdin `data`) is
+    shown as its size and digest, its text goes to the PROGRAMS_LOG logger (-vvv). The rest of
+    stdin (the request) is never logged. Environment values may be secrets: their names only."""
     if not log.isEnabledFor(logging.DEBUG):
         return
+    stdin_prog = _stdin_program(argv, data)
     words, progs = [], []
     for w in argv:
+        if w == BOOT and stdin_prog is not None:
+            w = stdin_prog
         if len(w) > _LONG_WORD or "\n" in w:
             digest = hashlib.sha256(w.encode()).hexdigest()[:12]
             words.append(f"<program: {w.count(chr(10)) + 1} lines, sha256 {digest}>")

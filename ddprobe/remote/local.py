@@ -48,7 +48,7 @@ class LocalRemote(Remote):
         full_env.update(env or {})
         data = input.encode() if isinstance(input, str) else input
         t0 = time.monotonic()
-        log_command(log, "local", words, env)
+        log_command(log, "local", words, env, data=data)
         try:
             proc = subprocess.run(words, input=data, capture_output=True, env=full_env,
                                   cwd=self.expand(cwd) if cwd else self.home,

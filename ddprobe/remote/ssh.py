@@ -229,7 +229,7 @@ class SshRemote(Remote):
         if agent is not None:
             data = input.encode() if isinstance(input, str) else input
             t0 = time.monotonic()
-            log_command(log, self.host.name, words, env, "agent")
+            log_command(log, self.host.name, words, env, "agent", data=data)
             try:
                 rc, o, e = agent.call(words, timeout=limit, input=data, env=env,
                                       cwd=self.expand(cwd) if cwd else None)
@@ -266,7 +266,7 @@ class SshRemote(Remote):
         if transport is None or not transport.is_active():
             raise UnreachableError(f"{self.host.name}: ssh connection lost")
         # environment values may be secrets (tokens): log their names only
-        log_command(log, self.host.name, words, env)
+        log_command(log, self.host.name, words, env, data=input)
         t0 = time.monotonic()
         try:
             chan = transport.open_session(timeout=self.opts.connect_timeout)
