@@ -56,8 +56,11 @@ def nondet_capture(exp: Expectation, verdicts: list[Verdict]) -> int:
 
 
 def request(exp: Expectation, tasks: str) -> BisectRequest:
-    """The header's flags as `ddprobe bisect` reads them (ddprobe.cli.bisect.request_of)."""
-    return replace(request_of(exp.flags), budgets=exp.budgets, tasks=(tasks,))
+    """The header's flags as `ddprobe bisect` reads them (ddprobe.cli.bisect.request_of); the
+    header's own --tasks, where it gives one, over the benchmark's."""
+    req = request_of(exp.flags)
+    return replace(req, budgets=exp.budgets,
+                   tasks=req.tasks if "--tasks" in exp.flags else (tasks,))
 
 
 def testbed_host(scenario: str) -> Host:
@@ -97,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         used, sweep = rep.restarts_used, rep.restarts_full_sweep  # type: ignore[attr-defined]
         mn = minimum_restarts(exp)
         wrong = ", ".join(f"b{x.budget}: {x.kind} ({x.confidence}) not "
-                          f"{'|'.join(x.expected.kinds)}" for x in graded if x.grade == "wrong")
+                          f"{x.expected.text}" for x in graded if x.grade == "wrong")
         inc = ", ".join(f"b{x.budget}" for x in graded if x.grade == "inconclusive")
         note = wrong + (f"  [inconclusive: {inc}]" if inc else "")
         print(f"{exp.label[:38]:38} {n['right']:>5} {n['wrong']:>5} {n['inconclusive']:>7} "

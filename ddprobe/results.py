@@ -17,7 +17,7 @@ from ddprobe.effective import EffectiveConfig
 # string. Where one comes in (a journal, a run dir, a flag), `known()` checks it.
 # why the planner wanted a cell (PlannedCell.purpose, CellResult.purpose)
 Purpose = Literal["frontier", "eager", "oversize", "max_bs", "sanitize", "confirm", "sweep",
-                  "smoke", "compare"]
+                  "smoke", "compare", "residual"]
 CellKind = Literal["cell", "sanitize"]  # CellResult.kind: a probe cell or a memcheck cell
 # a verdict's diagnosis (Verdict.kind) and how sure it is
 VerdictKind = Literal["buffer_sizing", "graph_capture", "kernel", "config_error",
@@ -30,10 +30,11 @@ VerdictReason = Literal["", "preload", "preload-graph", "eager-differs", "graph-
                         "nondeterministic", "not-decisive"]
 # what a piece of evidence rests on (Evidence.kind): an experiment's cells (frontier, eager,
 # control, oversize, max_bs, sanitize, memcheck, latent, patch, differential), the log
-# (signature), the sources (static), or the run itself (assumed, repeat, refused, skip, note)
+# (signature), the sources (static), or the run itself (assumed, repeat, refused, skip, note);
+# residual: what a cured cell shows (a second defect, bisect/residual.py)
 EvidenceKind = Literal["frontier", "eager", "control", "oversize", "max_bs", "sanitize",
                        "memcheck", "latent", "patch", "differential", "signature", "static",
-                       "assumed", "repeat", "refused", "skip", "note"]
+                       "assumed", "repeat", "refused", "skip", "note", "residual"]
 # what a verdict advises (Advice.kind): one sentence each, rendered by ddprobe.bisect.advice
 AdviceKind = Literal["works", "works_assumed", "kernel", "graph_capture", "workspace", "buffer",
                      "inconclusive", "unstarted", "flaky", "config_error", "assumed",

@@ -36,7 +36,7 @@ from ddprobe.report import write_reports
 from ddprobe.results import CellResult, Config, Outcome
 from ddprobe.runmodel import RunModel, load_model
 from ddprobe.server.caches import RunCaches
-from ddprobe.server.launch import build_launch, check_launch, host_flags
+from ddprobe.server.launch import build_launch, check_launch, deterministic_backends, host_flags
 from ddprobe.store import RunStore, runs_root
 from ddprobe.timestamps import utc_stamp
 from ddprobe.untrusted import excerpt
@@ -280,7 +280,8 @@ def _differential(r: Remote, host: Host, cfg: Config, cell: CellResult, hs: Host
     if texts:
         eager: Any = differential.Side(getattr(baseline, "key", "") or "baseline",
                                        texts=dict(texts), graph=False)
-        d = differential.compare(differential.side_of(cell), eager)
+        d = differential.compare(differential.side_of(cell), eager,
+                                 backends=deterministic_backends(r, host, cache=caches.flags))
         if d.status == differential.DIVERGED:
             differential.mark_garbage(cell, d)
     else:
@@ -294,7 +295,8 @@ def _differential(r: Remote, host: Host, cfg: Config, cell: CellResult, hs: Host
             case.message = f"the eager cell could not give a reference: {ec.outcome.value}" + \
                 (f" ({ec.error})" if ec.error else "")
             return case
-        d = differential.apply(cell, ec)
+        d = differential.apply(cell, ec,
+                               backends=deterministic_backends(r, host, cache=caches.flags))
     case.time = time.monotonic() - t
     case.output = d.summary
     if d.status == differential.DIVERGED:

@@ -6,7 +6,8 @@ Each bundled scenario states, before it was ever run, what a bisect must answer:
     # expect: --budgets 8,16,32,64 => 8:ok 16:ok 32:ok? 64:ok
 
 `KIND|KIND` accepts either (e.g. `buffer_sizing|inconclusive` where no experiment ddprobe can
-run decides it); a trailing `?` means the budget is expected to be *assumed* (not restarted,
+run decides it); `KIND+KIND` needs both (two defects at one budget: a verdict of each kind,
+and no verdict of another kind); a trailing `?` means the budget is expected to be *assumed* (not restarted,
 never high confidence). Nothing in ddprobe's logic reads this: only the tests and
 `benchmarks/verdict_accuracy.py`.
 """
@@ -24,8 +25,17 @@ _LINE = re.compile(r"^#\s*expect:\s*(?P<flags>.*?)\s*=>\s*(?P<truth>.*)$")
 
 @dataclass(frozen=True)
 class Truth:
-    kinds: tuple[str, ...]  # acceptable verdict kinds
+    kinds: tuple[str, ...]  # acceptable verdict kinds (of the first defect)
     assumed: bool = False  # expected not restarted (low confidence)
+    also: tuple[tuple[str, ...], ...] = ()  # `+`: each further defect's acceptable kinds
+
+    @property
+    def groups(self) -> tuple[tuple[str, ...], ...]:
+        return (self.kinds, *self.also)
+
+    @property
+    def text(self) -> str:
+        return "+".join("|".join(g) for g in self.groups)
 
 
 @dataclass(frozen=True)
@@ -57,7 +67,8 @@ def parse_header(name: str, text: str) -> list[Expectation]:
         for item in m.group("truth").split():
             b, _, kinds = item.partition(":")
             assumed = kinds.endswith("?")
-            truth[int(b)] = Truth(tuple(kinds.rstrip("?").split("|")), assumed)
+            groups = [tuple(g.split("|")) for g in kinds.rstrip("?").split("+")]
+            truth[int(b)] = Truth(groups[0], assumed, tuple(groups[1:]))
         out.append(Expectation(name, tuple(shlex.split(m.group("flags"))), truth))
     return out
 
@@ -82,18 +93,27 @@ class Graded:
 def grade(exp: Expectation, verdicts: list) -> list[Graded]:  # list[Verdict]
     """Each budget's verdict against the header's truth. An `inconclusive` where the truth
     does not allow it is counted apart (not wrong, not right); an assumed budget is right only
-    at low confidence."""
+    at low confidence. Each defect (two with `+`) needs a verdict of its kinds at the budget,
+    and a verdict there of a kind no defect allows is wrong (a second defect invented)."""
     out: list[Graded] = []
     for b in exp.budgets:
         t = exp.truth[b]
-        v = next((v for v in verdicts if b in v.budgets and v.tested), None) or \
-            next((v for v in verdicts if b in v.budgets), None)
-        if v is None:
+        at = [v for v in verdicts if b in v.budgets]
+        at.sort(key=lambda v: not v.tested)  # a tested verdict first
+        if not at:
             out.append(Graded(b, t, "-", "-", False, "wrong"))
             continue
-        ok = v.kind in t.kinds and (v.tested or v.confidence == "low")
-        g = "right" if ok else "inconclusive" if v.kind == "inconclusive" else "wrong"
-        out.append(Graded(b, t, v.kind, v.confidence, v.tested, g))
+        picked = [next((v for v in at if v.kind in g), None) for g in t.groups]
+        ok = all(v is not None and (v.tested or v.confidence == "low") for v in picked) and \
+            all(any(v.kind in g for g in t.groups) for v in at)
+        shown = [v for v in picked if v is not None] or at[:1]
+        kind = "+".join(v.kind for v in shown)
+        if not ok and len(at) > len(shown):
+            kind = "+".join(v.kind for v in at)
+        g = "right" if ok else "inconclusive" if any(v.kind == "inconclusive" for v in at) \
+            else "wrong"
+        out.append(Graded(b, t, kind, "/".join(v.confidence for v in shown),
+                          all(v.tested for v in shown), g))
     return out
 
 
@@ -155,9 +175,25 @@ def minimum_restarts(exp: Expectation) -> int:
             continue
         if k == "graph_capture" and _silent(sc, run):
             n += 1  # a divergence: eager repeated once before the diagnosis counts
+        if k == "buffer_sizing":
+            n += _residual(sc, exp.truth[run[0]], run[0], [kinds[x] for x in b if x < run[0]])
         others = run[1:] if thorough else [x for x in run[1:] if x == b[-1]]
         n += len(others)
     return n
+
+
+def _residual(sc: object, t: Truth, at: int, below: list[str]) -> int:
+    """What a cure leaves, read at the run's first budget (the cure ran with real weights):
+    a second defect that is a kernel, its eager control (1); a capture defect, nothing when a
+    budget below already has one (it fails like it), else its eager control (1), or for a
+    silent divergence (the stale scalar) the eager cell and its repeat (2); no second defect:
+    the eager cell the cured output is compared with (1)."""
+    second = t.also[0][0] if t.also else None
+    if second == "graph_capture":
+        if _silent(sc, [at]):
+            return 2
+        return 0 if "graph_capture" in below else 1
+    return 1
 
 
 def _comparisons(b: tuple[int, ...], kinds: dict[int, str], fails: list[int]) -> int:

@@ -25,6 +25,7 @@ from ddprobe.bisect.planner import simulate
 from ddprobe.bisect.plantext import plan_lines
 from ddprobe.bisect.verdicts import build_verdicts
 from ddprobe.results import CellResult, Outcome
+from ddprobe.sources.determinism import FLAG, Determinism
 
 GOOD_TEXT = "def f(x):\n    return x + 1\n"
 STALE_TEXT = "def f(x):\n    return  x + 1\n"  # one space became two: coding still passes
@@ -152,3 +153,60 @@ def test_an_unchecked_latent_write_is_never_advised_as_working() -> None:
     assert ok.advice is not None and ok.advice.kind == "works_unchecked"
     assert "work with CUDA graphs" not in ok.next_step
     assert "possible and unchecked" in ok.next_step and "--sanitize" in ok.next_step
+
+
+# ---- which side is wrong, with the host's deterministic mode (ddprobe.sources.determinism) ----
+# Expected (written before running): where the host's SGLang has --enable-deterministic-
+# inference for the cells' backend (0.5.11's list: flashinfer, fa3, triton), the divergence's
+# second eager cell runs with that flag on that backend (not eager repeated): eager equal to it
+# -> graph_capture, the evidence naming the flag; eager differing from it -> inconclusive
+# (nondeterministic), decided by "deterministic eager". On torch_native (not on the list), or a
+# release without the flag, eager is repeated as before. The plan says which, and why.
+
+def _det(backend: str | None, *, flag: bool = True) -> AgreementOptions:
+    d = Determinism(flag, ("flashinfer", "fa3", "triton") if flag else None,
+                    "srt/server_args.py:164", "0.5.11")
+    return AgreementOptions(deterministic=d, backend=backend)
+
+
+def _det_spec(backend: str | None, *, flag: bool = True):  # -> BisectSpec
+    return spec(compare=True, agreement=_det(backend, flag=flag))
+
+
+def test_a_divergence_is_decided_by_eager_with_deterministic_inference() -> None:
+    p, rounds = simulate(_det_spec("triton"), stale_from(16))
+    det = [c for r in rounds for c in r if FLAG in c.config.extra_args]
+    assert [c.key for c in det] == [det[0].key] and det[0].config.backend == "triton"
+    assert not det[0].config.graph and not [c for r in rounds for c in r if c.purpose ==
+                                           "compare"]  # no eager repeat
+    gc = next(v for v in build_verdicts(p) if v.kind == "graph_capture" and v.tested)
+    assert any(f"eager with {FLAG}: identical answers" in e.summary for e in gc.evidence)
+    assert len([c for r in rounds for c in r]) == 9  # as many restarts as eager repeated
+
+
+def test_eager_differing_from_deterministic_eager_is_inconclusive() -> None:
+    def answer(c: PlannedCell) -> CellResult:
+        if FLAG in c.config.extra_args:
+            return _cell(c, GOOD_TEXT + "#")  # the batch-invariant order gives its own answer
+        return stale_from(16)(c)
+    p, _ = simulate(_det_spec("triton"), answer)
+    vs = build_verdicts(p)
+    assert not [v for v in vs if v.kind == "graph_capture"]
+    inc = next(v for v in vs if v.kind == "inconclusive" and v.tested)
+    assert inc.reason == "nondeterministic" and inc.decided_by == "deterministic eager"
+    assert any(f"eager differs from eager with {FLAG} (attention backend triton)" in e.summary
+               for e in inc.evidence)
+
+
+def test_without_the_flag_for_the_backend_eager_is_repeated_and_the_plan_says_why() -> None:
+    for opts in (_det("torch_native"), _det("triton", flag=False), _det(None)):
+        p, rounds = simulate(spec(compare=True, agreement=opts), stale_from(16))
+        assert not [c for r in rounds for c in r if FLAG in c.config.extra_args]
+        assert [c for r in rounds for c in r if c.purpose == "compare"]
+    plan = "\n".join(plan_lines(_det_spec("torch_native")))
+    assert "the eager cell repeated (SGLang 0.5.11 supports --enable-deterministic-inference " \
+           "on flashinfer, fa3, triton only (srt/server_args.py:164), not on torch_native)" in plan
+    plan = "\n".join(plan_lines(_det_spec("triton")))
+    assert f"eager with {FLAG} on triton (srt/server_args.py:164)" in plan
+    old = "\n".join(plan_lines(_det_spec("triton", flag=False)))
+    assert "has no --enable-deterministic-inference (added in 0.5.4)" in old

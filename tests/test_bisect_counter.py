@@ -105,12 +105,12 @@ def test_four_hosts_counter_never_rises() -> None:
 def test_the_search_free_bound_is_an_upper_bound_of_the_exact_count() -> None:
     p = Planner(_spec())
     first = bound(p)
-    # 4 budgets x (frontier + O, O2, E, M + a control of its own): the exact search's fallback;
-    # with the graph-vs-eager comparison, + an eager cell per budget and one divergence mode
-    # (its eager repeat and a diagnosis: 1 + 4)
-    assert first == 24 + 4 + 1 + 4
+    # 4 budgets x (frontier + O, O2, E, M, M2 + what a cure leaves (3) + a control of its
+    # own): the exact search's fallback; with the graph-vs-eager comparison, + an eager cell
+    # per budget and one divergence mode (its eager repeat and a diagnosis: 1 + 8)
+    assert first == 40 + 4 + 1 + 8
     off = Planner(_spec(agreement=AgreementOptions(enabled=False)))
-    assert bound(off) == 24
+    assert bound(off) == 40
     assert p.remaining()[0] <= first
 
 

@@ -72,9 +72,14 @@ def test_a_flipped_token_makes_the_graph_cell_garbage_even_with_coding_passing()
 def test_a_backend_without_a_deterministic_mode_is_reported_not_failed() -> None:
     g = cell(True, {"add": FLIPPED}, backend="torch_native")
     e = cell(False, {"add": ANSWER}, backend="torch_native")
-    d = D.apply(g, e)
+    d = D.apply(g, e, backends=("flashinfer", "fa3", "triton"))  # 0.5.11's list
     assert d.status == D.NOT_DECISIVE and g.outcome is Outcome.OK
-    assert "torch_native has no deterministic mode" in d.summary
+    assert "torch_native has no deterministic mode in this SGLang (its " \
+        "--enable-deterministic-inference backends: flashinfer, fa3, triton)" in d.summary
+    # the host's list not read: not known to lack one, so the divergence counts
+    g2 = cell(True, {"add": FLIPPED}, backend="torch_native")
+    assert D.apply(g2, cell(False, {"add": ANSWER}, backend="torch_native")).status == \
+        D.DIVERGED
 
 
 def test_deterministic_inference_on_makes_it_decisive() -> None:

@@ -12,7 +12,15 @@ each assertion that depends on it). Expected answers, written before the run, fr
   * --speculative-algorithm DDTREE -> argparse "invalid choice" (exit 2): 0.5.11 has no DDTREE;
   * --cuda-graph-max-bs 64 -> cuda_graph_bs is the release's list cut at 64, and max_running
     requests is reset to 48 for speculative decoding;
-  * ddprobe's static flag reader finds exactly the option strings the real parser defines.
+  * ddprobe's static flag reader finds exactly the option strings the real parser defines;
+  * --enable-deterministic-inference (_handle_deterministic_inference, lines 3966-4060): with
+    --attention-backend torch_native a ValueError naming ['flashinfer', 'fa3', 'triton'];
+    with triton accepted as given; with no backend and no GPU (not Blackwell) fa3, with a
+    warning. Found on the first run: triton, no warning: 0.5.11 picks its default backend
+    (_handle_attention_backend_compatibility, line 849) before the deterministic check (line
+    900), so that fallback never fires and the default must be on the list. The testbed
+    answers the same three (ddtestbed/srt/server_args.py), and ddprobe's static reader reads
+    the same list from this install's source.
 """
 from __future__ import annotations
 
@@ -48,7 +56,8 @@ for name, argv in json.loads(sys.argv[1]).items():
         r = {k: getattr(a, k) for k in ("speculative_algorithm", "speculative_num_steps",
              "speculative_eagle_topk", "speculative_num_draft_tokens", "cuda_graph_bs",
              "cuda_graph_max_bs", "max_running_requests", "disable_cuda_graph", "load_format",
-             "speculative_draft_load_format", "skip_server_warmup")}
+             "speculative_draft_load_format", "skip_server_warmup", "attention_backend",
+             "enable_deterministic_inference")}
     except SystemExit as e:
         r = {"exit": e.code}
     except Exception as e:
@@ -68,6 +77,10 @@ CASES = {
     "maxbs64": ["--speculative-num-steps", "3", "--speculative-eagle-topk", "4",
                 "--speculative-num-draft-tokens", "16", "--cuda-graph-max-bs", "64"],
 }
+DET = ["--speculative-num-steps", "3", "--speculative-eagle-topk", "4",
+       "--speculative-num-draft-tokens", "16", "--enable-deterministic-inference"]
+CASES.update({"det-torch_native": [*DET, "--attention-backend", "torch_native"],
+              "det-triton": [*DET, "--attention-backend", "triton"], "det-none": DET})
 # a cheap cell's launch (ddprobe/bisect/cheap.py), with each speculative algorithm 0.5.11 has
 CHEAP = ["--load-format", "dummy", "--speculative-draft-load-format", "dummy",
          "--cuda-graph-bs", "1", "2", "4", "8", "64", "--skip-server-warmup"]
@@ -142,6 +155,43 @@ def test_static_flag_reader_matches_the_real_parser(real: dict) -> None:
     assert sorted(static - real_opts) == []
     algo = flags.get("--speculative-algorithm")
     assert algo is not None and set(algo.choices or ()) == set(real["algorithms"])
+
+
+def _testbed(argv: list[str]) -> dict:
+    """The testbed's answer to the same launch (its own ServerArgs, an sm_90 scenario)."""
+    from ddtestbed.srt.server_args import prepare_server_args
+    try:
+        a = prepare_server_args(["--model-path", "m", "--testbed-scenario", "h200",
+                                 "--speculative-algorithm", "EAGLE",
+                                 "--speculative-draft-model-path", "d", *argv])
+    except ValueError as e:
+        return {"raised": "ValueError", "message": str(e)}
+    return {"attention_backend": a.attention_backend,
+            "enable_deterministic_inference": a.enable_deterministic_inference}
+
+
+def test_deterministic_inference_is_handled_like_the_real_release(real: dict) -> None:
+    r = real["det-torch_native"]
+    assert r["raised"] == "ValueError"
+    assert r["message"] == ("Currently only ['flashinfer', 'fa3', 'triton'] attention backends "
+                            "are supported for deterministic inference, but you explicitly "
+                            "specified 'torch_native'.")
+    ok = real["det-triton"]
+    assert "raised" not in ok and ok["attention_backend"] == "triton"
+    assert ok["enable_deterministic_inference"] is True
+    picked = real["det-none"]  # the default (triton without a GPU), checked against the list
+    assert picked["attention_backend"] == "triton" and "Falling back" not in picked["log"]
+    # the testbed, where ddprobe looks, the same way
+    assert _testbed(CASES["det-torch_native"]) == {"raised": "ValueError",
+                                                   "message": r["message"]}
+    assert _testbed(CASES["det-triton"])["attention_backend"] == "triton"
+    assert _testbed(CASES["det-none"])["attention_backend"] == "triton"
+    # and ddprobe's static reader reads the release's list from its source
+    from ddprobe.sources.flagsrc import parse_flags
+    root = Path(real["file"]).parent.parent
+    texts = {str(p.relative_to(root)): p.read_text() for p in (root / "srt").glob("*.py")}
+    det = parse_flags(texts, package="sglang", version="0.5.11").deterministic
+    assert det.backends == ("flashinfer", "fa3", "triton") and det.flag
 
 
 # ---- ddprobe's own preflight (ddprobe/server/preflight.py) against the real ServerArgs ----

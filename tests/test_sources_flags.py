@@ -174,3 +174,34 @@ def test_flags_are_read_once_per_cache_passed_down(ssh_opts, sglang_venv) -> Non
         again = flags_for(r, h, cache=cache, refresh=True)
         assert again is not first and again == first
         assert flags_for(r, h, cache=cache) is again
+
+
+# --enable-deterministic-inference per release, read by hand from each wheel before this test
+# was written (ddprobe/sources/determinism.py): absent up to 0.5.2; 0.5.4-0.5.11 on flashinfer,
+# fa3 and triton (srt/server_args.py); 0.5.21-0.5.23 on six backends (srt/arg_groups/choices.py)
+OLD_DET = ("flashinfer", "fa3", "triton")
+NEW_DET = ("ascend", "fa3", "fa4", "flashinfer", "intel_xpu", "triton")
+DETERMINISTIC = {"0.4.10.post2": None, "0.5.1": None, "0.5.2": None,
+                 "0.5.4": (OLD_DET, "srt/server_args.py:128"),
+                 "0.5.6.post2": (OLD_DET, "srt/server_args.py:142"),
+                 "0.5.10": (OLD_DET, "srt/server_args.py:159"),
+                 "0.5.11": (OLD_DET, "srt/server_args.py:164"),
+                 "0.5.21": (NEW_DET, "srt/arg_groups/choices.py:111"),
+                 "0.5.22": (NEW_DET, "srt/arg_groups/choices.py:113"),
+                 "0.5.23": (NEW_DET, "srt/arg_groups/choices.py:113")}
+
+
+@pytest.mark.parametrize("version", sorted(DETERMINISTIC))
+def test_deterministic_inference_backends_per_release(version: str) -> None:
+    det = flags_of(version).deterministic
+    want = DETERMINISTIC[version]
+    if want is None:
+        assert not det.flag and not det.supports("triton")
+        assert "has no --enable-deterministic-inference" in det.why_not("triton")
+        return
+    assert det.flag and flags_of(version).has("--enable-deterministic-inference")
+    assert (det.backends, det.where) == want
+    assert det.supports("triton") and det.supports("fa3") and not det.supports("torch_native")
+    assert not det.supports(None)  # the server would pick a backend of its own
+    assert det.supports("fa4") == (want[0] == NEW_DET)
+    assert "not on torch_native" in det.why_not("torch_native")

@@ -11,10 +11,12 @@ token by token (`ddprobe.probes.differential`):
 * a divergence (`judge_graph`) makes the graph cell fail as `garbage: graph-eager divergence`
   (a copy: the journal keeps what the server did), so it is a failure mode like any other and
   its diagnosis (ladder.py) runs at its first budget, where the eager cell is its control;
-* which side is wrong (`gate`): before that diagnosis counts, the eager cell is repeated there.
-  Eager disagreeing with itself is nondeterminism (`inconclusive`, never graph_capture); a
-  backend without a deterministic mode cannot make a divergence decisive (`inconclusive`);
-  with a stored baseline (`--baseline`), eager differing from it is said too.
+* which side is wrong (`gate`): before that diagnosis counts, eager runs once more there:
+  with `--enable-deterministic-inference` where the host's SGLang has it for the cells'
+  backend (`deterministic`, read from its source: ddprobe.sources.determinism), else the
+  eager cell repeated. Eager disagreeing with it is nondeterminism (`inconclusive`, never
+  graph_capture); a backend without a deterministic mode cannot make a divergence decisive
+  (`inconclusive`); with a stored baseline (`--baseline`), eager differing from it is said too.
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ from ddprobe.results import (
     Outcome,
     Signature,
 )
+from ddprobe.sources.determinism import FLAG, NONE, Determinism
 from ddprobe.untrusted import first_chars
 
 COMPARE_MODE: Final = "compare"  # the mode of the comparison's eager cells
@@ -47,6 +50,19 @@ class AgreementOptions:
     off_reason: str = "--no-compare"
     baseline: Mapping[str, str] | None = field(default=None, compare=False)  # task -> text
     baseline_key: str = ""  # the baseline cell's config key
+    # the host's deterministic mode (its source) and the backend the cells run
+    deterministic: Determinism = field(default=NONE, compare=False)
+    backend: str | None = None
+
+    @property
+    def backends(self) -> tuple[str, ...] | None:
+        """The host's deterministic backends (None: not read)."""
+        return self.deterministic.backends
+
+    @property
+    def decides_deterministically(self) -> bool:
+        """Does 'which side is wrong' run eager with --enable-deterministic-inference?"""
+        return self.deterministic.supports(self.backend)
 
 
 def eager_cell(base: Config, budget: int) -> PlannedCell:
@@ -57,6 +73,15 @@ def repeat_cell(cfg: Config) -> PlannedCell:
     """The eager cell again (a separate experiment: its answers are compared with the
     first's)."""
     return PlannedCell(replace(cfg, graph=False), "compare", COMPARE_MODE)
+
+
+def side_cell(cfg: Config, opts: AgreementOptions) -> PlannedCell:
+    """The cell that says which side of a divergence is wrong: eager with deterministic
+    inference (on the cells' backend, named) where the host has it, else eager repeated."""
+    if not opts.decides_deterministically:
+        return repeat_cell(cfg)
+    return PlannedCell(replace(cfg, graph=False, backend=opts.backend,
+                               extra_args=(*cfg.extra_args, FLAG)), "eager", COMPARE_MODE)
 
 
 def is_divergence(mode: str | None) -> bool:
@@ -71,10 +96,12 @@ def judged(cell: PlannedCell, opts: AgreementOptions) -> bool:
                                           is_divergence(cell.mode))
 
 
-def compare(graph: CellResult | None, eager: CellResult | None) -> differential.Differential:
+def compare(graph: CellResult | None, eager: CellResult | None,
+            opts: AgreementOptions | None = None) -> differential.Differential:
     if graph is None or eager is None:
         return differential.Differential(differential.INCOMPARABLE, 0, note="a cell did not run")
-    return differential.compare(differential.side_of(graph), differential.side_of(eager))
+    return differential.compare(differential.side_of(graph), differential.side_of(eager),
+                                backends=opts.backends if opts is not None else None)
 
 
 def compare_eager(a: CellResult, b: CellResult) -> differential.Differential:
@@ -90,13 +117,14 @@ def _diverged(d: differential.Differential) -> bool:
     return d.status in (differential.DIVERGED, differential.NOT_DECISIVE)
 
 
-def judge_graph(raw: Obs, eager: Obs, *, strict: bool = False) -> Obs:
+def judge_graph(raw: Obs, eager: Obs, *, strict: bool = False,
+                opts: AgreementOptions | None = None) -> Obs:
     """The graph cell's observation once compared with eager: a divergence fails it.
     `strict` (an experiment on a divergence): output that cannot be compared is no cure."""
     if raw.status != GOOD or eager.status != GOOD:
         return raw
     g = raw.first
-    d = compare(g, eager.first)
+    d = compare(g, eager.first, opts)
     if strict and d.status == differential.INCOMPARABLE:
         return Obs(SKIP, None, raw.results, raw.reps_done)
     if g is None or not _diverged(d):
@@ -133,43 +161,65 @@ def gate(lad: LadderState, obs: Callable[[PlannedCell], Obs],
     """A divergence mode's diagnosis, once eager is known right and stable at its budget."""
     if not is_divergence(lad.mode):
         return lad
-    e, e2 = eager_cell(lad.config, lad.config.budget), repeat_cell(lad.config)
+    e, e2 = eager_cell(lad.config, lad.config.budget), side_cell(lad.config, opts)
     eo, o2 = obs(e), obs(e2)
     if not o2.decided:
         return replace(lad, decision=None, needed=(e2,), speculative=(),
                        cells={**lad.cells, "E2": e2})
     cells = {**lad.cells, "E2": e2}
     g = obs(PlannedCell(replace(lad.config, graph=True), "frontier")).first
-    gd = compare(g, eo.first)
+    d, note = which_side(g, eo, o2, opts)
+    if d is not None:
+        return replace(lad, cells=cells, needed=(), speculative=(), decision=d)
+    return replace(lad, cells=cells, notes=(*lad.notes, note))
+
+
+def which_side(graph: CellResult | None, eo: Obs, o2: Obs,
+               opts: AgreementOptions) -> tuple[Decision | None, str]:
+    """A graph/eager divergence, once eager ran twice (`o2`: with deterministic inference
+    where the host has it, else repeated): the decision it forces (eager differs from it, or
+    from the baseline, or the backend is not deterministic: inconclusive), or None and the
+    note that eager is stable (the divergence is graph-related)."""
+    gd = compare(graph, eo.first, opts)
+    det = opts.decides_deterministically
+    second = f"eager with {FLAG}" if det else "the eager repeat"
     if o2.status != GOOD or eo.first is None or o2.first is None:
-        return replace(lad, cells=cells, notes=(*lad.notes, "the eager repeat did not pass "
-                                                f"({o2.status}): eager's stability unknown"))
+        return None, f"{second} did not pass ({o2.status}): eager's stability unknown"
     same = compare_eager(eo.first, o2.first)
+    if same.status != differential.SAME and det:
+        return Decision(
+            "inconclusive", "deterministic eager", "low", reason="nondeterministic",
+            notes=(f"eager differs from eager with {FLAG} (attention backend {opts.backend}): "
+                   "its greedy output depends on reduction order, so a graph/eager difference "
+                   "is no evidence of a defect",
+                   f"eager vs eager with {FLAG}: " + same.summary.split(": ", 1)[-1]),
+            would_decide=f"graph vs eager both with {FLAG} (`ddprobe run --differential "
+                         f"--extra={FLAG}`)"), ""
     if same.status != differential.SAME:
-        return replace(lad, cells=cells, needed=(), speculative=(), decision=Decision(
+        return Decision(
             "inconclusive", "eager repeated", "low", reason="nondeterministic",
             notes=("eager disagrees with itself: the greedy output is not deterministic on "
                    "this server, so a graph/eager difference is no evidence of a defect",
                    "eager vs eager again: " + same.summary.split(": ", 1)[-1]),
             would_decide=f"a comparison with {differential.DETERMINISTIC_FLAG} on both "
                          "sides (where the backend has it), or a stored eager baseline "
-                         "(--baseline)"))
+                         "(--baseline)"), ""
     base_note = _baseline_note(eo.first, opts)
     if base_note and "differs" in base_note:
-        return replace(lad, cells=cells, needed=(), speculative=(), decision=Decision(
+        return Decision(
             "inconclusive", "stored baseline", "low", reason="eager-differs",
             notes=(base_note,), would_decide="which of eager and the baseline is right: "
-                                             "the baseline's config again, or a reference"))
+                                             "the baseline's config again, or a reference"), ""
     if gd.status == differential.NOT_DECISIVE:
-        return replace(lad, cells=cells, needed=(), speculative=(), decision=Decision(
+        return Decision(
             "inconclusive", "graph-vs-eager comparison", "low", reason="not-decisive",
             notes=(gd.determinism,),
             would_decide="the comparison on a backend with a deterministic mode (--backend "
-                         f"{'/'.join(sorted(differential.DETERMINISTIC_BACKENDS))} and "
-                         f"{differential.DETERMINISTIC_FLAG})"))
-    note = "eager repeated: identical answers (eager is stable)" + \
-        (f"; {base_note}" if base_note else "")
-    return replace(lad, cells=cells, notes=(*lad.notes, note))
+                         f"{'/'.join(opts.backends or ()) or 'one the release lists'} and "
+                         f"{differential.DETERMINISTIC_FLAG})"), ""
+    stable = f"eager with {FLAG}: identical answers (eager is right and deterministic)" \
+        if det else "eager repeated: identical answers (eager is stable)"
+    return None, stable + (f"; {base_note}" if base_note else "")
 
 
 def _baseline_note(eager: CellResult, opts: AgreementOptions) -> str:
@@ -214,7 +264,7 @@ def ok_evidence(row: Row, base: Config, opts: AgreementOptions,
             out.append((f"b{b[i]}: not compared with eager: the eager cell {eo.status}",
                         [g.base_key, e.base_key], {}))
             continue
-        d = compare(obs(g).first, eo.first)
+        d = compare(obs(g).first, eo.first, opts)
         out.append((f"b{b[i]}: {d.summary}", [g.base_key, e.base_key],
                     {"differential": d.to_dict()}))
     rest = [i for i, o in enumerate(row.obs) if o.status == GOOD and i not in compared]
@@ -234,7 +284,7 @@ def unconfirmed(row: Row, base: Config, opts: AgreementOptions,
     for i in targets(row):
         eo = obs(eager_cell(base, row.budgets[i]))
         g = obs(PlannedCell(replace(base, budget=row.budgets[i], graph=True), "frontier"))
-        if eo.status != GOOD or compare(g.first, eo.first).status != differential.SAME:
+        if eo.status != GOOD or compare(g.first, eo.first, opts).status != differential.SAME:
             out.append(row.budgets[i])
     return out
 
@@ -246,9 +296,17 @@ def plan_line(opts: AgreementOptions) -> str:
     return ("     graph vs eager: the largest passing budget and the kept one again without "
             "CUDA graphs (one restart each, counted in the restarts below), greedy output "
             "compared token by token; a divergence fails the budget and the search goes on "
-            "(then one more: the eager cell repeated, a defect or nondeterminism)")
+            f"(then one more: {which_side_line(opts)}, a defect or nondeterminism)")
+
+
+def which_side_line(opts: AgreementOptions) -> str:
+    """How the plan decides which side of a divergence is wrong, and why."""
+    if opts.decides_deterministically:
+        return f"eager with {FLAG} on {opts.backend} ({opts.deterministic.where})"
+    return f"the eager cell repeated ({opts.deterministic.why_not(opts.backend)})"
 
 
 __all__ = ["AgreementOptions", "COMPARE_MODE", "DIVERGENCE", "MANUAL_OFF", "compare",
            "compare_eager", "eager_cell", "gate", "is_divergence", "judge_graph", "judged",
-           "ok_evidence", "plan_line", "planned", "repeat_cell", "targets", "unconfirmed"]
+           "ok_evidence", "plan_line", "planned", "repeat_cell", "side_cell", "targets",
+           "unconfirmed", "which_side", "which_side_line"]

@@ -172,7 +172,8 @@ class CellRunner:
                             keep_patches=tuple(keep),
                             # for the graph-vs-eager differential
                             keep_answers=cell.purpose in ("frontier", "eager", "sweep",
-                                                          "compare", "oversize", "max_bs"))
+                                                          "compare", "oversize", "max_bs",
+                                                          "residual"))
         except LockedError:
             raise
         except RemoteError as e:

@@ -52,8 +52,8 @@ Step = Literal["E", "O", "O2", "M", "M2"]  # eager, oversize, escalated oversize
 # the experiment that decided a mode (Decision.decided_by; a Verdict's decided_by takes it):
 # the ladder's, and the graph-vs-eager gate's (`agreement.gate`)
 DecidedBy = Literal["eager control", "oversize experiment", "oversize bisection",
-                    "max-bs experiment", "none", "eager repeated", "stored baseline",
-                    "graph-vs-eager comparison"]
+                    "max-bs experiment", "none", "eager repeated", "deterministic eager",
+                    "stored baseline", "graph-vs-eager comparison", "cured cell"]
 
 MEMORY_KINDS: Final = frozenset({"cuda_illegal_address", "cuda_misaligned_address",
                                  "cuda_device_assert", "cuda_launch_failure", "rocm_memory_fault",

@@ -164,6 +164,7 @@ PURPOSE_TEXT = {
     "max_bs": "max-bs experiment: does a smaller graph max batch size avoid it? (workspace)",
     "sanitize": "compute-sanitizer memcheck (evidence only)",
     "confirm": "does the patch fix it?",
+    "residual": "the cure again: does the cured config fail another way? (a second defect)",
 }
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from ddprobe.bisect import agreement, latent
+from ddprobe.bisect import agreement, latent, residual
 from ddprobe.bisect.cells import (
     BAD,
     GOOD,
@@ -46,6 +46,7 @@ from ddprobe.bisect.ladder import (
     diagnose,
     small_max_bs,
 )
+from ddprobe.bisect.residual import Residual
 from ddprobe.bisect.served import before_model_load, served_max_bs
 from ddprobe.bisect.static import Suspect, rank_by_traceback
 from ddprobe.bisect.worstcase import Countdown, worst_case
@@ -105,6 +106,9 @@ def small_max_bs_for(max_bs: int | None) -> int:
     return max(1, max_bs // 4) if max_bs else DEFAULT_SMALL_MAX_BS
 
 
+RESIDUAL: Final = 3  # the most cells what a cure leaves needs (residual.py)
+
+
 @dataclass(frozen=True)
 class ModePlan:
     """One diagnosis (a failure mode, or one budget of it whose own control disagreed) and the
@@ -130,6 +134,7 @@ class PlanState:
     modes: tuple[ModePlan, ...] = ()
     needed_frontier: tuple[int, ...] = ()  # budgets to restart before the verdicts hold
     compare: tuple[PlannedCell, ...] = ()  # graph-vs-eager comparisons due (agreement.py)
+    residuals: tuple[Residual, ...] = ()  # what each cure leaves (residual.py)
 
 
 def control_cell(lad: LadderState, cfg: Config, served: int | None,
@@ -213,8 +218,13 @@ class Planner:
         o = self._obs(cell)
         if cell is not None and agreement.judged(cell, self.spec.options.agreement):
             return agreement.judge_graph(o, self._obs(agreement.eager_cell(
-                self.spec.base, cell.config.budget)), strict=cell.purpose != "frontier")
+                self.spec.base, cell.config.budget)), strict=cell.purpose != "frontier",
+                opts=self.spec.options.agreement)
         return o
+
+    def real_obs(self, cell: PlannedCell) -> Obs:
+        """What the cell's real runs say (a cheap run's answer left out)."""
+        return observe(self.results.get(cell.base_key, ()), self.spec.options.repeat)
 
     def _obs(self, cell: PlannedCell | None) -> Obs:
         if cell is None:
@@ -365,7 +375,22 @@ class Planner:
         extras += latent.planned(row, self.spec.base, self.spec.suspects, opts.latent,
                                  self.obs)
         return PlanState(row, tuple(mp.ladder for mp in plans), tuple(extras), tuple(plans),
-                         self._frontier_needed(row, plans), tuple(compare))
+                         self._frontier_needed(row, plans), tuple(compare),
+                         tuple(self._residuals(plans)))
+
+    def _residuals(self, plans: Sequence[ModePlan]) -> list[Residual]:
+        """What each cure leaves at its mode's first budget (a second defect, or none)."""
+        b = self.spec.budgets
+        known = {mp.ladder.mode: (b[mp.first], mp.ladder.decision) for mp in plans
+                 if mp.ladder.done and mp.ladder.decision is not None
+                 and mp.ladder.decision.kind != "inconclusive" and mp.parent is None}
+        out = []
+        for mp in plans:
+            r = residual.analyse(mp.ladder, self.real_obs, self.obs, known,
+                                 self.spec.options.agreement)
+            if r is not None:
+                out.append(r)
+        return out
 
     def _frontier_needed(self, row: Row, plans: Sequence[ModePlan]) -> tuple[int, ...]:
         """Budgets to restart beyond the binary search: every budget with --thorough; the
@@ -434,6 +459,7 @@ class Planner:
             # independent); ties keep the budget order
             lad_needed = [*st.compare, *sorted(lad_needed, key=self._due_cost)]
         needed.extend(lad_needed)
+        needed.extend(c for r in st.residuals for c in r.needed)  # what a cure leaves
         needed.extend(st.extras)
         lad_spec.sort(key=lambda t: (t[0], t[1]))
         spec.extend(c for _, _, c in lad_spec)
@@ -455,7 +481,8 @@ class Planner:
         st = self.state()
         need_idx, _ = probes(st.row, 0)
         return (len(need_idx) + len(st.needed_frontier) + len(st.extras) + len(st.compare)
-                + sum(len(mp.ladder.needed) + len(mp.pending) for mp in st.modes))
+                + sum(len(mp.ladder.needed) + len(mp.pending) for mp in st.modes)
+                + sum(len(r.needed) for r in st.residuals))
 
     def remaining(self) -> tuple[int, int]:
         """(configs left, restarts left) in the worst case of the current plan: the most cells
@@ -507,8 +534,9 @@ def bound(p: Planner) -> int:
     n_sus = len(spec.suspects)
     naming = math.ceil(math.log2(n_sus)) if n_sus > 1 else 0
     extra = int(bool(opts.confirm_patch)) + int(bool(opts.sanitize and opts.sanitize_available))
-    # one mode's whole diagnosis (E, O, its escalation O2, M)
-    full = (4 if n_sus else 2) + naming + extra
+    # one mode's whole diagnosis (E, O, its escalation O2, M, its escalation M2) and what a
+    # cure leaves (residual.py: the cure with real weights, eager, eager once more)
+    full = (5 if n_sus else 3) + naming + extra + RESIDUAL
     # each untested budget: its restart, a diagnosis of its own, or a control of its own
     left = sum(len(g.untested) for g in st.row.gaps) * (2 + full)
     left += len(getattr(st, "needed_frontier", ())) * (2 + full)
@@ -520,12 +548,16 @@ def bound(p: Planner) -> int:
         if lad.decision is None:
             steps = [s for s in lad.order if s in lad.cells
                      and not p.obs(lad.cells[s]).decided]
-            left += len(steps) + extra
+            left += len(steps) + extra + RESIDUAL
             if "O" in steps:
                 left += naming + 1  # + its escalation (O2) when x factor does not cure
+            if "M" in steps:
+                left += 1  # + its escalation (M2, bs 1) when a quarter does not cure
         else:
-            if lad.needed:  # still naming the buffer
+            if lad.needed:  # still naming the buffer, then what the cure leaves
                 left += math.ceil(math.log2(max(2, len(lad.naming))))
+                left += RESIDUAL if lad.decision.kind == "buffer_sizing" else 0
+    left += sum(RESIDUAL for r in st.residuals if not r.done)
     left += sum(1 for c in st.extras if not p.obs(c).decided)
     left += _latent_left(p, st)
     left += full * sum(1 for m in st.row.modes() if m not in started)

@@ -175,12 +175,16 @@ class HostPreview:
 
 def preview(hosts: Sequence[Host], *, opts: RemoteOptions, budgets: Sequence[int], base: Config,
             backend: str | None, context_len: int | None, factor: int = OVERSIZE_FACTOR,
-            caches: RunCaches | None = None) -> list[HostPreview]:
+            caches: RunCaches | None = None, compare: bool = True) -> list[HostPreview]:
     """`bisect --plan`'s look at each host: the preflight and the static suspects (seconds;
-    no lock, no restart, nothing written except the testbed's idempotent install)."""
+    no lock, no restart, nothing written except the testbed's idempotent install), and how a
+    divergence's wrong side would be decided there (`compare`: the comparison is on)."""
+    from ddprobe.bisect.agreement import AgreementOptions, which_side_line
     from ddprobe.bisect.session import host_static_evidence
     from ddprobe.errors import DdprobeError, RemoteError
     from ddprobe.remote import connect
+    from ddprobe.server.launch import host_flags
+    from ddprobe.sources.determinism import NONE
     caches = caches if caches is not None else RunCaches()
     out = []
     for h in hosts:
@@ -209,6 +213,13 @@ def preview(hosts: Sequence[Host], *, opts: RemoteOptions, budgets: Sequence[int
                                           effective_backend=same("attention_backend"))
                 hp.suspects = [s.to_dict() for s in st.suspects]
                 hp.notes += list(st.notes)
+                if compare:
+                    flags, _ = host_flags(r, h, cache=caches.flags)
+                    det = flags.deterministic if flags is not None else NONE
+                    hp.notes.append("graph vs eager, which side of a divergence is wrong: " +
+                                    which_side_line(AgreementOptions(
+                                        deterministic=det,
+                                        backend=backend or same("attention_backend"))))
         except RemoteError as e:
             hp.error = str(e)
         except DdprobeError as e:

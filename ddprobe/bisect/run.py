@@ -14,11 +14,12 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from ddprobe.bisect.agreement import COMPARE_MODE, AgreementOptions
+from ddprobe.bisect.agreement import which_side_line as agreement_side_line
 from ddprobe.bisect.cellrun import CellRunner, probe_options
 from ddprobe.bisect.cells import PlannedCell
 from ddprobe.bisect.cheap import CheapSupport, host_support
@@ -42,6 +43,8 @@ from ddprobe.remote import RemoteOptions
 from ddprobe.results import CellResult, Config, UnknownValue, Verdict, known
 from ddprobe.runmodel import RunModel
 from ddprobe.server.caches import RunCaches
+from ddprobe.sources.determinism import NONE as NO_DETERMINISM
+from ddprobe.sources.determinism import Determinism
 from ddprobe.sources.patches import apply_patch, load_patch
 from ddprobe.store import RunRecord, find_run, load_run
 
@@ -106,7 +109,12 @@ class BisectRequest:
     def spec(self, *, small_max_bs: int, suspects: Sequence[Any] = (),
              sanitize_available: bool = False, sanitize_note: str = "",
              latent: LatentOptions | None = None,
-             cheap: CheapSupport | None = None, cost: CostModel | None = None) -> BisectSpec:
+             cheap: CheapSupport | None = None, cost: CostModel | None = None,
+             deterministic: Determinism = NO_DETERMINISM,
+             backend: str | None = None) -> BisectSpec:
+        """The planner's spec; `deterministic` (the host's --enable-deterministic-inference,
+        from its source) and `backend` (the attention backend its cells run) decide how
+        'which side of a divergence is wrong' is asked."""
         opts = PlanOptions(order=self.order, repeat=self.repeat, sanitize=self.sanitize,
                            sanitize_available=sanitize_available, sanitize_note=sanitize_note,
                            confirm_patch=self.confirm_patch,
@@ -115,7 +123,8 @@ class BisectRequest:
                            cheap=cheap is not None and cheap.available,
                            cost=cost or CostModel(),
                            cheap_captured=cheap.captured() if cheap is not None else None,
-                           agreement=self.agreement())
+                           agreement=replace(self.agreement(), deterministic=deterministic,
+                                             backend=backend))
         return BisectSpec(tuple(self.budgets), self.base(), small_max_bs, tuple(suspects), opts)
 
 
@@ -253,10 +262,15 @@ def _prepare_group(frame: RunFrame, req: BisectRequest, opened: Opened, g: HostG
     elif req.cheap_cells:
         frame.note(f"cheap cells: not used ({cheap.note})", g.name)
     cost = CostModel(host_history(frame.store.dir.parent, s0.host.name))
+    backend = req.backend or _same(pf, "attention_backend")
+    det = _determinism(s0, backend)
     planner = Planner(req.spec(small_max_bs=small_max_bs_for(eff_bs), suspects=st.suspects,
                                sanitize_available=san_ok, sanitize_note=san_note,
                                latent=_latent_support(req, opened.sessions, g),
-                               cheap=cheap, cost=cost))
+                               cheap=cheap, cost=cost, deterministic=det, backend=backend))
+    if req.compare:
+        frame.note("which side of a divergence is wrong: " + agreement_side_line(
+            planner.spec.options.agreement), g.name)
     frame.emit(Event("static", g.name, _static_line(st),
                      {"suspects": [s.to_dict() for s in st.suspects]}))
     return _GroupPlan(g, st, planner)
@@ -354,7 +368,8 @@ def _why(c: PlannedCell) -> str:
         return "graph-vs-eager comparison"
     return {"frontier": "graph frontier", "eager": "eager control",
             "oversize": "oversize " + ",".join(c.buffers), "max_bs": "smaller max bs",
-            "sanitize": "compute-sanitizer", "confirm": f"confirm {c.patch}"}.get(
+            "sanitize": "compute-sanitizer", "confirm": f"confirm {c.patch}",
+            "residual": "the cure, real weights: what else fails"}.get(
         c.purpose, c.purpose)
 
 
@@ -373,6 +388,14 @@ def _sanitize_support(req: BisectRequest, sessions: dict[str, HostSession],
     if facts is None or not facts.compute_sanitizer:
         return False, f"no compute-sanitizer on {g.hosts[0].name}"
     return True, ""
+
+
+def _determinism(s: HostSession, backend: str | None) -> Determinism:
+    """The host's --enable-deterministic-inference, from the flags its source defines (the
+    launch check reads them anyway: cached per run)."""
+    from ddprobe.server.launch import host_flags
+    flags, _ = host_flags(s.r, s.host, cache=s.caches.flags)
+    return flags.deterministic if flags is not None else NO_DETERMINISM
 
 
 def _latent_support(req: BisectRequest, sessions: dict[str, HostSession],

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
-from ddprobe.bisect import advice, agreement, capacity, latent
+from ddprobe.bisect import advice, agreement, capacity, cures, latent
 from ddprobe.bisect.cells import BAD, FLAKY, GOOD, REFUSED, SKIP, Obs, PlannedCell, Status, describe
 from ddprobe.bisect.ladder import Decision, LadderState
 from ddprobe.bisect.planner import ModePlan, Planner
@@ -515,6 +515,7 @@ def build_verdicts(p: Planner, *, host: str | None = None) -> list[Verdict]:
             out.append(_unstarted_verdict(p, mode, idx, host))
     for mp in st.modes:
         out.extend(_mode_verdicts(p, mp, host))
+    out = cures.apply(p, out, host)  # a cure that leaves another failure: a second verdict
     out.extend(_status_verdicts(p, host))
     oks = _ok_verdicts(p, host)
     if not oks and not st.row.modes() and not out:

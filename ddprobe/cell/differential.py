@@ -48,4 +48,6 @@ def run_differential(r: Remote, host: Host, config: Config, *,
             "health_timeout": health_timeout, "keep_answers": True}
         eager = run_cell(r, host, replace(config, graph=False), stop_after=True, **kw)
         graph = run_cell(r, host, replace(config, graph=True), stop_after=stop_after, **kw)
-    return DifferentialRun(graph, eager, apply(graph, eager))
+    from ddprobe.server.launch import deterministic_backends
+    backends = deterministic_backends(r, host, cache=caches.flags)
+    return DifferentialRun(graph, eager, apply(graph, eager, backends=backends))

@@ -384,7 +384,8 @@ def _print_plan(req: BisectRequest, hosts: list[Host], *, as_json: bool) -> None
     from ddprobe.bisect.preflight import preview
     looks = preview(hosts, opts=common.env().remote_options, budgets=req.budgets,
                     base=req.base(), backend=req.backend, context_len=req.context_len,
-                    factor=req.oversize_factor, caches=common.env().caches)
+                    factor=req.oversize_factor, caches=common.env().caches,
+                    compare=req.compare)
     if as_json:
         common.emit_json({"plan": lines, "request": req.to_dict(),
                           "hosts": [h.name for h in hosts],

@@ -10,12 +10,14 @@ length and coding tests pass (TensorRT-LLM #17110: GSM8K 96.17 -> 88.21 with gra
 * the chat answer's text: the first diverging character (the chat API returns no ids).
 
 Numerics can differ legitimately: SGLang documents that greedy output is deterministic only with
-`--enable-deterministic-inference` (FlashInfer, FA3 and Triton backends; "Deterministic
-Inference" in SGLang's docs), since kernels split reductions differently by batch shape, and a
-graph pads the batch to a captured size. So the verdict says which case it is: deterministic
-inference on (a divergence is a defect), off on a backend that has the mode (a divergence is
-most likely a defect: say how to make it decisive), or a backend without one (the divergence is
-reported, the cell is not failed: it cannot discriminate).
+`--enable-deterministic-inference` ("Deterministic Inference" in SGLang's docs), since kernels
+split reductions differently by batch shape, and a graph pads the batch to a captured size.
+Which backends have the mode depends on the release (0.5.4-0.5.11: flashinfer, fa3, triton;
+0.5.21 on: six; none before 0.5.4): the caller passes what the host's own source says
+(`ddprobe.sources.determinism`, `backends`). So the verdict says which case it is:
+deterministic inference on (a divergence is a defect), off on a backend that has the mode (a
+divergence is most likely a defect: say how to make it decisive), or a backend without one
+(the divergence is reported, the cell is not failed: it cannot discriminate).
 """
 from __future__ import annotations
 
@@ -27,8 +29,6 @@ if TYPE_CHECKING:  # results is imported where a cell is changed (this module st
     from ddprobe.results import CellResult
 
 DETERMINISTIC_FLAG: Final = "--enable-deterministic-inference"
-# attention backends with SGLang's deterministic mode (docs: Deterministic Inference)
-DETERMINISTIC_BACKENDS: Final = frozenset({"flashinfer", "fa3", "triton"})
 TEXT_CAP: Final = 2000  # characters of each answer kept in the evidence
 WINDOW: Final = 40  # characters shown around the first difference
 
@@ -143,16 +143,21 @@ def side_of(cell: CellResult) -> Side:
                 graph, backend, tuple(cell.launch or ()))
 
 
-def determinism(graph: Side, eager: Side) -> tuple[bool | None, str]:
+def determinism(graph: Side, eager: Side, backends: Sequence[str] | None = None
+                ) -> tuple[bool | None, str]:
     """(decisive?, what is known): True when deterministic inference is on for both; None
-    when the backend has the mode but it is off; False when the backend has none."""
+    when the backend has the mode but it is off (or the host's list was not read); False when
+    the host's SGLang (`backends`: its deterministic backends, None: not read) has none for
+    the backend."""
     on = all(DETERMINISTIC_FLAG in s.argv for s in (graph, eager))
     backend = graph.backend or eager.backend
     if on:
         return True, f"{DETERMINISTIC_FLAG} is on: greedy output must not depend on graphs"
-    if backend and backend not in DETERMINISTIC_BACKENDS:
-        return False, (f"attention backend {backend} has no deterministic mode in SGLang: graph "
-                       "and eager may differ by floating-point reduction order alone")
+    if backend and backends is not None and backend not in backends:
+        have = ", ".join(backends) or "none"
+        return False, (f"attention backend {backend} has no deterministic mode in this SGLang "
+                       f"(its {DETERMINISTIC_FLAG} backends: {have}): graph and eager may "
+                       "differ by floating-point reduction order alone")
     b = backend or "the default backend (assumed to have one)"
     return None, (f"{DETERMINISTIC_FLAG} is off ({b}): greedy output can still differ by "
                   f"reduction order; re-run with --extra '{DETERMINISTIC_FLAG}' to make the "
@@ -193,7 +198,7 @@ def _order(d: Divergence) -> tuple[int, int, str]:
             d.char if d.char is not None else 1 << 30, d.task)
 
 
-def compare(graph: Side, eager: Side) -> Differential:
+def compare(graph: Side, eager: Side, *, backends: Sequence[str] | None = None) -> Differential:
     why_not = _not_comparable(graph, eager)
     if why_not is not None:
         return Differential(INCOMPARABLE, 0, note=why_not, graph_cell=graph.key,
@@ -207,7 +212,7 @@ def compare(graph: Side, eager: Side) -> Differential:
         if div is not None:
             out.append(div)
     out.sort(key=_order)
-    decisive, known = determinism(graph, eager)
+    decisive, known = determinism(graph, eager, backends)
     if not out:
         status, note = SAME, ""
     elif decisive is False:
@@ -218,10 +223,11 @@ def compare(graph: Side, eager: Side) -> Differential:
                         eager_cell=eager.key, tokens_compared=ntok)
 
 
-def apply(graph_cell: CellResult, eager_cell: CellResult) -> Differential:
+def apply(graph_cell: CellResult, eager_cell: CellResult, *,
+          backends: Sequence[str] | None = None) -> Differential:
     """Compare two kept cells and, on a decisive divergence, make the graph cell `garbage`
     (signature `garbage: graph-eager divergence`), in place. Returns the comparison."""
-    d = compare(side_of(graph_cell), side_of(eager_cell))
+    d = compare(side_of(graph_cell), side_of(eager_cell), backends=backends)
     eager_cell.differential = {"graph_cell": d.graph_cell, "status": d.status,
                                "summary": d.summary}
     mark_garbage(graph_cell, d)

@@ -203,6 +203,15 @@ def host_flags(r: Remote, host: Host, *, refresh: bool = False,
                       f"on the host: {e})")
 
 
+def deterministic_backends(r: Remote, host: Host, *, cache: FlagsCache | None = None
+                           ) -> tuple[str, ...] | None:
+    """The attention backends the host's SGLang supports --enable-deterministic-inference on,
+    from its source (None: the flags could not be read, or the list was not found)."""
+    flags, _ = host_flags(r, host, cache=cache)
+    return flags.deterministic.backends if flags is not None and flags.deterministic.flag \
+        else (() if flags is not None else None)
+
+
 def where(host: Host | None) -> dict[str, Any]:
     """path= and line= for a ConfigError about a host (from its inventory `source`)."""
     if host is None or ":" not in host.source:

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ddprobe.errors import RefusedError
+from ddprobe.sources.determinism import NONE, Determinism
 
 SERVER_ARGS = "srt/server_args.py"
 _NO_VALUE_ACTIONS = frozenset({"store_true", "BooleanOptionalAction", "store_false",
@@ -65,6 +66,8 @@ class FlagSet:
     package: str = ""
     version: str | None = None
     source: str = SERVER_ARGS
+    # its --enable-deterministic-inference and the backends that support it (determinism.py)
+    deterministic: Determinism = field(default=NONE, compare=False)
 
     def _index(self) -> dict[str, Flag]:
         idx: dict[str, Flag] = {}
@@ -161,7 +164,8 @@ class FlagSet:
 
     def to_dict(self) -> dict[str, Any]:
         return {"package": self.package, "version": self.version, "source": self.source,
-                "flags": [f.to_dict() for f in self.flags]}
+                "flags": [f.to_dict() for f in self.flags],
+                "deterministic": self.deterministic.to_dict()}
 
 
 def _take_values(argv: Sequence[str], i: int, nargs: str | None) -> tuple[list[str], int]:

@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ddprobe.errors import ConfigError, RefusedError
+from ddprobe.sources import determinism
 from ddprobe.sources.flags import SERVER_ARGS, Flag, FlagSet
 from ddprobe.sources.pyparse import UNPARSABLE, why
 
@@ -36,7 +37,9 @@ def parse_flags(texts: Mapping[str, str], *, package: str = "", version: str | N
                 if not (set(f.names) & seen):
                     flags.append(f)
                     seen.update(f.names)
-    return FlagSet(tuple(sorted(flags, key=lambda f: f.name)), package, version, SERVER_ARGS)
+    det = determinism.read(texts, flag=determinism.FLAG in seen, version=version)
+    return FlagSet(tuple(sorted(flags, key=lambda f: f.name)), package, version, SERVER_ARGS,
+                   det)
 
 
 def _module_consts(trees: Iterable[ast.Module]) -> dict[str, ast.expr]:

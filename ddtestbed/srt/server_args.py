@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from ..scenario import Scenario
 
 ATTENTION_BACKEND_CHOICES = ["triton", "flashinfer", "fa3", "torch_native"]
+# SGLang 0.5.4-0.5.11's list, where 0.5.11 keeps it (srt/server_args.py)
+DETERMINISTIC_ATTENTION_BACKEND_CHOICES = ["flashinfer", "fa3", "triton"]
 LOG_LEVELS = ["debug", "info", "warning", "error", "critical"]
 DEFAULT_SCENARIO = "seed"
 TIME_SCALE_ENV = "DDTESTBED_TIME_SCALE"
@@ -91,6 +93,19 @@ class ServerArgs:
         # (0.4.6.post5 .. 0.5.11 ServerArgs.__post_init__; 0.5.2x arg_groups/*_hook.py).
         self._handle_attention_backend()
         self._handle_speculative_decoding()
+        self._handle_deterministic_inference()
+
+    def _handle_deterministic_inference(self) -> None:
+        # as SGLang 0.5.11: a backend without the mode is refused (the default one too, once
+        # resolve_server_args has picked it)
+        if not self.enable_deterministic_inference:
+            return
+        if self.attention_backend is not None and \
+                self.attention_backend not in DETERMINISTIC_ATTENTION_BACKEND_CHOICES:
+            raise ValueError(
+                f"Currently only {DETERMINISTIC_ATTENTION_BACKEND_CHOICES} attention backends "
+                "are supported for deterministic inference, but you explicitly specified "
+                f"'{self.attention_backend}'.")
 
     def _handle_attention_backend(self) -> None:
         if self.attention_backend == "torch_native":
@@ -441,7 +456,10 @@ def resolve_server_args(args: ServerArgs, scenario: Scenario) -> None:
     args.tokenizer_path = args.tokenizer_path or args.model_path
     args.served_model_name = args.served_model_name or args.model_path
     args.context_length = args.context_length or scenario.model.context_len
+    # as 0.5.11: the default backend is picked first (its _handle_attention_backend_
+    # compatibility runs before _handle_deterministic_inference), then checked like a given one
     args.attention_backend = args.attention_backend or "triton"
+    args._handle_deterministic_inference()
     if args.mem_fraction_static is None:
         args.mem_fraction_static = scenario.server.mem_fraction_static
     if args.max_running_requests is None:

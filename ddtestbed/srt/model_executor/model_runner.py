@@ -148,7 +148,9 @@ class ModelRunner:
         # the draft tree ends (the bonus token), so acceptance is unchanged
         flip = self.scenario.defects.stale_scalar.every \
             if abs(self.verify_logit_scale - LIVE_LOGIT_SCALE) > 1e-6 else 0
-        nondet = self.scenario.defects.nondeterministic.every
+        # batch-invariant ops: one reduction order, every run (deterministic inference)
+        nondet = 0 if self.server_args.enable_deterministic_inference else \
+            self.scenario.defects.nondeterministic.every
         preds = []
         for req_rows, (temperature, seed), tree in zip(rows, forward_batch.sampling,
                                                        forward_batch.trees):
