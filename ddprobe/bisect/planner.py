@@ -433,16 +433,9 @@ class Planner:
         # its real cell runs without a cheap try (`_crash_prior`)
         extra = reversed(st.needed_frontier) if self.cheap_on else iter(st.needed_frontier)
         needed += [self.frontier_cell(st.row.budgets[i]) for i in extra]
+        needed += st.compare  # a divergence moves the frontier: before the search goes on
         need_idx, spec_idx = probes(st.row, k)
-        search = [self.frontier_cell(st.row.budgets[i]) for i in need_idx]
-        if self.cheap_on:
-            # by expected time to a decision: the search (often cheap cells, and every
-            # verdict waits for it; a new pass can make a comparison moot) before the
-            # comparisons (real-weight eager cells)
-            needed += search
-        else:
-            needed += st.compare  # a divergence moves the frontier: before the search goes on
-            needed += search
+        needed += [self.frontier_cell(st.row.budgets[i]) for i in need_idx]
         spec += [self.frontier_cell(st.row.budgets[i]) for i in spec_idx]
         # modes in budget order; a likely-decisive first step is speculated on last
         lad_spec: list[tuple[int, int, PlannedCell]] = []
@@ -454,10 +447,10 @@ class Planner:
             rank = 0 if lad.cls == "other" else 1
             lad_spec.extend((rank, n, c) for c in lad.speculative)
         if self.cheap_on:
-            # by expected time to a decision: the comparisons (every verdict above a pass
-            # waits for its comparison), then a cell a cheap run decides first (the modes are
-            # independent); ties keep the budget order
-            lad_needed = [*st.compare, *sorted(lad_needed, key=self._due_cost)]
+            # by expected time to a decision: a cell a cheap run decides goes first (the
+            # modes are independent; the comparisons ran before: every verdict above a pass
+            # waits for its comparison); ties keep the budget order
+            lad_needed.sort(key=self._due_cost)
         needed.extend(lad_needed)
         needed.extend(c for r in st.residuals for c in r.needed)  # what a cure leaves
         needed.extend(st.extras)
