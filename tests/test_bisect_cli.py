@@ -15,10 +15,15 @@ def test_plan_prints_the_procedure_and_restart_bounds(capsys: pytest.CaptureFixt
     assert main(["bisect", "--host", "testbed", "--budgets", "8,16,32,64", "--plan"]) == 0
     out = capsys.readouterr().out
     assert "first round: b64-graph" in out
-    # the worst single threshold (graph capture from the smallest budget: three restarted
-    # failing budgets, each with its own eager control, oversize straight at x16) costs a
-    # sweep: 7 real restarts and b64 tried cheap first (nothing known above it)
-    assert "the full sweep takes 8" in out and "at most 8 for one failure threshold" in out
+    # the worst single threshold (buffer sizing from the smallest budget: b64, b16, b8 cheap
+    # down to the frontier, b8's oversize cheap, what the cure leaves there (the cure with the
+    # real weights, eager, eager once more on a divergence), each budget above its own
+    # control) costs more than a sweep, which could not tell the modes apart
+    assert "the full sweep takes 8" in out and "at most 10 for one failure threshold" in out
+    assert "what a cure leaves: " in out
+    # the host's deterministic mode is not claimed before its flags are read (the preview is)
+    assert "has no --enable-deterministic-inference" not in out
+    assert "eager with --enable-deterministic-inference on triton" in out
     assert "assumed ok (not tested" in out
     # the plan's time from the cost model (no earlier cells of this host: defaults)
     assert "  time: about " in out and "default phase times" in out

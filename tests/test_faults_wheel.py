@@ -75,9 +75,10 @@ def test_readme_commands_from_a_wheel(installed: Path, tmp_path: Path) -> None:
     res = _ddprobe(installed, work, "bisect", "--host", "testbed", "--budgets", "8,16,32,64",
                    "--json", env=env)
     assert res.returncode == 1, res.stderr[-3000:]
-    kinds = {tuple(v["budgets"]): v["kind"] for v in json.loads(res.stdout)["verdicts"]}
-    assert kinds == {(8,): "ok", (16,): "buffer_sizing", (32,): "graph_capture",
-                     (64,): "buffer_sizing"}, kinds
+    kinds = [(tuple(v["budgets"]), v["kind"]) for v in json.loads(res.stdout)["verdicts"]]
+    # b64 carries two defects: the workspace, and once a smaller max bs cures it, b32's
+    assert kinds == [((8,), "ok"), ((16,), "buffer_sizing"), ((32,), "graph_capture"),
+                     ((64,), "buffer_sizing"), ((64,), "graph_capture")], kinds
 
     res = _ddprobe(installed, work, "bisect", "--host", "testbed", "--budgets", "8,16",
                    "--confirm-patch", "ddtestbed-custom-mask", env=env)

@@ -55,8 +55,10 @@ def test_verdict_list_is_numbered_from_one(tmp_path: Path) -> None:
     buf = io.StringIO()
     render_bisect(bisect_model(tmp_path, vs, [8, 16, 32, 64]), Console(file=buf, width=300))
     out = buf.getvalue()
+    # b64 carries two verdicts (the workspace, and once cured, b32's mode): 4 in all
     assert "\n1. b16: " in out and "\n2. b32: " in out and "\n3. b64: " in out
-    assert "4. " not in out and "garbage: garbage:" not in out
+    assert "\n4. b64: graph_capture " in out
+    assert "5. " not in out and "0. " not in out and "garbage: garbage:" not in out
 
 
 def test_a_hostile_server_log_is_escaped_and_bounded(tmp_path: Path) -> None:

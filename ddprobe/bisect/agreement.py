@@ -303,6 +303,9 @@ def which_side_line(opts: AgreementOptions) -> str:
     """How the plan decides which side of a divergence is wrong, and why."""
     if opts.decides_deterministically:
         return f"eager with {FLAG} on {opts.backend} ({opts.deterministic.where})"
+    if not opts.deterministic.known:
+        return (f"eager with {FLAG} where the host's SGLang has it for the cells' backend "
+                "(read from each host's flags), else the eager cell repeated")
     return f"the eager cell repeated ({opts.deterministic.why_not(opts.backend)})"
 
 

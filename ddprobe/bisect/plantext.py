@@ -44,6 +44,10 @@ def plan_lines(spec: BisectSpec, *, k: int = 1) -> list[str]:
         lines.append(f"     oversize suspects (x{spec.options.oversize_factor}, escalated to "
                      "cover the static shortfall or x16 when it does not cure): "
                      + ", ".join(f"{s.attr} ({s.where})" for s in spec.suspects))
+    lines.append("     what a cure leaves: a cure (oversize, smaller max bs) run cheap says only "
+                 "\"no crash\", so it runs again with the real weights at the mode's first "
+                 "budget; failing another way is a second defect (its own experiments), "
+                 "passing, it is compared with eager at that budget (one restart each)")
     if spec.options.confirm_patch:
         lines.append(f"  4. --confirm-patch {spec.options.confirm_patch}: each failing cell "
                      "again with the patch; kept if it fixes one")

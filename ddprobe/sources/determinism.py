@@ -43,6 +43,7 @@ class Determinism:
     backends: tuple[str, ...] | None  # the attention backends it supports (None: not read)
     where: str = ""  # file:line of the list
     version: str | None = None
+    known: bool = True  # False: the install's flags were not read (nothing is claimed)
 
     def supports(self, backend: str | None) -> bool:
         """Can a cell on `backend` (the server's resolved attention backend) run with the
@@ -52,6 +53,8 @@ class Determinism:
 
     def why_not(self, backend: str | None) -> str:
         v = f"SGLang {self.version}" if self.version else "the host's SGLang"
+        if not self.known:
+            return f"whether the host's SGLang has {FLAG} is read from its flags per host"
         if not self.flag:
             return f"{v} has no {FLAG} (added in 0.5.4)"
         if self.backends is None:
@@ -62,11 +65,13 @@ class Determinism:
                 f"not on {backend}")
 
     def to_dict(self) -> dict[str, object]:
-        return {"flag": self.flag, "backends": list(self.backends) if self.backends is not None
-                else None, "where": self.where, "version": self.version}
+        backends = list(self.backends) if self.backends is not None else None
+        return {"known": self.known, "flag": self.flag, "backends": backends,
+                "where": self.where, "version": self.version}
 
 
-NONE: Final = Determinism(False, None)
+# nothing read (no flags yet, or they could not be read): claims neither way
+NONE: Final = Determinism(False, None, known=False)
 
 
 def read(texts: Mapping[str, str], *, flag: bool, version: str | None = None) -> Determinism:
