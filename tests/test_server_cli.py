@@ -85,4 +85,14 @@ def test_no_wait_then_follow_logs(host: CliHost, capsys: pytest.CaptureFixture[s
     assert "started" in capsys.readouterr().out
     # --follow prints until the server exits (b64 dies in cuBLAS during capture)
     assert host.ddprobe("server", "logs", "-H", "gpu", "--follow") == ExitCode.OK
-    assert "Received sigquit" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "Received sigquit" in out and out.count("Received sigquit") == 1
+    # the server is gone now: --follow still prints its last lines, once, then returns (it
+    # used to start from the log's end read after the log: the crash lines written in between
+    # were lost)
+    assert host.ddprobe("server", "logs", "-H", "gpu", "--follow") == ExitCode.OK
+    again = capsys.readouterr().out
+    assert again.count("Received sigquit") == 1 and "CUBLAS_STATUS_EXECUTION_FAILED" in again
+    assert host.ddprobe("server", "logs", "-H", "gpu", "--follow", "--tail", "3") == ExitCode.OK
+    tail = capsys.readouterr().out
+    assert 1 <= len(tail.splitlines()) <= 3 and tail.count("Received sigquit") <= 1

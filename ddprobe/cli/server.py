@@ -153,14 +153,20 @@ def register(app: typer.Typer) -> None:
         h = common.one_host(host)
         with common.env().connect(h) as r:
             mgr = get_manager(r, h)
+            if follow and tail is None and since is None:
+                _follow(mgr, 0)  # the whole log, then what follows: one stream, nothing lost
+                return
             when = None if since is None else _host_now(r) - since
+            # where following starts is read before the log: a line written in between is
+            # printed twice rather than lost (the server's last lines are the ones that matter)
+            start = mgr.peek(0).offset if follow else 0
             text = mgr.logs(tail=tail, since=when)
             if as_json:  # host text: cleaned, as every JSON document ddprobe writes
                 common.emit_json({"host": h.name, "lines": text.splitlines()})
                 return
             _write(text)
             if follow:
-                _follow(mgr)
+                _follow(mgr, start)
 
 
 def _write(text: str) -> None:
@@ -170,8 +176,8 @@ def _write(text: str) -> None:
     sys.stdout.flush()
 
 
-def _follow(mgr: Manager) -> None:
-    off = mgr.peek(0).offset
+def _follow(mgr: Manager, off: int) -> None:
+    """Print the log from byte `off` until the server exits."""
     delay = 0.2
     while True:
         p = mgr.peek(off)
