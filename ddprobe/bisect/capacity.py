@@ -44,6 +44,16 @@ def infer(p: Planner, verdicts: list[Verdict], host: str | None) -> list[Verdict
     oks = [v for v in verdicts if v.kind == "ok"]
     if not oks:
         return verdicts
+    found, taken = _overflowing(p, oks, host)
+    if not taken:
+        return verdicts
+    return _moved_out(verdicts, oks, found, taken)
+
+
+def _overflowing(p: Planner, oks: Sequence[Verdict],
+                 host: str | None) -> tuple[list[Verdict], set[int]]:
+    """(a verdict per mode whose factors prove passing budgets overflowing, those budgets);
+    a budget memchecked is left to the latent check, one taken by a mode to it."""
     memchecked = {c.config.budget for c in p.cells.values() if c.purpose == "sanitize"}
     found: list[Verdict] = []
     taken: set[int] = set()
@@ -52,14 +62,23 @@ def infer(p: Planner, verdicts: list[Verdict], host: str | None) -> list[Verdict
         if got is None:
             continue
         s, big, f, cell = got
-        over = sorted(b for v in oks for b in v.budgets if b + 1 >= (big + 1) / f
+        over = sorted(b for b in _ok_budgets(oks) if b + 1 >= (big + 1) / f
                       and b not in memchecked and b not in taken)
         if not over:
             continue
         taken.update(over)
         found.append(_verdict(s, big, f, cell, over, host))
-    if not taken:
-        return verdicts
+    return found, taken
+
+
+def _ok_budgets(oks: Sequence[Verdict]) -> list[int]:
+    return [b for v in oks for b in v.budgets]
+
+
+def _moved_out(verdicts: list[Verdict], oks: Sequence[Verdict], found: list[Verdict],
+               taken: set[int]) -> list[Verdict]:
+    """The verdicts with `taken` left out of the oks (an emptied ok dropped), the keep advice
+    lowered to the largest tested budget left, and `found` after the leading ok."""
     for v in oks:
         v.budgets = [b for b in v.budgets if b not in taken]
     out = [v for v in verdicts if not (v.kind == "ok" and not v.budgets)]
