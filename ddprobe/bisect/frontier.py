@@ -108,27 +108,34 @@ def build_row(budgets: Sequence[int], obs: Mapping[int, Obs]) -> Row:
     bounds = [-1, *anchors]
     for lo, hi in zip(bounds, anchors, strict=False):
         between = tuple(i for i in untested if lo < i < hi)
-        lo_st = os_[lo].status if lo >= 0 else None
-        hi_o = os_[hi]
-        if hi_o.status == GOOD:
-            if lo_st == BAD and between:
-                gaps.append(Gap(lo, hi, between, "recovery"))
-            else:
-                assumed.extend(between)
-            continue
-        # hi is bad
-        if lo_st is None or lo_st == GOOD:
-            if between:
-                gaps.append(Gap(lo, hi, between, "frontier"))
-        elif os_[lo].mode == hi_o.mode:
-            for i in range(lo + 1, hi):
-                if os_[i].status in (UNTESTED, SKIP):
-                    inferred[i] = hi_o.mode or ""
-        elif between:
-            gaps.append(Gap(lo, hi, between, "boundary"))
+        _span(os_, lo, hi, between, gaps, inferred, assumed)
     order = {"frontier": 0, "top": 1, "boundary": 2, "recovery": 3}
     gaps.sort(key=lambda g: (order[g.why], g.lo))
     return Row(bs, os_, tuple(gaps), inferred, tuple(assumed))
+
+
+def _span(os_: Sequence[Obs], lo: int, hi: int, between: tuple[int, ...], gaps: list[Gap],
+          inferred: dict[int, str], assumed: list[int]) -> None:
+    """What the untested budgets `between` two anchors (lo -1: below the first) add: a gap to
+    search, failures inferred (both ends fail the same way) or passes assumed."""
+    lo_st = os_[lo].status if lo >= 0 else None
+    hi_o = os_[hi]
+    if hi_o.status == GOOD:
+        if lo_st == BAD and between:
+            gaps.append(Gap(lo, hi, between, "recovery"))
+        else:
+            assumed.extend(between)
+        return
+    # hi is bad
+    if lo_st is None or lo_st == GOOD:
+        if between:
+            gaps.append(Gap(lo, hi, between, "frontier"))
+    elif os_[lo].mode == hi_o.mode:
+        for i in range(lo + 1, hi):
+            if os_[i].status in (UNTESTED, SKIP):
+                inferred[i] = hi_o.mode or ""
+    elif between:
+        gaps.append(Gap(lo, hi, between, "boundary"))
 
 
 def probes(row: Row, k: int) -> tuple[list[int], list[int]]:
