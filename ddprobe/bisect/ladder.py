@@ -217,37 +217,61 @@ class _Cells:
 
 
 def _cells(li: LadderInput, cls: FailureClass) -> _Cells:
-    cfg, mode, label = li.config, li.mode, li.label
     notes: list[str] = []
-    E = PlannedCell(replace(cfg, graph=False), "eager", label)
+    E = PlannedCell(replace(li.config, graph=False), "eager", li.label)
     if cls == "preload":
         return _Cells(E, None, None, None, notes)
-    served = served_max_bs(li.failing)
-    bs, why = small_max_bs(served, li.small_max_bs)
+    M, M2 = _max_bs_cells(li, notes)
+    O, O2, spec2 = _oversize_cells(li)  # noqa: E741
+    return _Cells(E, M, O, O2, notes, spec2, M2)
+
+
+def _max_bs_cells(li: LadderInput,
+                  notes: list[str]) -> tuple[PlannedCell | None, PlannedCell | None]:
+    """(the smaller max bs, max bs 1 once the smaller one still failed); why a max bs is
+    not tried goes to `notes`."""
+    cfg, label = li.config, li.label
+    bs, why = small_max_bs(served_max_bs(li.failing), li.small_max_bs)
     if why:
         notes.append(why)
     M = PlannedCell(replace(cfg, max_bs=bs), "max_bs", label) if bs is not None else None
     M2 = None
     if M is not None and bs is not None and bs > 1 and \
-            cured(_m_obs(li, M), mode).status == BAD:
+            cured(_m_obs(li, M), li.mode).status == BAD:
         M2 = PlannedCell(replace(cfg, max_bs=1), "max_bs", label)
+    return M, M2
+
+
+def _oversize_cells(li: LadderInput) -> tuple[PlannedCell | None, PlannedCell | None,
+                                               PlannedCell | None]:
+    """(the oversize cell, its escalation once it still failed, the escalation to run in
+    parallel before its result is known)."""
+    cfg, label = li.config, li.label
     names = tuple(s.attr for s in li.suspects)
+    if not names:
+        return None, None, None
     tier1 = [s for s in li.suspects if s.tier == 1]
-    # when grep-buffers evaluated the shortfall and x factor would not cover it, start there
-    need = needed_factor(tier1, cfg.budget)
-    f1 = min(MAX_FACTOR, 1 << (need - 1).bit_length()) if need and need > li.factor else None
-    if li.escalate_first and names:
-        f1 = escalation(tier1, cfg.budget, f1 or li.factor) or f1
-    O = PlannedCell(cfg, "oversize", label, buffers=names, factor=f1) if names else None  # noqa: E741
-    O2 = spec2 = None
+    f1 = _first_factor(li, tier1)
+    O = PlannedCell(cfg, "oversize", label, buffers=names, factor=f1)  # noqa: E741
     f2 = escalation(tier1, cfg.budget, f1 or li.factor)
-    if O is not None and f2 is not None:
-        o = li.obs(O)
-        if o.status == BAD and cured(o, mode).status == BAD:
-            O2 = PlannedCell(cfg, "oversize", label, buffers=names, factor=f2)
-        elif not o.decided:  # worth running in parallel on a spare host
-            spec2 = PlannedCell(cfg, "oversize", label, buffers=names, factor=f2)
-    return _Cells(E, M, O, O2, notes, spec2, M2)
+    if f2 is None:
+        return O, None, None
+    o = li.obs(O)
+    if o.status == BAD and cured(o, li.mode).status == BAD:
+        return O, PlannedCell(cfg, "oversize", label, buffers=names, factor=f2), None
+    if not o.decided:  # worth running in parallel on a spare host
+        return O, None, PlannedCell(cfg, "oversize", label, buffers=names, factor=f2)
+    return O, None, None
+
+
+def _first_factor(li: LadderInput, tier1: list[Suspect]) -> int | None:
+    """The oversize cell's factor (None: the default): when grep-buffers evaluated the
+    shortfall and x factor would not cover it, start there."""
+    need = needed_factor(tier1, li.config.budget)
+    f1 = min(MAX_FACTOR, 1 << (need - 1).bit_length()) if need and need > li.factor else None
+    if li.escalate_first:  # (the cell has suspects)
+        f1 = escalation(tier1, li.config.budget, f1 or li.factor) or f1
+    return f1
 
 
 def _m_obs(li: LadderInput, M: PlannedCell | None) -> Obs:
