@@ -281,12 +281,19 @@ def apply(verdicts: list[Verdict], row: Row, base: Config, suspects: Sequence[Su
         {row.budgets[i] for i in inferred}
     if ok is not None:
         _fold_into_ok(verdicts, ok, row, t, js, removed)
+    out = _lowered(verdicts, ok, removed)
+    at = 1 if out and out[0].kind == "ok" else 0  # latent verdicts come right after the ok
+    return out[:at] + _found(js, inferred, row, t, suspects, obs, host) + out[at:]
+
+
+def _lowered(verdicts: list[Verdict], ok: Verdict | None, removed: set[int]) -> list[Verdict]:
+    """The verdicts but the emptied oks, the keep advice lowered below the `removed`
+    budgets (to the largest clean one left)."""
     out = [v for v in verdicts if not (v.kind == "ok" and not v.budgets)]
     if removed:
         clean = ok.budgets if ok is not None else []
         advice.lower_keep(out, removed, max(clean) if clean else None)
-    at = 1 if out and out[0].kind == "ok" else 0  # latent verdicts come right after the ok
-    return out[:at] + _found(js, inferred, row, t, suspects, obs, host) + out[at:]
+    return out
 
 
 def _found(js: Sequence[Judgement], inferred: Sequence[int], row: Row, t: Trigger,
