@@ -23,6 +23,29 @@ def plan_lines(spec: BisectSpec, *, k: int = 1) -> list[str]:
     lines = [f"plan: budgets {','.join(map(str, b))} with CUDA graphs"
              + (f", each cell x{rep} (--repeat)" if rep > 1 else "")
              + (f", {k} identical hosts per round (k-ary search)" if k > 1 else "")]
+    lines += _step_lines(spec)
+    lat = spec.options.latent
+    lines.append(latent.plan_line(lat, spec.suspects, b))
+    lines.append(agreement.plan_line(spec.options.agreement))
+    first = Planner(spec).next_cells(k)
+    lines.append("  first round: " + ", ".join(c.key for c in first))
+    est_spec = spec if spec.suspects else replace(spec, suspects=(_PLACEHOLDER,))
+    est_spec = replace(est_spec, options=replace(est_spec.options, confirm_patch=None,
+                                                 sanitize=False, repeat=1,
+                                                 latent=latent.LatentOptions()))
+    lines.append(_restarts_line(est_spec, k, rep))
+    lines.append(_time_line(est_spec, k, full=len(b) * rep))
+    if lat.enabled and lat.available:
+        n = latent.max_cells(spec.suspects, b)
+        lines.append(f"  plus the latent check: at most {n} memcheck cell(s), one restart "
+                     "each, when it is triggered (counted in the restarts reported)")
+    return lines
+
+
+def _step_lines(spec: BisectSpec) -> list[str]:
+    """The plan's steps: the search, the classification, the experiments per mode."""
+    b = spec.budgets
+    lines = []
     if spec.options.thorough:
         lines.append("  1. --thorough: every budget restarted with CUDA graphs (none assumed)")
     else:
@@ -48,6 +71,12 @@ def plan_lines(spec: BisectSpec, *, k: int = 1) -> list[str]:
                  "\"no crash\", so it runs again with the real weights at the mode's first "
                  "budget; failing another way is a second defect (its own experiments), "
                  "passing, it is compared with eager at that budget (one restart each)")
+    return lines + _option_lines(spec)
+
+
+def _option_lines(spec: BisectSpec) -> list[str]:
+    """The steps --confirm-patch and --sanitize add."""
+    lines = []
     if spec.options.confirm_patch:
         lines.append(f"  4. --confirm-patch {spec.options.confirm_patch}: each failing cell "
                      "again with the patch; kept if it fixes one")
@@ -55,30 +84,20 @@ def plan_lines(spec: BisectSpec, *, k: int = 1) -> list[str]:
         lines.append("     --sanitize: a compute-sanitizer cell per crash mode"
                      + ("" if spec.options.sanitize_available else
                         f" (not available: {spec.options.sanitize_note or 'no support'})"))
-    lat = spec.options.latent
-    lines.append(latent.plan_line(lat, spec.suspects, b))
-    lines.append(agreement.plan_line(spec.options.agreement))
-    first = Planner(spec).next_cells(k)
-    lines.append("  first round: " + ", ".join(c.key for c in first))
-    est_spec = spec if spec.suspects else replace(spec, suspects=(_PLACEHOLDER,))
-    est_spec = replace(est_spec, options=replace(est_spec.options, confirm_patch=None,
-                                                 sanitize=False, repeat=1,
-                                                 latent=latent.LatentOptions()))
+    return lines
+
+
+def _restarts_line(est_spec: BisectSpec, k: int, rep: int) -> str:
+    """The plan's restart counts (the bounds of `est_spec`, times the repeats)."""
     bd = bounds(est_spec, k=k)
     worst = max(v[0] for kk, v in bd.items() if kk != "none") * rep
     rounds = max(v[1] for kk, v in bd.items() if kk != "none")
-    full = len(b) * 2 * rep
+    full = len(est_spec.budgets) * 2 * rep
     per = ", ".join(f"{kk} {v[0] * rep}" for kk, v in bd.items() if kk != "none")
-    lines.append(f"  restarts: {bd['none'][0] * rep} if every budget passes; at most {worst} "
-                 f"for one failure threshold ({per})"
-                 + (f" in at most {rounds} rounds" if k > 1 else "")
-                 + f"; the full sweep takes {full}")
-    lines.append(_time_line(est_spec, k, full=len(b) * rep))
-    if lat.enabled and lat.available:
-        n = latent.max_cells(spec.suspects, b)
-        lines.append(f"  plus the latent check: at most {n} memcheck cell(s), one restart "
-                     "each, when it is triggered (counted in the restarts reported)")
-    return lines
+    return (f"  restarts: {bd['none'][0] * rep} if every budget passes; at most {worst} "
+            f"for one failure threshold ({per})"
+            + (f" in at most {rounds} rounds" if k > 1 else "")
+            + f"; the full sweep takes {full}")
 
 
 def minutes(seconds: float) -> str:
