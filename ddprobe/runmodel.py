@@ -375,8 +375,7 @@ def _budgets(rec: RunRecord) -> list[int]:
 def build_model(rec: RunRecord) -> RunModel:
     """Everything a renderer needs, computed once from the run record."""
     views = _views(rec)
-    hosts = list(dict.fromkeys([v.host for v in views]
-                               + [str(h) for h in rec.meta.get("hosts") or []]))
+    hosts = list(dict.fromkeys([v.host for v in views] + list(_strs(rec.meta.get("hosts")))))
     budgets = _budgets(rec)
     matrices = _matrices(views, hosts, budgets)
     end = rec.end or {}
@@ -391,19 +390,27 @@ def build_model(rec: RunRecord) -> RunModel:
         notes=tuple(rec.notes), accept_series=_series(matrices, "accept"),
         tok_series=_series(matrices, "tok_s"), disagreements=_disagreements(matrices),
         counts=tuple(sorted(Counter(v.outcome for v in views).items())),
-        argv=tuple(str(a) for a in rec.meta.get("argv") or ()), record=rec,
+        argv=_strs(rec.meta.get("argv")), record=rec,
         wall_s=_num(end.get("wall_s")), server_s=_num(end.get("server_s")),
         status=str(end.get("status") or ""), rounds=_int(end.get("rounds")),
         restarts_now=_int(end.get("restarts_this_invocation", used)),
         infra_errors=_int(end.get("infra_errors")), groups=_groups(rec),
-        disagreement_details=tuple(d for d in end.get("disagreement_details") or ()
-                                   if isinstance(d, dict)),
-        run_notes=tuple(str(n) for n in end.get("run_notes") or ()),
-        sweep_variants=tuple(str(v) for v in end.get("variants") or ()),
+        disagreement_details=_dicts(end.get("disagreement_details")),
+        run_notes=_strs(end.get("run_notes")), sweep_variants=_strs(end.get("variants")),
         sweep_rows=tuple(SweepRow(str(r.get("group", "")), _int(r.get("budget")),
                                   dict(r.get("entries") or {}))
-                         for r in end.get("rows") or () if isinstance(r, dict)),
+                         for r in _dicts(end.get("rows"))),
         smoke=_smoke(rec))
+
+
+def _strs(xs: Any) -> tuple[str, ...]:
+    """A journal's list as strings (missing or null: none)."""
+    return tuple(str(x) for x in xs or ())
+
+
+def _dicts(xs: Any) -> tuple[dict[str, Any], ...]:
+    """The objects of a journal's list (missing or null: none; other entries left out)."""
+    return tuple(x for x in xs or () if isinstance(x, dict))
 
 
 def load_model(run_dir: Path) -> RunModel:
