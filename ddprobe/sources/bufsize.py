@@ -62,6 +62,16 @@ class Resolved:
 
 
 
+
+def _module_const(name: str, const: ast.expr | None, notes: list[str]) -> ast.expr:
+    """A module constant's number (said in a note), else `name` as a symbol."""
+    if isinstance(const, ast.Constant) and isinstance(const.value, (int, float)) and not \
+            isinstance(const.value, bool):
+        notes.append(f"{name} = {const.value}  [module constant]")
+        return ast.Constant(const.value)
+    return _symbol(name)
+
+
 class Resolver:
     """Resolves names inside one module (one scan), following simple assignments.
 
@@ -129,20 +139,7 @@ class Resolver:
         assigns = [a for a in info.locals.get(name, []) if a.line < line] if info else []
         # keyed by line: `n = max(n, ...)` refers to the earlier n, not to itself
         if assigns and f"{name}@{assigns[-1].line}" not in seen:
-            a = assigns[-1]
-            cond = " (conditional)" if a.conditional else ""
-            sub: list[str] = [f"{name} = {_short(a.value)}  [line {a.line}]{cond}"]
-            if a.conditional and info is not None and name in info.params:
-                sub.append(self._call_sites_note(info, name))
-            out = self._sub(a.value, cls, func, a.line, depth + 1, sub,
-                            seen | {f"{name}@{a.line}"})
-            kept = self._keep(name, out, sub, notes)
-            if isinstance(kept, ast.Name) and kept.id == name and name in WEAK:
-                # an opaque value (`self._target_verify_num_tokens_per_req(spec_info)`, 0.5.2x)
-                # under a sizing name: the name's meaning, said in a note
-                notes.append(f"{name} = {_short(a.value)}  [line {a.line}]")
-                return self._vocab(name, name, notes, cls=cls, func=func)
-            return kept
+            return self._local(name, assigns[-1], info, cls, func, depth, notes, seen)
         if info is not None and name in info.params:
             passed = self._from_callers(info, name, depth, notes, seen)
             if passed is not None:
@@ -150,12 +147,24 @@ class Resolver:
             return self._vocab(name, name, notes, param=True, cls=cls, func=func)
         if name in STRONG or name in WEAK:
             return self._vocab(name, name, notes, cls=cls, func=func)
-        const = self.scan.module_consts.get(name)
-        if isinstance(const, ast.Constant) and isinstance(const.value, (int, float)) and not \
-                isinstance(const.value, bool):
-            notes.append(f"{name} = {const.value}  [module constant]")
-            return ast.Constant(const.value)
-        return _symbol(name)
+        return _module_const(name, self.scan.module_consts.get(name), notes)
+
+    def _local(self, name: str, a: Assignment, info: FuncInfo | None, cls: str | None,
+               func: str | None, depth: int, notes: list[str],
+               seen: frozenset[str]) -> ast.expr:
+        """A local `name` by its last assignment `a` before the use."""
+        cond = " (conditional)" if a.conditional else ""
+        sub: list[str] = [f"{name} = {_short(a.value)}  [line {a.line}]{cond}"]
+        if a.conditional and info is not None and name in info.params:
+            sub.append(self._call_sites_note(info, name))
+        out = self._sub(a.value, cls, func, a.line, depth + 1, sub, seen | {f"{name}@{a.line}"})
+        kept = self._keep(name, out, sub, notes)
+        if isinstance(kept, ast.Name) and kept.id == name and name in WEAK:
+            # an opaque value (`self._target_verify_num_tokens_per_req(spec_info)`, 0.5.2x)
+            # under a sizing name: the name's meaning, said in a note
+            notes.append(f"{name} = {_short(a.value)}  [line {a.line}]")
+            return self._vocab(name, name, notes, cls=cls, func=func)
+        return kept
 
     def _attr(self, node: ast.Attribute, cls: str | None, func: str | None, line: int,
               depth: int, notes: list[str], seen: frozenset[str]) -> ast.expr:
