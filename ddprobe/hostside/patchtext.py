@@ -151,6 +151,45 @@ def parse_patch(text: str, source: str = "<patch>", default_id: str = "") -> Pat
     lines = text.split("\n")
     if lines and lines[-1] == "":
         lines.pop()
+    header, i = _parse_header(lines, source)
+    files: List[FilePatch] = []
+    while i < len(lines):
+        ln = lines[i]
+        if ln.startswith(_GIT_LINES):
+            if ln.startswith(("new file mode", "deleted file mode", "rename ")):
+                raise PatchTextError("creating, deleting or renaming files is not supported",
+                                     source=source, line=i + 1)
+            i += 1
+            continue
+        if not ln.strip():
+            i += 1
+            continue
+        fp, i = _parse_file(lines, i, source)
+        if any(f.path == fp.path for f in files):
+            raise PatchTextError(f"{fp.path} appears twice in the patch", source=source, line=i)
+        files.append(fp)
+    if not files:
+        raise PatchTextError("no diff found (expected '--- a/<path>' / '+++ b/<path>' / '@@' "
+                             "lines)", source=source)
+    meta = dict(header)
+    pid = meta.get("id") or default_id
+    if not pid or not _ID_RE.match(pid):
+        raise PatchTextError(f"missing or invalid patch id {pid!r} (header '# id: <name>')",
+                             source=source, line=1)
+    versions = tuple(v.strip() for v in re.split(r"[,\s]+", meta.get("versions", "")) if v.strip())
+    return Patch(id=pid, files=tuple(files), description=meta.get("description", ""),
+                 package=meta.get("package") or None, versions=versions,
+                 original_sha256=_shas(header, source), header=tuple(header), source=source,
+                 text=text)
+
+
+# git's extended header lines, between a `diff` line and the `---` line
+_GIT_LINES = ("diff ", "index ", "new file mode", "deleted file mode", "old mode", "new mode",
+              "similarity", "rename ")
+
+
+def _parse_header(lines: Sequence[str], source: str) -> Tuple[List[Tuple[str, str]], int]:
+    """The `# key: value` lines before the diff (key lowercased), and where the diff starts."""
     header: List[Tuple[str, str]] = []
     i = 0
     while i < len(lines) and not lines[i].startswith(("--- ", "diff ")):
@@ -163,53 +202,40 @@ def parse_patch(text: str, source: str = "<patch>", default_id: str = "") -> Pat
             raise PatchTextError(f"unexpected text before the diff: {ln[:60]!r} (header lines "
                                  "start with '# key: value')", source=source, line=i + 1)
         i += 1
-    files: List[FilePatch] = []
-    while i < len(lines):
-        ln = lines[i]
-        if ln.startswith(("diff ", "index ", "new file mode", "deleted file mode",
-                          "old mode", "new mode", "similarity", "rename ")):
-            if ln.startswith(("new file mode", "deleted file mode", "rename ")):
-                raise PatchTextError("creating, deleting or renaming files is not supported",
-                                     source=source, line=i + 1)
-            i += 1
-            continue
-        if not ln.strip():
-            i += 1
-            continue
-        if not ln.startswith("--- "):
-            raise PatchTextError(f"expected a '--- a/<path>' line, found {ln[:60]!r}",
-                                 source=source, line=i + 1)
-        old = _clean_path(ln[4:], source, i + 1)
-        if i + 1 >= len(lines) or not lines[i + 1].startswith("+++ "):
-            raise PatchTextError("a '--- ' line must be followed by a '+++ ' line",
-                                 source=source, line=i + 1)
-        new = _clean_path(lines[i + 1][4:], source, i + 2)
-        if old is None or new is None:
-            raise PatchTextError("creating or deleting files (/dev/null) is not supported",
-                                 source=source, line=i + 1)
-        if old != new:
-            raise PatchTextError(f"renames are not supported ({old} -> {new})", source=source,
-                                 line=i + 1)
-        i += 2
-        hunks: List[Hunk] = []
-        while i < len(lines) and lines[i].startswith("@@"):
-            hunk, i = _parse_hunk(lines, i, len(hunks) + 1, source, old)
-            hunks.append(hunk)
-        if not hunks:
-            raise PatchTextError(f"{old}: no hunks after the file header", source=source,
-                                 line=i + 1)
-        if any(f.path == old for f in files):
-            raise PatchTextError(f"{old} appears twice in the patch", source=source, line=i)
-        files.append(FilePatch(old, tuple(hunks)))
-    if not files:
-        raise PatchTextError("no diff found (expected '--- a/<path>' / '+++ b/<path>' / '@@' "
-                             "lines)", source=source)
-    meta = dict(header)
-    pid = meta.get("id") or default_id
-    if not pid or not _ID_RE.match(pid):
-        raise PatchTextError(f"missing or invalid patch id {pid!r} (header '# id: <name>')",
-                             source=source, line=1)
-    versions = tuple(v.strip() for v in re.split(r"[,\s]+", meta.get("versions", "")) if v.strip())
+    return header, i
+
+
+def _parse_file(lines: Sequence[str], i: int, source: str) -> Tuple[FilePatch, int]:
+    """The file patch whose `---` line is lines[i] (its `+++` line, its hunks), and the index
+    after it."""
+    ln = lines[i]
+    if not ln.startswith("--- "):
+        raise PatchTextError(f"expected a '--- a/<path>' line, found {ln[:60]!r}",
+                             source=source, line=i + 1)
+    old = _clean_path(ln[4:], source, i + 1)
+    if i + 1 >= len(lines) or not lines[i + 1].startswith("+++ "):
+        raise PatchTextError("a '--- ' line must be followed by a '+++ ' line",
+                             source=source, line=i + 1)
+    new = _clean_path(lines[i + 1][4:], source, i + 2)
+    if old is None or new is None:
+        raise PatchTextError("creating or deleting files (/dev/null) is not supported",
+                             source=source, line=i + 1)
+    if old != new:
+        raise PatchTextError(f"renames are not supported ({old} -> {new})", source=source,
+                             line=i + 1)
+    i += 2
+    hunks: List[Hunk] = []
+    while i < len(lines) and lines[i].startswith("@@"):
+        hunk, i = _parse_hunk(lines, i, len(hunks) + 1, source, old)
+        hunks.append(hunk)
+    if not hunks:
+        raise PatchTextError(f"{old}: no hunks after the file header", source=source,
+                             line=i + 1)
+    return FilePatch(old, tuple(hunks)), i
+
+
+def _shas(header: Sequence[Tuple[str, str]], source: str) -> Tuple[Tuple[str, str], ...]:
+    """The `# sha256: <path> <hex>` headers, as (path, hex)."""
     shas: List[Tuple[str, str]] = []
     for k, v in header:
         if k == "sha256":
@@ -218,9 +244,7 @@ def parse_patch(text: str, source: str = "<patch>", default_id: str = "") -> Pat
                 raise PatchTextError(f"bad sha256 header {v!r} (want '# sha256: <path> <hex>')",
                                      source=source)
             shas.append((parts[0], parts[1]))
-    return Patch(id=pid, files=tuple(files), description=meta.get("description", ""),
-                 package=meta.get("package") or None, versions=versions,
-                 original_sha256=tuple(shas), header=tuple(header), source=source, text=text)
+    return tuple(shas)
 
 
 def _parse_hunk(lines: Sequence[str], i: int, number: int, source: str, path: str
