@@ -535,27 +535,32 @@ def bound(p: Planner) -> int:
     left += len(getattr(st, "needed_frontier", ())) * (2 + full)
     left += sum(len(mp.pending) for mp in getattr(st, "modes", ()))
     left += sum(1 for o in st.row.obs if o.status == "pending")
-    started = set()
+    left += _ladders_left(p, st, naming, extra)
+    left += sum(RESIDUAL for r in st.residuals if not r.done)
+    left += sum(1 for c in st.extras if not p.obs(c).decided)
+    left += _latent_left(p, st)
+    started = {lad.mode for lad in st.ladders}
+    left += full * sum(1 for m in st.row.modes() if m not in started)
+    left += _compare_left(p, st, full)
+    return left * opts.repeat
+
+
+def _ladders_left(p: Planner, st: PlanState, naming: int, extra: int) -> int:
+    """The started ladders' cells left: an undecided one's steps (and their escalations), a
+    decided one's naming of the buffer and what its cure leaves."""
+    left = 0
     for lad in st.ladders:
-        started.add(lad.mode)
         if lad.decision is None:
-            steps = [s for s in lad.order if s in lad.cells
-                     and not p.obs(lad.cells[s]).decided]
+            steps = [s for s in lad.order if s in lad.cells and not p.obs(lad.cells[s]).decided]
             left += len(steps) + extra + RESIDUAL
             if "O" in steps:
                 left += naming + 1  # + its escalation (O2) when x factor does not cure
             if "M" in steps:
                 left += 1  # + its escalation (M2, bs 1) when a quarter does not cure
-        else:
-            if lad.needed:  # still naming the buffer, then what the cure leaves
-                left += math.ceil(math.log2(max(2, len(lad.naming))))
-                left += RESIDUAL if lad.decision.kind == "buffer_sizing" else 0
-    left += sum(RESIDUAL for r in st.residuals if not r.done)
-    left += sum(1 for c in st.extras if not p.obs(c).decided)
-    left += _latent_left(p, st)
-    left += full * sum(1 for m in st.row.modes() if m not in started)
-    left += _compare_left(p, st, full)
-    return left * opts.repeat
+        elif lad.needed:  # still naming the buffer, then what the cure leaves
+            left += math.ceil(math.log2(max(2, len(lad.naming))))
+            left += RESIDUAL if lad.decision.kind == "buffer_sizing" else 0
+    return left
 
 
 def _compare_left(p: Planner, st: PlanState, full: int) -> int:
