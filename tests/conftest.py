@@ -172,11 +172,11 @@ def start_sshd(d: Path, alias: str, client_key: Path | None = None, *, extra: st
         try:
             _wait_ready(port, proc)
             break
-        except (RuntimeError, TimeoutError):
+        except (RuntimeError, TimeoutError) as e:
             proc.kill()
             proc.wait()
             if attempt == 4:
-                raise RuntimeError("sshd failed to start:\n" + log.read_text()[-4000:])
+                raise RuntimeError("sshd failed to start:\n" + log.read_text()[-4000:]) from e
     assert proc is not None
     typ, b64 = (d / "host_ed25519.pub").read_text().split()[:2]
     kh = d / "known_hosts"
@@ -324,7 +324,8 @@ def _make_sglang_venv(version: str) -> Path:
 
 
 def _site_packages(py: Path) -> Path:
-    out = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+    out = subprocess.run([str(py), "-c",
+                          "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                          capture_output=True, text=True, check=True).stdout.strip()
     return Path(out)
 

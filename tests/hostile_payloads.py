@@ -41,7 +41,8 @@ class Canaries:
         (ssh / "id_ed25519").write_text(f"-----BEGIN OPENSSH PRIVATE KEY-----\n{self.key}\n")
         cfg = self.home / ".config" / "ddprobe"
         cfg.mkdir(parents=True, exist_ok=True)
-        (cfg / "hosts.yaml").write_text(f"hosts:\n  b300:\n    env: {{HF_TOKEN: {self.inv_secret}}}\n")
+        (cfg / "hosts.yaml").write_text(
+            f"hosts:\n  b300:\n    env: {{HF_TOKEN: {self.inv_secret}}}\n")
         if owner is not None:
             for p in [self.home, *self.home.rglob("*")]:
                 os.chown(p, owner, owner)

@@ -24,6 +24,7 @@ import argparse
 import asyncio
 import gzip
 import json
+import subprocess
 import sys
 
 CHUNK = 1 << 20
@@ -147,10 +148,9 @@ if __name__ == "__main__":
 
 
 def start(mode: str, *, size: int | None = None, answer: str | None = None,
-          tmp: str | None = None) -> tuple["subprocess.Popen[str]", str]:
+          tmp: str | None = None) -> tuple[subprocess.Popen[str], str]:
     """Start the server as its own process; (process, base URL). Stop it with `stop`."""
     import os
-    import subprocess
     import tempfile
     argv = [sys.executable, os.path.abspath(__file__), "--mode", mode]
     if size is not None:
@@ -169,6 +169,6 @@ def start(mode: str, *, size: int | None = None, answer: str | None = None,
     return proc, f"http://127.0.0.1:{line[1]}"
 
 
-def stop(proc: "subprocess.Popen[str]") -> None:
+def stop(proc: subprocess.Popen[str]) -> None:
     proc.kill()
     proc.wait(timeout=10)

@@ -93,8 +93,9 @@ def sglang_args_python(version: str) -> Path:
     """A small venv holding the REAL SGLang `version` that runs its own parser: the wheel and
     the few modules args_extra names installed --no-deps, over the 0.5.11 runtime venv's
     site-packages (torch 2.14.1, numpy, transformers...), which a .pth file appends to sys.path
-    after its own, so this venv's sglang is the one imported. 0.5.21 pins torch 2.13.0 and 0.5.22/0.5.23 pin
-    2.14.1; the parser does not call torch, it only imports it (named in the test)."""
+    after its own, so this venv's sglang is the one imported. 0.5.21 pins torch 2.13.0 and
+    0.5.22/0.5.23 pin 2.14.1; the parser does not call torch, it only imports it (named in the
+    test)."""
     runtime = sglang_runtime_python()
     from conftest import CACHE, _wheel
     venv = CACHE / "venvs" / f"sglang-{version}-args"

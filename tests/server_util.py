@@ -36,11 +36,12 @@ def tb_env(prefix: Path, *, scale: str = TIME_SCALE,
 
 def tb_server(port: int, workdir: Path, *, scenario: str = "seed",
                    **kw: object) -> ServerSettings:
-    fields: dict[str, object] = dict(
-        port=port, model_path="ddtestbed/tiny-coder", algorithm="DDTREE", budget_flag="ddtree",
-        draft_model_path="ddtestbed/tiny-drafter", budget=8, max_bs=64,
-        args=("--testbed-scenario", scenario), workdir=str(workdir), health_timeout=30.0,
-        stop_timeout=5.0)
+    fields: dict[str, object] = {
+        "port": port, "model_path": "ddtestbed/tiny-coder", "algorithm": "DDTREE",
+        "budget_flag": "ddtree",
+        "draft_model_path": "ddtestbed/tiny-drafter", "budget": 8, "max_bs": 64,
+        "args": ("--testbed-scenario", scenario), "workdir": str(workdir), "health_timeout": 30.0,
+        "stop_timeout": 5.0}
     fields.update(kw)
     return ServerSettings(**fields)  # type: ignore[arg-type]
 

@@ -47,9 +47,10 @@ def _drive(spec: BisectSpec, oracle, k: int = 1) -> tuple[list[int], list[int]]:
 
 def _check(shown: list[int], after: list[int], k: int = 1) -> None:
     assert shown[-1] == 0 and after[-1] == 0
-    assert all(a >= b for a, b in zip(shown, shown[1:])), f"counter rose: {shown}"
+    assert all(a >= b for a, b in zip(shown, shown[1:], strict=False)), f"counter rose: {shown}"
     if k == 1:  # speculative cells of parallel hosts are extra work beyond the worst case
-        assert all(s >= a for s, a in zip(shown, after)), f"counter below truth: {shown} {after}"
+        assert all(s >= a for s, a in zip(shown, after, strict=False)), \
+            f"counter below truth: {shown} {after}"
     assert shown[0] > 0
 
 
@@ -83,7 +84,7 @@ def test_repeats_and_a_flaky_cell() -> None:
                 return CellResult("h", c.config, Outcome.OK, timings={"restart": 1.0})
         return r
     shown, after = _drive(s, flaky)
-    assert shown[-1] == 0 and all(a >= b for a, b in zip(shown, shown[1:]))
+    assert shown[-1] == 0 and all(a >= b for a, b in zip(shown, shown[1:], strict=False))
 
 
 def test_confirm_patch_and_infrastructure_skips() -> None:
@@ -94,7 +95,7 @@ def test_confirm_patch_and_infrastructure_skips() -> None:
             return CellResult("h", c.config, Outcome.ERROR, error="ssh dropped")
         return seed(c)
     shown, _ = _drive(s, skips)
-    assert shown[-1] == 0 and all(a >= b for a, b in zip(shown, shown[1:]))
+    assert shown[-1] == 0 and all(a >= b for a, b in zip(shown, shown[1:], strict=False))
 
 
 def test_four_hosts_counter_never_rises() -> None:

@@ -38,8 +38,8 @@ def seed_run(tmp_path_factory: pytest.TempPathFactory) -> dict:
     os.environ["DDPROBE_RUNS"] = str(runs)
     os.environ.pop("DDTESTBED_SCENARIO", None)
     try:
-        import io
         import contextlib
+        import io
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
             # the manual mode plans neither cheap cells nor graph-vs-eager comparisons: the
@@ -106,7 +106,7 @@ def test_manual_mode_reaches_the_automatic_verdicts_on_the_seed(
     assert doc["done"] and asked == auto_order
     code, _ = _json(capsys, "bisect", "next", "--json")
     assert code == int(ExitCode.FAILED)
-    assert all(a >= b for a, b in zip(left, left[1:])) and left[-1] == 0
+    assert all(a >= b for a, b in zip(left, left[1:], strict=False)) and left[-1] == 0
     assert _verdicts(doc["verdicts"]) == _verdicts(seed_run["verdicts"])
     # visualize shows every budget; reset ends the session
     assert main(["bisect", "visualize"]) == 0
@@ -189,6 +189,7 @@ def test_reports_of_the_seed_run_carry_each_failing_cells_evidence(seed_run: dic
     the server's effective config and a bounded excerpt of its own server log; verdicts link
     to the cells they cite and the cells link back. Text glitches of issue 16 are gone."""
     import re as _re
+
     from ddprobe.report.html import render_html
     from ddprobe.report.markdown import render_markdown
     rec = seed_run["record"]
@@ -196,7 +197,7 @@ def test_reports_of_the_seed_run_carry_each_failing_cells_evidence(seed_run: dic
     html = render_html(build_model(rec))
     failing = [(i, c) for i, c in enumerate(rec.cells, 1) if c.outcome.value != "ok"]
     assert len(failing) >= 4
-    for i, c in failing:
+    for i, _c in failing:
         sect = md.split(f'<a id="cell-{i}"></a>', 1)[1].split('<a id="cell-', 1)[0]
         assert "- launch: `" in sect and "--port" in sect
         assert "- effective config (from " in sect
@@ -234,7 +235,7 @@ def test_readme_expected_output_is_what_the_seed_bisect_prints(seed_run: dict) -
         got.append(cells)
     want = seed_run["verdicts"]
     assert len(got) == len(want)
-    for (b, kind, what, decided, conf), v in zip(got, want):
+    for (b, kind, what, decided, conf), v in zip(got, want, strict=False):
         assert b == ",".join(map(str, v["budgets"]))
         assert (kind, decided, conf) == (v["label"] if "label" in v else v["kind"],
                                          v["decided_by"], v["confidence"]), b

@@ -131,7 +131,8 @@ def test_kernel_scenario_is_a_kernel_verdict(sshd: object, tmp_path: Path, runs:
 
 
 def test_late_threshold_names_the_buffer_and_a_confirmed_patch_is_kept(
-        ssh_opts, sshd: object, tmp_path: Path, runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        ssh_opts, sshd: object, tmp_path: Path, runs: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
     site = Site(sshd, tmp_path, scenario="late")
     inv = write_inventory(tmp_path, site)
     code, doc = bisect_json(capsys, inv, sshd.ssh_config, "--host", "gpu",  # type: ignore[attr-defined]

@@ -42,7 +42,7 @@ def test_help_page_has_an_example_and_no_type_labels(path: str,
         f"`ddprobe {path}` has no example: add one to its docstring or to EXAMPLES in " \
         f"ddprobe/cli/helpdoc.py\n{page}"
     assert not LABEL.search(page), LABEL.search(page)
-    cmd = dict((" ".join(p), c) for p, c in walk(cli_tree()))[path]
+    cmd = {" ".join(p): c for p, c in walk(cli_tree())}[path]
     for p in cmd.params:
         if getattr(p, "param_type_name", "") == "option" and not p.hidden:
             assert p.help, f"{path}: option {long_name(p)} has no help"

@@ -129,9 +129,10 @@ def prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _stale_host(prefix: Path, tmp: Path):  # type: ignore[no-untyped-def]
-    from ddprobe.inventory import Host
     from server_util import tb_env, tb_server
     from testbed_util import free_port
+
+    from ddprobe.inventory import Host
     env = dict(tb_env(prefix))
     env["DDTESTBED_DEVICE"] = "cpu"
     return Host(name="stale", host="localhost", python=__import__("sys").executable,
@@ -143,7 +144,8 @@ TASKS = ("fizzbuzz", "caesar_cipher", "is_palindrome", "binary_search")
 
 
 @pytest.mark.parametrize("budget", [8, 16])
-def test_stale_scenario_on_the_cpu_testbed(ssh_opts, prefix: Path, tmp_path: Path, budget: int) -> None:
+def test_stale_scenario_on_the_cpu_testbed(ssh_opts, prefix: Path, tmp_path: Path,
+                                           budget: int) -> None:
     from ddprobe.cell.differential import run_differential
     from ddprobe.cell.experiment import ProbeOptions
     from ddprobe.remote import connect

@@ -22,9 +22,8 @@ from server_util import TASKS, reap, tb_env, tb_server
 from testbed_util import free_port
 
 from ddprobe import remote
-from ddprobe.effective import (EffectiveConfig, captured_bs, describe, from_log,
-                               from_server_args)
 from ddprobe.cell.experiment import ProbeOptions, run_cell
+from ddprobe.effective import EffectiveConfig, captured_bs, describe, from_log, from_server_args
 from ddprobe.inventory import Host
 from ddprobe.results import CellResult, Config, Outcome
 

@@ -17,7 +17,8 @@ from ddprobe.bisect.verdicts import build_verdicts, exit_code
 from ddprobe.results import CellResult, Config, Outcome, Signature
 
 MASK = Suspect("cuda_graph_custom_mask", "srt/layers/attention/triton_backend.py", 118,
-               "(max_num_tokens * self.max_context_len,)", "TritonAttnBackend.init_cuda_graph_state",
+               "(max_num_tokens * self.max_context_len,)",
+               "TritonAttnBackend.init_cuda_graph_state",
                ("fixed-size-growing-use",), 1)
 SEQ_LENS = Suspect("seq_lens", "srt/model_executor/cuda_graph_runner.py", 85, "(self.max_bs,)",
                    "CudaGraphRunner.__init__", (), 2,

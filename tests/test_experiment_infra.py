@@ -17,9 +17,9 @@ from server_util import TASKS, CliHost, procs_with, reap, tb_env, tb_server
 from testbed_util import free_port
 
 from ddprobe import remote
+from ddprobe.cell.experiment import CellReporter, ProbeOptions, run_cell
 from ddprobe.cli import main
 from ddprobe.exitcodes import ExitCode
-from ddprobe.cell.experiment import CellReporter, ProbeOptions, run_cell
 from ddprobe.inventory import Host
 from ddprobe.results import Config, Outcome
 from ddprobe.server import get_manager

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -32,7 +31,8 @@ def test_facts_find_sglang_without_importing_it(ssh_opts, make_host, sglang_venv
 
 
 
-def test_facts_name_the_kernel_package_by_both_distribution_names(ssh_opts, make_host, sglang_venv, tmp_path):
+def test_facts_name_the_kernel_package_by_both_distribution_names(ssh_opts, make_host,
+                                                                   sglang_venv, tmp_path):
     """SGLang 0.5.11 depends on `sglang-kernel` (0.4.x; earlier releases on `sgl-kernel`): on the
     H200 facts listed torch, triton, sglang, transformers and no kernel package at all."""
     py = sglang_venv("0.5.10")

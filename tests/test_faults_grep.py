@@ -27,13 +27,13 @@ from ddprobe.sources.grep import grep
 pytestmark = pytest.mark.ssh
 
 CASES = [
-    dict(pattern="cuda_graph_custom_mask", subdir="srt/layers", context=2),
-    dict(pattern="self.cuda_graph_custom_mask = torch.zeros(", fixed=True,
-         subdir="srt/layers/attention"),
-    dict(pattern="CUDA_GRAPH_CUSTOM_MASK", ignore_case=True, include=["*backend.py"],
-         subdir="srt/layers/attention"),
-    dict(pattern=r"max_bs\s*=\s*\w+\.req_to_token_pool\.size(\s*\*\s*\w+)?$", subdir="srt"),
-    dict(pattern=r"\(\d+,\s*\d+\)", subdir="srt/layers/attention", include=["*.py"]),
+    {"pattern": "cuda_graph_custom_mask", "subdir": "srt/layers", "context": 2},
+    {"pattern": "self.cuda_graph_custom_mask = torch.zeros(", "fixed": True,
+         "subdir": "srt/layers/attention"},
+    {"pattern": "CUDA_GRAPH_CUSTOM_MASK", "ignore_case": True, "include": ["*backend.py"],
+         "subdir": "srt/layers/attention"},
+    {"pattern": r"max_bs\s*=\s*\w+\.req_to_token_pool\.size(\s*\*\s*\w+)?$", "subdir": "srt"},
+    {"pattern": r"\(\d+,\s*\d+\)", "subdir": "srt/layers/attention", "include": ["*.py"]},
 ]
 
 

@@ -10,7 +10,6 @@ hosts running cells at once (it must not wait for the cells to finish).
 """
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess

@@ -44,7 +44,7 @@ def test_one_locked_host_leaves_the_others_unlocked(sshd, sshd2, tmp_path: Path,
     assert f"{locked} is locked by" in err
     assert not (other.workdir / "lock").exists(), "the other host was left locked"
     assert lock.read_text() == before  # the other run's lock is not touched
-    left = [p for p in runs.iterdir()] if runs.is_dir() else []
+    left = list(runs.iterdir()) if runs.is_dir() else []
     assert left == [], f"a run that never started was left to resume: {left}"
 
 

@@ -27,7 +27,7 @@ from ddprobe.exitcodes import ExitCode
 from ddprobe.sources.buffers import SizingParams
 from ddprobe.sources.fetch import grep_buffers
 from ddprobe.sources.oversize import make_oversize_patch
-from ddprobe.sources.patches import apply_patch, applied_ids, load_patch, patch_status
+from ddprobe.sources.patches import applied_ids, apply_patch, patch_status
 
 pytestmark = pytest.mark.ssh
 TRITON = "srt/layers/attention/triton_backend.py"
@@ -150,8 +150,9 @@ def test_advice_after_a_killed_apply_works_for_a_patch_file(sshd, tmp_path: Path
     # the ledger entry an apply killed before it recorded its end leaves ("applying")
     from ddprobe.sources.patches import PAUSE_ENV
     env = dict(os.environ, **{PAUSE_ENV: "30"})
-    from bisect_util import REPO
     import sys
+
+    from bisect_util import REPO
     proc = subprocess.Popen([sys.executable, "-m", "ddprobe", "-i", str(inv), "--ssh-config",
                              str(sshd.ssh_config), "patch", "apply", str(pf), "--host", "gpu"],
                             env=dict(env, PYTHONPATH=str(REPO)), stdout=subprocess.PIPE,
@@ -171,7 +172,7 @@ def test_advice_after_a_killed_apply_works_for_a_patch_file(sshd, tmp_path: Path
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == int(ExitCode.PATCH), err
     assert "ddprobe patch status --host gpu" in err, err
-    code = ddprobe(inv, sshd.ssh_config, "patch", "status", "--host", "gpu")
+    ddprobe(inv, sshd.ssh_config, "patch", "status", "--host", "gpu")
     text = " ".join(capsys.readouterr().out.split())
     assert str(pf) in text, text
     advice = text.split("`ddprobe patch apply ", 1)[1].split("`", 1)[0].split()

@@ -46,7 +46,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return venv
 
 
-def _ddprobe(venv: Path, cwd: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+def _ddprobe(venv: Path, cwd: Path, *args: str,
+             env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(venv / "bin" / "ddprobe"), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=400)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-import hostile_payloads  # noqa: E402
+import hostile_payloads
 
 ROOT = os.geteuid() == 0
 BACKENDS = ["bubblewrap", "namespaces"]
@@ -112,6 +112,7 @@ def test_no_payload_leaks_as_an_unprivileged_user(backend):
 def test_probe_output_names_the_sandbox(tmp_path):
     sys.path.insert(0, str(Path(__file__).parent))
     import hostile_server
+
     from ddprobe.probes.runner import run_probes
     proc, url = hostile_server.start("answer", answer="```python\ndef fizzbuzz(n):\n"
                                      "    return str(n)\n```\n")

@@ -19,9 +19,9 @@ from conftest import SshServer
 from server_util import CliHost, procs_with
 
 from ddprobe.cli import main
+from ddprobe.errors import ConfigError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.remote import build_command
-from ddprobe.errors import ConfigError
 
 SECRET = "s3cr3t-hf_AbCdEf0123456789"
 

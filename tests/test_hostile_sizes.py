@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
-import hostile_server  # noqa: E402
+import hostile_server
 
 RSS_LIMIT_MB = 300
 

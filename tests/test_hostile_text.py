@@ -109,7 +109,7 @@ def test_first_and_last_chars_bound_a_text_and_change_nothing_else():
 def test_junit_parses_with_every_illegal_character(tmp_path):
     from ddprobe.report.junit import junit_xml
     from ddprobe.smoke import Case, HostSmoke, SmokeReport
-    nasty = "".join(chr(c) for c in range(0, 32)) + "\x7f\x9b\ud800\ufffe\uffff" + "".join(
+    nasty = "".join(chr(c) for c in range(32)) + "\x7f\x9b\ud800\ufffe\uffff" + "".join(
         HOSTILE.values())
     case = Case(classname="smoke.h", name="probe\x1b]0;t\x07", status="failure",
                 message=nasty, type="garbage", output=nasty)
@@ -231,6 +231,7 @@ def test_failing_test_reason_is_cleaned_and_bounded(tmp_path):
     from pathlib import Path as _P
     _sys.path.insert(0, str(_P(__file__).parent))
     import hostile_server
+
     from ddprobe.probes.runner import run_probes
     payload = "\x1b]0;pwned\x07" + "x" * 5000
     answer = f"```python\nraise RuntimeError({payload!r})\n```\n"

@@ -6,8 +6,8 @@ interpreter (a script) that ignores the program and prints a fixed answer; one c
 from __future__ import annotations
 
 import json
-import subprocess
 import os
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -120,7 +120,8 @@ def test_facts_of_this_machine_through_the_client(ssh_opts) -> None:
     ('{"ok": true, "result": [1, 2]}', "no result object"),
     ('{"ok": true, "result": {"hostname": "%s"}}' % ("x" * (2 << 20)), "over the 1048576"),
 ])
-def test_a_malformed_or_oversize_facts_answer_is_one_clear_error(ssh_opts, tmp_path: Path, answer: str,
+def test_a_malformed_or_oversize_facts_answer_is_one_clear_error(ssh_opts, tmp_path: Path,
+                                                                  answer: str,
                                                                  match: str) -> None:
     h = _local(_stand_in(tmp_path, "stray output\n" + answer + "\n"))
     with remote.connect(h, ssh_opts) as r, pytest.raises(RemoteError, match=match) as e:
@@ -140,7 +141,8 @@ def test_facts_answer_text_is_cleaned_and_capped(ssh_opts, tmp_path: Path) -> No
     assert f.packages == {"sglang": "0.5.2"}
 
 
-def test_an_interpreter_too_old_for_the_facts_program_keeps_its_message(ssh_opts, tmp_path: Path) -> None:
+def test_an_interpreter_too_old_for_the_facts_program_keeps_its_message(
+        ssh_opts, tmp_path: Path) -> None:
     """A Python 3.6 cannot compile the program (its first line is `from __future__ import
     annotations`): the message names the interpreter, its exit and its last stderr line."""
     py = _stand_in(tmp_path, "", code=1, stderr="  File \"<string>\", line 1\n"
@@ -262,7 +264,8 @@ def test_a_malformed_install_record_is_one_clear_error(ssh_opts, tmp_path: Path)
     bad = {"ok": True, "result": {"package": "sglang", "path": ["/x"], "site_packages": "/",
                                   "python": "/p"}}
     h = _local(_stand_in(tmp_path, json.dumps(bad) + "\n"))
-    with remote.connect(h, ssh_opts) as r, pytest.raises(NoAnswerError, match="no text 'path'") as e:
+    with remote.connect(h, ssh_opts) as r, \
+            pytest.raises(NoAnswerError, match="no text 'path'") as e:
         find_install(r, h)
     assert e.value.exit_code == 1
     good = dict(bad["result"], path="/site/sgl\x1b]0;x\x07ang", version=None)  # type: ignore[arg-type]

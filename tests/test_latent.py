@@ -24,7 +24,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-
 from planner_util import BUDGETS, CUBLAS, GARBAGE, ILLEGAL, MASK
 from sources_util import tb_buffer_report
 

@@ -8,8 +8,8 @@ crash whether the process exits at once or lingers with its front up past the pr
 """
 from __future__ import annotations
 
-import subprocess
 import json
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 from corpus_replay import CELL_OUTCOME, lingers, run_replay
 
+from ddprobe.cell.logverdict import classify_log
 from ddprobe.cli import main
 from ddprobe.exitcodes import ExitCode
 from ddprobe.results import CellResult
-from ddprobe.cell.logverdict import classify_log
 from ddprobe.signatures.corpus import CorpusLog, load_corpus, parse_corpus_file
 
 CORPUS_DIR = Path(__file__).parent / "data" / "logs"

@@ -310,7 +310,8 @@ def test_kill_between_files_leaves_each_file_whole(then: str, sshd, install: Pat
         assert json.loads(ledger.read_text())["entries"] == []
 
 
-def test_testbed_install_is_analysed_and_patched_like_sglang(ssh_opts, make_host, tmp_path: Path) -> None:
+def test_testbed_install_is_analysed_and_patched_like_sglang(ssh_opts, make_host,
+                                                             tmp_path: Path) -> None:
     # the testbed's package as it is installed on a host (`ddtestbed` on PYTHONPATH); the
     # host entry's `package` is all that differs
     site = tmp_path / "site"

@@ -9,10 +9,18 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ddprobe.errors import PatchError
+from ddprobe.hostside.patchtext import (
+    Patch,
+    PatchTextError,
+    apply_file,
+    apply_patch,
+    file_state,
+    format_patch,
+    make_file_patch,
+    parse_patch,
+    sha256_text,
+)
 from ddprobe.sources.patches import list_patches, load_patch
-from ddprobe.hostside.patchtext import (Patch, PatchTextError, apply_file, apply_patch,
-                                       file_state, format_patch, make_file_patch, parse_patch,
-                                       sha256_text)
 
 TRITON = "srt/layers/attention/triton_backend.py"
 

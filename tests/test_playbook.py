@@ -15,8 +15,13 @@ from hypothesis import strategies as st
 from ddprobe.cli import main
 from ddprobe.errors import ConfigError
 from ddprobe.inventory import Host, ServerSettings
-from ddprobe.playbook import (ActionResult, ActionSpec, builtin_registry, load_playbook,
-                              parse_var_overrides)
+from ddprobe.playbook import (
+    ActionResult,
+    ActionSpec,
+    builtin_registry,
+    load_playbook,
+    parse_var_overrides,
+)
 from ddprobe.playbook.actions import ActionUnavailable, bind_call, coerce
 from ddprobe.playbook.expr import ExprError, evaluate, parse, root_names
 from ddprobe.playbook.schema import Template

@@ -119,7 +119,8 @@ steps:
 
 
 @pytest.mark.ssh
-def test_failing_step_reverts_the_applied_patch_over_ssh(ssh_opts, make_host, tmp_path: Path) -> None:
+def test_failing_step_reverts_the_applied_patch_over_ssh(ssh_opts, make_host,
+                                                         tmp_path: Path) -> None:
     host, pkg = _ssh_testbed(make_host, tmp_path)
     before = _sha(pkg / TRITON)
     events: list[StepEvent] = []

@@ -31,10 +31,10 @@ from testbed_util import free_port
 
 from ddprobe import remote
 from ddprobe.bisect.preflight import plan_preflight
+from ddprobe.cell.experiment import ProbeOptions, run_cell
 from ddprobe.cli import main
 from ddprobe.errors import RefusedError
 from ddprobe.exitcodes import ExitCode
-from ddprobe.cell.experiment import ProbeOptions, run_cell
 from ddprobe.inventory import Host, ServerSettings
 from ddprobe.results import Config, Outcome
 from ddprobe.server.launch import build_launch
@@ -125,7 +125,8 @@ def _fake_install(tmp: Path, name: str, body: str) -> Path:
 
 @pytest.mark.parametrize("missing,status", [("ddprobe_no_such_dep", "rejected"),
                                             ("torch", "not_run")])
-def test_an_install_that_cannot_be_imported(ssh_opts, tmp_path: Path, missing: str, status: str) -> None:
+def test_an_install_that_cannot_be_imported(ssh_opts, tmp_path: Path, missing: str,
+                                            status: str) -> None:
     site = _fake_install(tmp_path, "fakesgl", f"import {missing}\n")
     host = Host(name="h", python=sys.executable, package="fakesgl",
                 env=(("PYTHONPATH", str(site)),),
@@ -229,7 +230,8 @@ def test_bisect_all_refused_is_config_error_before_any_restart(
         reap(tmp_path / "work")
 
 
-def test_a_hanging_argument_handler_is_not_an_infrastructure_error(ssh_opts, tmp_path: Path) -> None:
+def test_a_hanging_argument_handler_is_not_an_infrastructure_error(ssh_opts,
+                                                                    tmp_path: Path) -> None:
     site = _fake_install(tmp_path, "slowsgl", "import time\n"
                          "def prepare_server_args(argv):\n    time.sleep(60)\n")
     host = Host(name="h", python=sys.executable, package="slowsgl",

@@ -30,8 +30,13 @@ from ddprobe.errors import RefusedError
 from ddprobe.inventory import Host, ServerSettings
 from ddprobe.results import Config
 from ddprobe.server.launch import build_launch
-from ddprobe.server.preflight import (GPU_ONLY_MODULES, apply_result, clear_cache,
-                                      preflight_launch, run_preflight)
+from ddprobe.server.preflight import (
+    GPU_ONLY_MODULES,
+    apply_result,
+    clear_cache,
+    preflight_launch,
+    run_preflight,
+)
 from ddprobe.sources.argrules import find_rules
 
 RELEASES = ("0.4.3.post4", "0.4.6.post5", "0.4.10.post2", "0.5.0rc0", "0.5.2", "0.5.5",
@@ -85,7 +90,8 @@ def test_rules_located_in_the_release_source(version: str, sglang_venv) -> None:
 
 
 @pytest.mark.parametrize("version", RELEASES)
-def test_program_on_an_install_without_its_dependencies(ssh_opts, version: str, sglang_venv) -> None:
+def test_program_on_an_install_without_its_dependencies(ssh_opts, version: str,
+                                                        sglang_venv) -> None:
     """The host program names the module the import stopped at; a missing GPU-only module
     means the preflight did not run (an assumption), any other means the install is broken
     for the server too (refused: config_error), never a guess at the effective config."""

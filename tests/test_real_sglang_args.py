@@ -29,7 +29,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-
 from realsglang import sglang_runtime_python
 
 HOST_PROGRAM = r'''
@@ -97,7 +96,8 @@ def real() -> dict:
     py = sglang_runtime_python()
     cases = {k: (v if k == "ddtree" or k.startswith("cheap-") else EAGLE + ["{model}"] + v)
              for k, v in CASES.items()}
-    p = subprocess.run([str(py), "-c", HOST_PROGRAM, json.dumps(cases)], capture_output=True, text=True,
+    p = subprocess.run([str(py), "-c", HOST_PROGRAM, json.dumps(cases)], capture_output=True,
+                       text=True,
                        timeout=600)
     line = next((ln for ln in p.stdout.splitlines() if ln.startswith("JSON")), None)
     assert line, f"host program failed (rc {p.returncode}): {p.stderr[-2000:]}"

@@ -70,7 +70,8 @@ def test_python_uses_host_interpreter_and_env(ssh_opts, make_host):
     assert res.ok and res.stdout.split() == [h.python, "42"]
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=60, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
                max_size=60)
        | st.sampled_from(["'", '"', ";", "$(touch CANARY)", "`touch CANARY`", "a\nb", "\\",
@@ -191,7 +192,7 @@ def test_files_roundtrip_atomic(ssh_opts, make_host, tmp_path):
 
 def test_tunnel_reaches_a_port_on_the_host(ssh_opts, make_host):
     class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             self.send_response(200)
             self.end_headers()
             self.wfile.write(b"through-the-tunnel")
@@ -252,7 +253,7 @@ def test_timeout_kills_the_remote_process_group(ssh_opts, make_host, tmp_path, a
 
 def test_agent_runs_argv_without_any_shell(ssh_opts, make_host, tmp_path):
     with remote.connect(make_host(), ssh_opts) as r:
-        assert r._get_agent() is not None  # noqa: SLF001 - the fast path is in use
+        assert r._get_agent() is not None
         res = r.run(["printf", "%s|", "$(id)", "*", "a b"], cwd=str(tmp_path))
         assert res.stdout == "$(id)|*|a b|"
         assert r.run(["/no/such/binary"]).exit_code == 127

@@ -16,8 +16,13 @@ from pathlib import Path
 import pytest
 
 from ddprobe.probes import sandbox
-from ddprobe.probes.sandbox import (SandboxLimits, run_code, run_code_async, run_files_async,
-                                    run_tests)
+from ddprobe.probes.sandbox import (
+    SandboxLimits,
+    run_code,
+    run_code_async,
+    run_files_async,
+    run_tests,
+)
 
 ROOT = os.geteuid() == 0
 FAST = SandboxLimits(timeout_s=4.0, cpu_s=2, nproc=16)

@@ -177,7 +177,8 @@ def test_cell_reports_a_crash_with_the_servers_signature(ssh_opts, prefix: Path,
 @pytest.mark.skipif(bool(shutil.which("compute-sanitizer"))
                     or os.path.exists("/usr/local/cuda/bin/compute-sanitizer"),
                     reason="compute-sanitizer is installed here")
-def test_cell_without_a_sanitizer_is_an_error_that_says_so(ssh_opts, prefix: Path, tmp_path: Path) -> None:
+def test_cell_without_a_sanitizer_is_an_error_that_says_so(ssh_opts, prefix: Path,
+                                                           tmp_path: Path) -> None:
     host = sanitize_host(prefix, tmp_path, None)
     with connect(host, ssh_opts) as r:
         cell = run_sanitize_cell(r, host, Config(budget=16))
@@ -199,7 +200,8 @@ def test_captured_h200_memcheck_with_a_higher_print_limit_names_the_mask_by_size
     rep, params = tb_buffer_report()
     buf, how = name_buffer(san, rep, params, 16)
     assert buf is not None and buf["attr"] == "cuda_graph_custom_mask" and buf["line"] == MASK_LINE
-    assert buf["bytes"] == 18_879_552 and buf["solved"] == {"draft_model_config_num_draft_tokens": 9}
+    assert buf["bytes"] == 18_879_552
+    assert buf["solved"] == {"draft_model_config_num_draft_tokens": 9}
 
 
 # memcheck's stand-in that, like the real tool in a dying server, prints its findings and the

@@ -2,11 +2,18 @@
 and real probe reports (built by the probe runner's own summarise)."""
 from __future__ import annotations
 
+from ddprobe.cell.classify import (
+    Baseline,
+    argparse_refusal,
+    classify_dead,
+    classify_hang,
+    classify_served,
+    excerpt,
+    launch_failure,
+    refused_signature,
+)
 from ddprobe.probes.runner import ProbeReport, TaskResult, summarise
 from ddprobe.results import Outcome, Signature
-from ddprobe.cell.classify import (Baseline, argparse_refusal, classify_dead, classify_hang,
-                                     classify_served, excerpt, launch_failure,
-                                     refused_signature)
 
 # sglang#32666 (field notes, section 2a row 5): dies during verify-graph capture
 CAPTURE_IMA = """\

@@ -15,13 +15,19 @@ from conftest import SshServer
 from server_util import inventory_text, procs_with
 
 from ddprobe import remote
+from ddprobe.cell.restart import start_server
 from ddprobe.errors import LockedError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.inventory import Host, ServerSettings
 from ddprobe.results import Config
-from ddprobe.server import (AlreadyRunningError, HostLock, PortInUseError, build_launch,
-                            get_manager, prepare_host)
-from ddprobe.cell.restart import start_server
+from ddprobe.server import (
+    AlreadyRunningError,
+    HostLock,
+    PortInUseError,
+    build_launch,
+    get_manager,
+    prepare_host,
+)
 from ddprobe.server.caches import RunCaches
 from ddprobe.server.lock import LockInfo
 

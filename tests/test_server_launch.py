@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import zipfile
 from dataclasses import replace
-from functools import lru_cache
+from functools import cache
 
 import pytest
 from conftest import _wheel
@@ -16,7 +16,7 @@ from ddprobe.server.launch import build_launch, check_launch, expand_template, s
 from ddprobe.sources import FlagSet, parse_flags
 
 
-@lru_cache(maxsize=None)
+@cache
 def wheel_flags(version: str) -> FlagSet:
     # the harness's cached wheel (downloaded on first use), not whatever an earlier test left
     # in ~/.cache: run alone, or with DDPROBE_TEST_CACHE elsewhere, this failed

@@ -15,10 +15,10 @@ from server_util import tb_env, tb_server
 from testbed_util import free_port
 
 from ddprobe import remote
+from ddprobe.cell.health import wait_healthy
 from ddprobe.errors import ConfigError
 from ddprobe.inventory import Host, ServerSettings
 from ddprobe.results import Config
-from ddprobe.cell.health import wait_healthy
 from ddprobe.server import build_launch, get_manager
 from ddprobe.server.docker import DockerManager, run_argv
 from ddprobe.server.systemd import dropin_text, env_line, parse_unit, systemd_quote

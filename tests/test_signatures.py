@@ -15,8 +15,16 @@ import pytest
 
 from ddprobe.errors import ConfigError
 from ddprobe.results import Signature
-from ddprobe.signatures import (best_match, classify_phase, find_matches, load_catalogue,
-                                match_all, match_log, normalise, strip_prefix)
+from ddprobe.signatures import (
+    best_match,
+    classify_phase,
+    find_matches,
+    load_catalogue,
+    match_all,
+    match_log,
+    normalise,
+    strip_prefix,
+)
 
 H200 = Path("/work/shared/data/h200")
 TORCH_TAIL = (

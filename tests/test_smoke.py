@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from bisect_util import ENV, TASKS
-from server_util import inventory_text
 from junit_util import check_junit
+from server_util import inventory_text
 from testbed_util import free_port, install_prefix
 
 from ddprobe.cli import main

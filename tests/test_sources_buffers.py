@@ -57,7 +57,7 @@ def test_custom_mask_found_with_real_shape_and_sizes(version: str) -> None:
     tp_line = line_of(texts["srt/managers/tp_worker.py"], "self.max_req_len = min(")
     assert f"srt/managers/tp_worker.py:{tp_line}" in lim.text
     assert "srt/managers/scheduler.py:" in lim.text
-    for s, b in zip(r.sizes, PARAMS.budgets):
+    for s, b in zip(r.sizes, PARAMS.budgets, strict=False):
         ndt = b + 1
         assert (s.elements, s.bytes) == (64 * ndt * 4096, 64 * ndt * 4096)
         assert s.seq_len == 4094

@@ -11,8 +11,8 @@ from conftest import SGLANG_VERSIONS, ensure_program
 
 from ddprobe import remote
 from ddprobe.cli import main
-from ddprobe.sources.grep import grep
 from ddprobe.hostside.client import find_install
+from ddprobe.sources.grep import grep
 
 # pyenv's interpreters (PYENV_ROOT where set, as pyenv itself reads it)
 PYENV = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")

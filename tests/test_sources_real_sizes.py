@@ -9,7 +9,8 @@ Expected (from reading each release's triton_backend.py and cuda_graph_runner.py
   kv indices get the draft runner's max_bs * topk.
 - 0.4.3.post4: `gathered_buffer = None` is a local in replay(): no none-then-allocated flag.
 - 0.4.3.post4 .. 0.5.10 with the context length: the custom mask is the only suspect (short
-  by max_bs x draft x (draft - 2) at seq_len = context_len - 2); without it, a dozen or more tier-2 buffers are.
+  by max_bs x draft x (draft - 2) at seq_len = context_len - 2); without it, a dozen or more
+  tier-2 buffers are.
 """
 from __future__ import annotations
 

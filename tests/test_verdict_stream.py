@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from planner_util import cheap_seed, seed, spec
 
 from ddprobe.bisect.planner import Planner

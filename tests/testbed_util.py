@@ -113,7 +113,8 @@ class TestbedServer:
         deadline = time.perf_counter() + timeout
         while time.perf_counter() < deadline:
             if self.proc.poll() is not None:
-                raise TestbedDied(f"testbed exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
+                raise TestbedDied(f"testbed exited with {self.proc.returncode}:\n"
+                                  f"{self.log()[-3000:]}")
             try:
                 if httpx.get(self.url + "/health", timeout=2.0).status_code == 200:
                     return time.perf_counter() - self.started
@@ -215,7 +216,8 @@ def coding_score(url: str, tasks: Sequence[dict[str, Any]],
     Garbage never stops by itself: pass a small `max_tokens` where garbage is expected."""
     passed, accepts = 0, []
     for task in tasks:
-        content = chat(url, task["prompt"], max_tokens=max_tokens)["choices"][0]["message"]["content"]
+        answer = chat(url, task["prompt"], max_tokens=max_tokens)
+        content = answer["choices"][0]["message"]["content"]
         passed += passes(task, content)
         meta = generate(url, chat_text(task["prompt"]), max_new_tokens=max_tokens)["meta_info"]
         accepts.append(meta.get("spec_accept_length", 0.0))

@@ -25,8 +25,14 @@ if WHY is None:
     from ddtestbed.cuda import reference as ref
     from ddtestbed.cuda.device import CudaDevice
 
-from testbed_util import (chat_text, ddtree, generate, install_prefix, installed_tasks,
-                          running_testbed)
+from testbed_util import (  # noqa: E402 (after the guarded imports of the GPU stack)
+    chat_text,
+    ddtree,
+    generate,
+    install_prefix,
+    installed_tasks,
+    running_testbed,
+)
 
 
 def _dev() -> Any:
@@ -46,8 +52,9 @@ def _random_case(rng: random.Random, static: bool) -> dict[str, Any]:
     else:
         base, stride = ref.ragged_rows(seq_lens, ndt, ndt)
         size = ref.ragged_mask_bytes(seq_lens, ndt)
-    return dict(bs=bs, ndt=ndt, ctx=ctx, seq_lens=seq_lens, parents=parents,
-                kv_tokens=kv_tokens, locs=locs, ids=ids, base=base, stride=stride, size=size)
+    return {"bs": bs, "ndt": ndt, "ctx": ctx, "seq_lens": seq_lens, "parents": parents,
+            "kv_tokens": kv_tokens, "locs": locs, "ids": ids, "base": base, "stride": stride,
+            "size": size}
 
 
 def _inputs(c: dict[str, Any]) -> dict[str, Any]:
@@ -55,14 +62,14 @@ def _inputs(c: dict[str, Any]) -> dict[str, Any]:
     must not allocate or copy from the host)."""
     dev = _dev()
     kv_indptr = [sum(c["seq_lens"][:i]) for i in range(c["bs"])]
-    return dict(
-        base=torch.tensor(c["base"], dtype=torch.int64, device=dev),
-        stride=torch.tensor(c["stride"], dtype=torch.int64, device=dev),
-        seq_lens=torch.tensor(c["seq_lens"], dtype=torch.int32, device=dev),
-        kv_indptr=torch.tensor(kv_indptr, dtype=torch.int32, device=dev),
-        kv_indices=torch.tensor(c["locs"], dtype=torch.int64, device=dev),
-        kv_tokens=torch.tensor(c["kv_tokens"], dtype=torch.int32, device=dev),
-        input_ids=torch.tensor(c["ids"], dtype=torch.int64, device=dev))
+    return {
+        "base": torch.tensor(c["base"], dtype=torch.int64, device=dev),
+        "stride": torch.tensor(c["stride"], dtype=torch.int64, device=dev),
+        "seq_lens": torch.tensor(c["seq_lens"], dtype=torch.int32, device=dev),
+        "kv_indptr": torch.tensor(kv_indptr, dtype=torch.int32, device=dev),
+        "kv_indices": torch.tensor(c["locs"], dtype=torch.int64, device=dev),
+        "kv_tokens": torch.tensor(c["kv_tokens"], dtype=torch.int32, device=dev),
+        "input_ids": torch.tensor(c["ids"], dtype=torch.int64, device=dev)}
 
 
 def _launch(c: dict[str, Any], inputs: dict[str, Any], mask: Any, out: Any) -> None:
@@ -90,7 +97,7 @@ def test_kernels_compute_their_reference_semantics(static: bool) -> None:
         assert out.nvis[:n].tolist() == nvis and out.psum[:n].tolist() == psum
         assert out.tree[:n * c["ndt"]].tolist() == tree
         g = out.gathered.view(-1, out.gpitch).tolist()
-        assert [row[:len(want)] for row, want in zip(g, gathered)] == gathered
+        assert [row[:len(want)] for row, want in zip(g, gathered, strict=False)] == gathered
 
 
 def test_an_undersized_mask_is_overrun_in_device_memory() -> None:

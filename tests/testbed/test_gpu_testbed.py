@@ -14,9 +14,10 @@ from pathlib import Path
 
 import httpx
 import pytest
+from testbed_util import ddtree, install_prefix, running_testbed
 
-from ddtestbed.cuda import resolve_device
 from ddtestbed.cuda import reference as ref
+from ddtestbed.cuda import resolve_device
 from ddtestbed.device import DeviceArena, torch
 from ddtestbed.srt.layers.attention.triton_ops.tree_attention import (
     MaskLayout,
@@ -26,7 +27,6 @@ from ddtestbed.srt.layers.attention.triton_ops.tree_attention import (
 )
 from ddtestbed.srt.mem_cache.memory_pool import TokenToKVPool
 from ddtestbed.srt.speculative.ddtree import DraftTree
-from testbed_util import ddtree, install_prefix, running_testbed
 
 REPO = Path(__file__).resolve().parents[2]
 HAS_GPU_NODE = bool(glob.glob("/dev/nvidia[0-9]*"))
@@ -167,8 +167,8 @@ def _case(rng: random.Random, static: bool, tile: int | None) -> None:
     got = ref.decode_rows(nvis, psum, tree, seq_lens, ndt, prefixes, gathered_row)
     assert got == want
     if tile is None or ndt <= tile:  # a correct mask: every node sees its whole prefix
-        assert fetched == [] and all(n == s for n, s in zip(nvis, [s for s in seq_lens
-                                                                   for _ in range(ndt)]))
+        want_vis = [s for s in seq_lens for _ in range(ndt)]
+        assert fetched == [] and all(n == s for n, s in zip(nvis, want_vis, strict=False))
 
 
 @pytest.mark.parametrize("static", [True, False])

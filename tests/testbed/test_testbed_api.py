@@ -14,9 +14,19 @@ from pathlib import Path
 
 import httpx
 import pytest
+from testbed_util import (
+    TestbedServer,
+    chat,
+    chat_text,
+    ddtree,
+    generate,
+    install_prefix,
+    installed_tasks,
+    passes,
+    running_testbed,
+    suite_for_tests,
+)
 
-from testbed_util import (TestbedServer, chat, chat_text, ddtree, generate, install_prefix,
-                          installed_tasks, passes, running_testbed, suite_for_tests)
 
 @pytest.fixture(scope="module")
 def wheel_source(sglang_wheel: Callable[[str], Path]) -> Callable[[str], str]:
@@ -67,7 +77,8 @@ def test_generate_meta_info_uses_sglang_field_names(server: TestbedServer, tasks
                 "spec_accept_histogram"):
         assert key in meta
     assert meta["finish_reason"] == {"type": "stop", "matched": 2}
-    assert meta["spec_accept_length"] == pytest.approx(meta["completion_tokens"] / meta["spec_verify_ct"])
+    assert meta["spec_accept_length"] == pytest.approx(
+        meta["completion_tokens"] / meta["spec_verify_ct"])
     assert sum(meta["spec_accept_histogram"]) == meta["spec_verify_ct"]
     assert meta["spec_accept_rate"] == pytest.approx(
         meta["spec_accept_token_num"] / (meta["spec_verify_ct"] * 8))
@@ -144,24 +155,28 @@ def test_native_streaming_is_cumulative(server: TestbedServer) -> None:
     with httpx.stream("POST", server.url + "/generate", json=body, timeout=30) as res:
         outs = _sse(res)
     texts = [o["text"] for o in outs]
-    assert len(outs) >= 2 and all(b.startswith(a) for a, b in zip(texts, texts[1:]))
+    assert len(outs) >= 2 and all(b.startswith(a) for a, b in zip(texts, texts[1:], strict=False))
     assert outs[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 30}
     assert outs[0]["meta_info"]["finish_reason"] is None
     body["sampling_params"] = {"temperature": 0, "max_new_tokens": 200, "stop": " the"}
     with httpx.stream("POST", server.url + "/generate", json=body, timeout=30) as res:
         outs = _sse(res)
     texts = [o["text"] for o in outs]
-    assert all(b.startswith(a) for a, b in zip(texts, texts[1:]))  # the stop string never leaks
+    # the stop string never leaks
+    assert all(b.startswith(a) for a, b in zip(texts, texts[1:], strict=False))
     assert outs[-1]["meta_info"]["finish_reason"] == {"type": "stop", "matched": " the"}
-    assert texts[-1] == generate(server.url, chat_text("hi"), max_new_tokens=200, stop=" the")["text"]
+    assert texts[-1] == generate(server.url, chat_text("hi"), max_new_tokens=200,
+                                 stop=" the")["text"]
 
 
-def test_sampling_params_stop_input_ids_and_batches(server: TestbedServer, tasks: list[dict]) -> None:
+def test_sampling_params_stop_input_ids_and_batches(server: TestbedServer,
+                                                    tasks: list[dict]) -> None:
     out = generate(server.url, chat_text(tasks[0]["prompt"]), stop=["return"])
     assert out["meta_info"]["finish_reason"] == {"type": "stop", "matched": "return"}
     assert out["text"].endswith("    ") and "return" not in out["text"]
     by_ids = httpx.post(server.url + "/generate", json={
-        "input_ids": [10, 11, 12], "sampling_params": {"max_new_tokens": 5, "temperature": 0}}).json()
+        "input_ids": [10, 11, 12],
+        "sampling_params": {"max_new_tokens": 5, "temperature": 0}}).json()
     assert by_ids["meta_info"]["prompt_tokens"] == 3 and len(by_ids["output_ids"]) == 5
     batch = httpx.post(server.url + "/generate", timeout=30, json={
         "text": [chat_text("a"), chat_text("b")],
@@ -173,7 +188,8 @@ def test_sampling_params_stop_input_ids_and_batches(server: TestbedServer, tasks
 def test_bad_requests_get_sglang_style_errors(server: TestbedServer) -> None:
     res = httpx.post(server.url + "/generate", json={"text": "", "sampling_params": {}})
     assert res.status_code == 400 and "empty" in res.json()["error"]["message"]
-    res = httpx.post(server.url + "/generate", json={"text": "x", "sampling_params": {"max_new_tokens": "9"}})
+    res = httpx.post(server.url + "/generate",
+                     json={"text": "x", "sampling_params": {"max_new_tokens": "9"}})
     assert res.status_code == 400 and "max_new_tokens" in res.json()["error"]["message"]
     assert httpx.post(server.url + "/generate", content=b"{nope").status_code == 422
     assert httpx.get(server.url + "/generate").status_code == 405
@@ -193,7 +209,8 @@ def test_metrics_and_flush_cache(server: TestbedServer) -> None:
 
 def test_concurrent_requests_are_batched_and_stay_lossless(server: TestbedServer,
                                                            tasks: list[dict]) -> None:
-    prompts = [chat_text(t["prompt"]) for t in tasks[:3]] + [chat_text(f"topic {i}") for i in range(3)]
+    prompts = [chat_text(t["prompt"]) for t in tasks[:3]] + \
+        [chat_text(f"topic {i}") for i in range(3)]
     serial = [generate(server.url, p, max_new_tokens=64)["text"] for p in prompts]
     results: dict[int, str] = {}
 
@@ -253,7 +270,7 @@ def test_every_suite_task_is_answered_correctly_in_one_batch(prefix: Path,
     body = {"text": [chat_text(t["prompt"]) for t in tasks],
             "sampling_params": {"max_new_tokens": 1024, "temperature": 0}}
     outs = httpx.post(server.url + "/generate", json=body, timeout=120).json()
-    failed = [t["id"] for t, o in zip(tasks, outs) if not passes(t, o["text"])]
+    failed = [t["id"] for t, o in zip(tasks, outs, strict=False) if not passes(t, o["text"])]
     assert failed == []
     accepts = [o["meta_info"]["spec_accept_length"] for o in outs]
     assert 4.0 < sum(accepts) / len(accepts) < 5.2  # seed b8: 4.48

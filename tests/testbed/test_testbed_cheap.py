@@ -9,9 +9,16 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from testbed_util import (chat_text, coding_score, ddtree, generate, install_prefix,
-                          installed_tasks, running_testbed, start_testbed)
+from testbed_util import (
+    chat_text,
+    coding_score,
+    ddtree,
+    generate,
+    install_prefix,
+    installed_tasks,
+    running_testbed,
+    start_testbed,
+)
 
 from ddprobe.cell.phases import log_phases
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import typer
+from testbed_util import write_fixture_suite
 from typer.testing import CliRunner
 
 from ddprobe.cli.testbed import register
 from ddprobe.errors import ConfigError
-from testbed_util import write_fixture_suite
 
 
 def app() -> typer.Typer:

@@ -9,9 +9,16 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from testbed_util import (TestbedServer, chat_text, coding_score, ddtree, generate,
-                          install_prefix, installed_tasks, running_testbed)
+from testbed_util import (
+    TestbedServer,
+    chat_text,
+    coding_score,
+    ddtree,
+    generate,
+    install_prefix,
+    installed_tasks,
+    running_testbed,
+)
 
 ILLEGAL = "torch.AcceleratorError: CUDA error: an illegal memory access was encountered"
 

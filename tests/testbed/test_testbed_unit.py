@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from testbed_util import chat_text, write_fixture_suite
 
 from ddtestbed.device import AcceleratorError, DeviceArena, torch
 from ddtestbed.install import default_prefix, sync_testbed
@@ -22,7 +23,6 @@ from ddtestbed.srt.layers.linear import CUBLAS_WORKSPACE_BYTES, gemm_bf16
 from ddtestbed.srt.server_args import prepare_server_args
 from ddtestbed.srt.speculative.ddtree import accept, build_tree
 from ddtestbed.tokenizer import IM_END_ID, Tokenizer
-from testbed_util import chat_text, write_fixture_suite
 
 TESTBED = Path(__file__).resolve().parents[2] / "ddtestbed"
 MIB = 1 << 20
@@ -232,21 +232,23 @@ def _graph_buffers() -> dict[str, str]:
 
 def test_graph_buffer_shapes_are_evaluable_expressions_over_sglang_names() -> None:
     shapes = _graph_buffers()
-    assert {"cuda_graph_custom_mask", "cuda_graph_kv_indices", "cuda_graph_num_kv_splits"} <= set(shapes)
+    assert {"cuda_graph_custom_mask", "cuda_graph_kv_indices",
+            "cuda_graph_num_kv_splits"} <= set(shapes)
 
     class Self:
         max_context_len, num_head, max_kv_splits, v_head_dim = 32768, 64, 8, 128
 
     env = {"self": Self(), "max_bs": 64, "num_tokens_per_bs": 9, "max_num_tokens": 64 * 17}
-    mask = eval(shapes["cuda_graph_custom_mask"], {}, env)  # noqa: S307 - our own source
+    mask = eval(shapes["cuda_graph_custom_mask"], {}, env)
     assert mask == (9 * 64 * (32768 + 9),)
-    assert eval(shapes["cuda_graph_kv_indices"], {}, env) == (64 * 17 * 32768,)  # noqa: S307
+    assert eval(shapes["cuda_graph_kv_indices"], {}, env) == (64 * 17 * 32768,)
 
 
 def test_cublas_workspace_only_limits_gemms_inside_capture() -> None:
     rows = CUBLAS_WORKSPACE_BYTES // 1024
     gemm_bf16(rows, 8, 8, capturing=True, workspace_per_row=1024)
-    with pytest.raises(RuntimeError, match="CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx"):
+    with pytest.raises(RuntimeError,
+                       match="CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx"):
         gemm_bf16(rows + 1, 8, 8, capturing=True, workspace_per_row=1024)
     gemm_bf16(rows * 100, 8, 8, capturing=False, workspace_per_row=1024)
 
@@ -258,7 +260,8 @@ def test_install_is_idempotent_and_importable(tmp_path: Path) -> None:
     pkg = tmp_path / "p" / "ddtestbed"
     assert first.changed and first.package_dir == pkg
     assert (pkg / "srt/layers/attention/triton_backend.py").is_file()
-    assert (pkg / "scenarios/seed.yaml").is_file() and (pkg / "data/coding.json").read_bytes() == suite.read_bytes()
+    assert (pkg / "scenarios/seed.yaml").is_file()
+    assert (pkg / "data/coding.json").read_bytes() == suite.read_bytes()
     assert not (pkg / "install.py").exists()
     again = sync_testbed(tmp_path / "p", suite=suite)
     assert not again.changed and again.written == ()
@@ -275,7 +278,8 @@ def test_reinstall_keeps_patched_files_unless_forced(tmp_path: Path) -> None:
     sync_testbed(tmp_path, suite=suite)
     target = tmp_path / "ddtestbed/srt/layers/attention/triton_backend.py"
     original = target.read_text()
-    target.write_text(original.replace("(num_tokens_per_bs * max_bs", "4 * (num_tokens_per_bs * max_bs"))
+    target.write_text(original.replace("(num_tokens_per_bs * max_bs",
+                                       "4 * (num_tokens_per_bs * max_bs"))
     (tmp_path / "ddtestbed/model.py").unlink()  # a deleted file is simply restored
     res = sync_testbed(tmp_path, suite=suite)
     assert res.kept_modified == ("ddtestbed/srt/layers/attention/triton_backend.py",)
@@ -300,7 +304,8 @@ def test_fix_patch_applies_to_the_current_source(tmp_path: Path) -> None:
     subprocess.run(["patch", "-p1", "--forward", "-i", str(patch)], cwd=tmp_path, check=True,
                    capture_output=True)
     assert "num_tokens_per_bs = self.num_draft_tokens" in target.read_text()
-    assert "self.default_num_draft_tokens\n" not in target.read_text().split("def init_cuda_graph_state")[1]
+    assert "self.default_num_draft_tokens\n" not in \
+        target.read_text().split("def init_cuda_graph_state")[1]
 
 
 def test_a_checkout_testbed_reads_the_in_tree_coding_suite(monkeypatch: pytest.MonkeyPatch
