@@ -6,6 +6,7 @@ with no failure is `incomplete` (still starting, hung, or cut short), never `ok`
 
     v = classify_log(Path("ticket.log").read_text())
     v.outcome, v.signature, v.phase, v.hint, v.decode
+    suspect(v)  # why an ok log is still doubtful (None: no reason seen)
 """
 from __future__ import annotations
 
@@ -63,6 +64,17 @@ def classify_log(text: str, *, package: str = "sglang") -> LogVerdict:
     http_notes = decode_notes(decode, http_accept=None)
     return LogVerdict(v.outcome, v.phase, v.signature, v.hint, v.line_no, v.entry, v.details,
                       decode, (*v.notes, *evidence_notes(text), *http_notes), served)
+
+
+def suspect(v: LogVerdict) -> str | None:
+    """Why an `ok` log is not a clean bill: its decode lines show acceptance collapsed to 1.0
+    with CUDA graphs on (the seed's garbage looked like that). The log alone cannot prove the
+    answers wrong (exit 0 stays): probing the server decides."""
+    d = v.decode
+    if v.outcome != "ok" or d is None or not d.collapsed_with_graphs:
+        return None
+    return ("acceptance collapsed to 1.00 on every decode line with CUDA graphs on: the answers "
+            "may be garbage (a stale graph buffer looks like this); `ddprobe probe` decides")
 
 
 def _verdict(text: str, package: str, served: bool) -> LogVerdict:

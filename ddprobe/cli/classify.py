@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from ddprobe.cell.logverdict import LogVerdict, classify_log
+from ddprobe.cell.logverdict import classify_log, suspect
 from ddprobe.cli import common, options
 from ddprobe.errors import UsageError
 from ddprobe.exitcodes import OUTCOME_EXIT, ExitCode
@@ -41,17 +41,6 @@ def classify(
     else:
         render_log_verdict(v, common.env().out, why)
     raise typer.Exit(int(EXIT[v.outcome]))
-
-
-def suspect(v: LogVerdict) -> str | None:
-    """Why an `ok` log is not a clean bill: its decode lines show acceptance collapsed to 1.0
-    with CUDA graphs on (the seed's garbage looked like that). The log alone cannot prove the
-    answers wrong (exit 0 stays): probing the server decides."""
-    d = v.decode
-    if v.outcome != "ok" or d is None or not getattr(d, "collapsed_with_graphs", False):
-        return None
-    return ("acceptance collapsed to 1.00 on every decode line with CUDA graphs on: the answers "
-            "may be garbage (a stale graph buffer looks like this); `ddprobe probe` decides")
 
 
 def _read(path: str) -> str:
