@@ -11,6 +11,6 @@ MAX_OVERSIZE_FACTOR: Final = 1024  # the largest factor an escalation or --overs
 
 # the probes of a cell (`run`, `probe`, every bisect and sweep cell)
 PROBE_SUITE: Final = "coding"  # the bundled coding suite
-PROBE_CONCURRENCY: Final = 8  # requests in flight at once
+PROBE_CONCURRENCY: Final = 8  # probe tasks in flight at once (each: a chat and a /generate request)
 PROBE_MAX_TOKENS: Final = 512  # new tokens per coding answer
 PROBE_TIMEOUT_S: Final = 300.0  # per request

@@ -160,6 +160,9 @@ class ProbeSummary:
     divergence: str | None = None  # differential check vs baseline: first differing position
     failures: list[str] = field(default_factory=list)  # per-task failure reasons (short)
     notes: list[str] = field(default_factory=list)
+    # the most requests the probe had in flight at once (its own count): no batch the server
+    # ran during the probe held more, so no captured graph of a larger batch size replayed
+    peak_requests: int | None = None
 
     @property
     def label(self) -> str:
@@ -318,6 +321,8 @@ class EvidenceDetails(TypedDict, total=False):
     budget: int | None
     capacity: dict[str, Any] | None  # what the oversize factors proved about a capacity
     repeats: list[Any] | None  # the graph/eager comparisons of repeated cells
+    # which captured graphs a comparison replayed: peak_requests, max_captured_bs
+    batch_coverage: dict[str, int] | None
 
 
 @dataclass
@@ -353,6 +358,10 @@ class Advice:
     patch: str = ""  # fixed: the --confirm-patch that fixes it (kept applied)
     host: str = ""  # where a sentence names the host
     command: NextCommand | None = None
+    # works: the comparison with eager had at most this many requests in flight, fewer than
+    # the largest captured batch size (`captured_bs`): the larger graphs were not compared
+    compared_requests: int | None = None
+    captured_bs: int | None = None
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> Advice | None:

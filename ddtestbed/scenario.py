@@ -124,10 +124,14 @@ class StaleScalarDefect:
     """(g) a scalar of the verify pass (its logit scale) captured into the graph from the
     capture's dummy batch: replay keeps the stale value, which flips near-tie tokens (a
     one-space vs two-space choice inside a code line) at one position in `every`, for trees of
-    at least `min_draft_tokens`. Eager passes the live value: only graph output changes."""
+    at least `min_draft_tokens`. Eager passes the live value: only graph output changes.
+    `min_batch`: only the graphs captured for batch sizes of at least this hold the stale
+    value (a capture whose dummy batch differs by size), so a probe whose batches stay
+    smaller replays only clean graphs."""
 
     min_draft_tokens: int | None = None
     every: int = 3
+    min_batch: int | None = None
 
 
 @dataclass(frozen=True)
@@ -272,6 +276,7 @@ _OPTIONAL_TYPES: dict[tuple[str, str], tuple[type, ...]] = {
     ("KernelDefect", "arch"): (str,),
     ("KernelDefect", "tile_rows"): (int,),
     ("StaleScalarDefect", "min_draft_tokens"): (int,),
+    ("StaleScalarDefect", "min_batch"): (int,),
     ("KernelDefect", "max_rows"): (int,),
     ("EagerOnlyDefect", "min_draft_tokens"): (int,),
     ("Defects", "hang"): (str,),

@@ -285,7 +285,10 @@ def test_bisect_on_the_cpu_testbed_memchecks_the_passing_budget(tmp_path: Path,
     got = {tuple(v.budgets): v for v in rep.verdicts}
     assert what(got[(8,)]) == "passes with CUDA graphs; memcheck clean at b8"
     assert got[(16,)].kind == "buffer_sizing" and not got[(16,)].latent
-    assert "b8-eager" in keys and got[(8,)].confidence == "high"
+    # compared with eager, but only at batches of up to 4 requests (2 tasks) of the 64
+    # captured: not high (tests/test_stale_batch.py)
+    assert "b8-eager" in keys and got[(8,)].confidence == "medium"
+    assert got[(8,)].advice is not None and got[(8,)].advice.compared_requests == 4
     # b32's oversize escalated x4 -> x16; b16's cured cell compared with eager (b16-eager)
     assert "b16-eager" in keys
     assert rep.restarts_used == len(keys) == 12

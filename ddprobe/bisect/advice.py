@@ -61,14 +61,23 @@ def _keep(a: Advice, suffix: str) -> str:
 
 
 def _works(a: Advice) -> str:
-    head = f"budgets up to {_budget(a)} work with CUDA graphs"
+    head = f"budgets up to {_budget(a)} work with CUDA graphs" + _batches(a)
     return head if a.first_bad is None else f"{head}; b{a.first_bad} is the first failing one"
 
 
 def _unchecked(a: Advice) -> str:
-    head = (f"budgets up to {_budget(a)} pass with CUDA graphs, but an out-of-bounds write "
-            f"from b{a.at} up is possible and unchecked (it would not crash here): {a.decide}")
+    head = (f"budgets up to {_budget(a)} pass with CUDA graphs{_batches(a)}, but an "
+            f"out-of-bounds write from b{a.at} up is possible and unchecked (it would not "
+            f"crash here): {a.decide}")
     return head if a.first_bad is None else f"{head}; b{a.first_bad} is the first failing one"
+
+
+def _batches(a: Advice) -> str:
+    """The batch sizes the comparison with eager covered, where it did not cover them all."""
+    if a.compared_requests is None or a.captured_bs is None:
+        return ""
+    return (f" at batches of up to {a.compared_requests} requests (the graphs captured for "
+            f"larger ones, up to {a.captured_bs}, were not compared with eager)")
 
 
 def _sentence(a: Advice) -> str:

@@ -21,7 +21,7 @@ from ddprobe.bisect.cheap import CHEAP_PROBE_TOKENS, CheapSupport
 from ddprobe.bisect.reconnect import RETRIES_PER_CELL, reconnect
 from ddprobe.bisect.session import HostSession, revert_leftovers
 from ddprobe.cell.experiment import CellReporter, ProbeOptions, run_cell, run_sanitize_cell
-from ddprobe.defaults import OVERSIZE_FACTOR
+from ddprobe.defaults import OVERSIZE_FACTOR, PROBE_CONCURRENCY
 from ddprobe.errors import DdprobeError, HostGone, LockedError, PatchError, RemoteError
 from ddprobe.inventory import Host
 from ddprobe.probes.coding import load_suite
@@ -45,13 +45,15 @@ log = logging.getLogger("ddprobe.bisect")
 LOG_CAP = 4 << 20
 
 
-def probe_options(tasks: tuple[str, ...] | list[str] = ()) -> ProbeOptions | None:
-    """The cell's ProbeOptions for `tasks` (ids, or one number N: the suite's first N tasks);
-    None: the cell's default (the whole coding suite)."""
-    if not tasks:
+def probe_options(tasks: tuple[str, ...] | list[str] = (), *,
+                  concurrency: int = PROBE_CONCURRENCY) -> ProbeOptions | None:
+    """The cell's ProbeOptions for `tasks` (ids, or one number N: the suite's first N tasks)
+    and `concurrency` (tasks in flight); None: the cell's default (the whole coding suite)."""
+    if not tasks and concurrency == PROBE_CONCURRENCY:
         return None
     # N or unknown ids: resolved, or one clear error, before any restart
-    return ProbeOptions(tasks=tuple(t.id for t in load_suite("coding").select(tasks)))
+    ids = tuple(t.id for t in load_suite("coding").select(tasks)) if tasks else None
+    return ProbeOptions(tasks=ids, concurrency=concurrency)
 
 
 def error_cell(host: Host, config: Config, why: str, *,

@@ -36,7 +36,7 @@ from ddprobe.bisect.runframe import RunFrame, begin_run, now
 from ddprobe.bisect.session import HostSession, Opened, StaticEvidence, static_evidence
 from ddprobe.bisect.streaming import VerdictStream, journaled
 from ddprobe.bisect.verdicts import build_verdicts, exit_code, run_status
-from ddprobe.defaults import OVERSIZE_FACTOR
+from ddprobe.defaults import OVERSIZE_FACTOR, PROBE_CONCURRENCY
 from ddprobe.errors import ConfigError, UsageError
 from ddprobe.inventory import Host
 from ddprobe.remote import RemoteOptions
@@ -69,6 +69,7 @@ class BisectRequest:
     cheap_cells: bool = True  # crash-or-not cells with dummy weights where the host allows
     compare: bool = True  # graph vs eager at the passing budgets kept (agreement.py)
     baseline: str | None = None  # a stored eager cell (`ddprobe run --json`): its answers
+    concurrency: int = PROBE_CONCURRENCY  # probe tasks in flight at once (2 requests each)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -183,7 +184,7 @@ def run_bisect(hosts: Sequence[Host], req: BisectRequest, *, root: Path | None =
     frame.start()
     with ExitStack() as stack:
         opened = frame.open_hosts(stack, hosts, parallel=req.parallel, break_lock=break_lock)
-        runner = frame.cell_runner(probe=probe_options(req.tasks),
+        runner = frame.cell_runner(probe=probe_options(req.tasks, concurrency=req.concurrency),
                                    oversize_factor=req.oversize_factor)
         groups = [_prepare_group(frame, req, opened, g, runner) for g in opened.groups]
         if resume is None:

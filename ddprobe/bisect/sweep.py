@@ -18,6 +18,7 @@ from ddprobe.bisect.cells import PlannedCell, observe
 from ddprobe.bisect.engine import Event, EventSink, GroupRun, drive, is_restart
 from ddprobe.bisect.groups import HostGroup
 from ddprobe.bisect.runframe import begin_run
+from ddprobe.defaults import PROBE_CONCURRENCY
 from ddprobe.errors import ConfigError, UsageError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.inventory import Host
@@ -53,6 +54,7 @@ class SweepRequest:
     tasks: tuple[str, ...] = ()
     parallel: bool = True
     keep_server: bool = False
+    concurrency: int = PROBE_CONCURRENCY  # probe tasks in flight at once (2 requests each)
 
     @classmethod
     def from_run(cls, rec: RunRecord) -> SweepRequest:
@@ -68,7 +70,8 @@ class SweepRequest:
                    extra_args=tuple(o.get("extra_args") or ()),
                    repeat=int(o.get("repeat") or 1), tasks=tuple(o.get("tasks") or ()),
                    parallel=bool(o.get("parallel", True)),
-                   keep_server=bool(o.get("keep_server", False)))
+                   keep_server=bool(o.get("keep_server", False)),
+                   concurrency=int(o.get("concurrency") or PROBE_CONCURRENCY))
 
     def validate(self) -> None:
         if not self.budgets or any(b <= 0 for b in self.budgets):
@@ -180,7 +183,7 @@ def run_sweep(hosts: Sequence[Host], req: SweepRequest, *, root: Path | None = N
     frame.start()
     with ExitStack() as stack:
         opened = frame.open_hosts(stack, hosts, parallel=req.parallel, break_lock=break_lock)
-        runner = frame.cell_runner(probe=probe_options(req.tasks))
+        runner = frame.cell_runner(probe=probe_options(req.tasks, concurrency=req.concurrency))
         plans = {g.key: MatrixPlan(cells, req.repeat) for g in opened.groups}
         for g in opened.groups:
             frame.emit(Event("plan", g.name, f"sweep: {len(cells) * req.repeat} cells on "

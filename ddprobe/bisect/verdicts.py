@@ -466,11 +466,18 @@ def _ok_verdicts(p: Planner, host: str | None) -> list[Verdict]:
     ev = [_ev("frontier", f"b{b[top]} passes with CUDA graphs "
               f"({describe(row.obs[top].first)})", [p.frontier_cell(b[top])])]
     ag = p.spec.options.agreement
+    covers: list[dict[str, int]] = []  # comparisons that replayed only small batches' graphs
     for text, cells, det in agreement.ok_evidence(row, p.spec.base, ag, p.obs,
                                                   p.frontier_cell):
-        ev.append(_ev("differential", text, cells, differential=det.get("differential")))
+        cover = det.get("batch_coverage")
+        ev.append(_ev("differential", text, cells, differential=det.get("differential"),
+                      batch_coverage=cover))
+        covers += [cover] if cover else []
     adv = Advice("works", keep=b[top], first_bad=None if f is None else b[f])
-    unsure = agreement.unconfirmed(row, p.spec.base, ag, p.obs)
+    if covers:
+        adv.compared_requests = min(c["peak_requests"] for c in covers)
+        adv.captured_bs = max(c["max_captured_bs"] for c in covers)
+    unsure = bool(agreement.unconfirmed(row, p.spec.base, ag, p.obs) or covers)
     out = [Verdict(kind="ok", budgets=[b[i] for i in goods], signature=None, outcome="ok",
                    confidence="medium" if unsure else "high",
                    decided_by="frontier search",

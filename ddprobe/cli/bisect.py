@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from ddprobe.cli import common, options
-from ddprobe.defaults import OVERSIZE_FACTOR
+from ddprobe.defaults import OVERSIZE_FACTOR, PROBE_CONCURRENCY
 from ddprobe.errors import (
     ConfigError,
     DdprobeError,
@@ -124,6 +124,7 @@ def register(app: typer.Typer) -> None:
         resume: options.Resume = None,
         exit_protocol: options.ExitProtocolOpt = None,
         tasks: options.BisectTasks = None,
+        concurrency: options.Concurrency = PROBE_CONCURRENCY,
         no_parallel: options.NoParallel = False,
         keep_server: options.KeepServer = False,
         break_lock: options.BreakLock = False,
@@ -221,6 +222,7 @@ def register(app: typer.Typer) -> None:
         backend: options.BackendList = None,
         repeat: options.Repeat = 1,
         tasks: options.Tasks = None,
+        concurrency: options.Concurrency = PROBE_CONCURRENCY,
         resume: options.Resume = None,
         no_parallel: options.NoParallel = False,
         keep_server: options.KeepServer = False,
@@ -246,7 +248,7 @@ def register(app: typer.Typer) -> None:
                                max_bs=tuple(max_bs) if max_bs else (None,),
                                backends=tuple(backend) if backend else (None,),
                                repeat=repeat, tasks=tuple(tasks or ()), parallel=not no_parallel,
-                               keep_server=keep_server)
+                               keep_server=keep_server, concurrency=concurrency)
             req.validate()
             if not host:
                 raise UsageError("give --host (or --resume RUN_ID)")
@@ -274,7 +276,8 @@ def _request(*, budgets: options.Ints | None, max_bs: int | None, backend: str |
              sanitize: bool, no_compare: bool, baseline: str | None,
              context_len: int | None, thorough: bool, no_cheap_cells: bool,
              oversize_factor: int, tasks: options.TaskWords | None, no_parallel: bool,
-             keep_server: bool, **_cli: object) -> BisectRequest:
+             keep_server: bool, concurrency: int = PROBE_CONCURRENCY,
+             **_cli: object) -> BisectRequest:
     """The BisectRequest of the parsed options (`ctx.params`; `_cli`: the options that are
     the command's own, not the run's: --host, --plan, --resume, --json, ...)."""
     from ddprobe.bisect.run import BisectRequest
@@ -286,7 +289,7 @@ def _request(*, budgets: options.Ints | None, max_bs: int | None, backend: str |
         tasks=DEFAULT_BISECT_TASKS if tasks is None else tuple(tasks),
         keep_server=keep_server, latent_check=not no_latent_check, context_len=context_len,
         thorough=thorough, oversize_factor=oversize_factor, cheap_cells=not no_cheap_cells,
-        compare=not no_compare, baseline=baseline)
+        compare=not no_compare, baseline=baseline, concurrency=concurrency)
 
 
 def request_of(argv: Sequence[str]) -> BisectRequest:

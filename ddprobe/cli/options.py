@@ -158,7 +158,8 @@ BisectTasks = Annotated[Optional[TaskWords], typer.Option(
 Suite = Annotated[str, typer.Option("--suite",
                                     help="Probe suite: a bundled suite's name or a .json file.")]
 Concurrency = Annotated[int, typer.Option("--concurrency", "-c", min=1, max=256,
-                                          help="Probe requests in flight at once.")]
+                                          help="Probe tasks in flight at once (each sends two "
+                                               "requests: its chat answer and /generate).")]
 MaxTokens = Annotated[int, typer.Option("--max-tokens", min=1,
                                         help="Max new tokens per coding answer.")]
 

@@ -12,7 +12,7 @@ import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final
 
 from ddprobe.defaults import PROBE_CONCURRENCY, PROBE_MAX_TOKENS, PROBE_SUITE, PROBE_TIMEOUT_S
@@ -145,12 +145,19 @@ async def run_probes_async(base_url: str, *, suite: str = PROBE_SUITE,
     base = dict(baseline or {})
     # the bytes in flight are bounded in total, not per request: concurrency x cap
     cap = max(MIN_ANSWER_BYTES, min(MAX_ANSWER_BYTES, MAX_INFLIGHT_BYTES // max(1, concurrency)))
+    per_task = 2 if accept_tokens > 0 else 1  # the chat request, and /generate beside it
+    inflight = [0, 0]  # tasks in flight now, the most at once
     async with ProbeClient(base_url, timeout=timeout, max_answer_bytes=cap) as client:
         async def one(task: CodingTask) -> TaskResult:
             async with sem:
-                res = await _probe_task(client, task, max_tokens=max_tokens,
-                                        accept_tokens=accept_tokens, limits=limits,
-                                        baseline=base.get(task.id))
+                inflight[0] += 1
+                inflight[1] = max(inflight)
+                try:
+                    res = await _probe_task(client, task, max_tokens=max_tokens,
+                                            accept_tokens=accept_tokens, limits=limits,
+                                            baseline=base.get(task.id))
+                finally:
+                    inflight[0] -= 1
             if progress is not None:
                 progress(res)
             return res
@@ -166,7 +173,8 @@ async def run_probes_async(base_url: str, *, suite: str = PROBE_SUITE,
             info = await client.server_info()
         except ProbeHTTPError:
             info = None
-    summary = summarise(list(results), wall_s=wall, server_info=info, baseline=base)
+    summary = replace(summarise(list(results), wall_s=wall, server_info=info, baseline=base),
+                      peak_requests=inflight[1] * per_task)
     return ProbeReport(suite=s.name, base_url=base_url, results=tuple(results),
                        summary=summary, wall_s=wall, concurrency=concurrency, server_info=info)
 

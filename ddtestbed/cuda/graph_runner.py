@@ -56,6 +56,7 @@ class CudaGraphRunnerCuda(CudaGraphRunner):
         metadata = runner.attn_backend.init_forward_metadata_capture_cuda_graph(bs)
         backend = runner.attn_backend
         ndt = self.num_tokens_per_bs
+        scale = runner.capture_logit_scale(ndt, bs)  # baked into this graph (defect g)
         input_ids = self.input_ids
         kv_tokens = runner.token_to_kv_pool.gpu_tokens
         kv_indptr = backend.kv_indptr
@@ -66,7 +67,7 @@ class CudaGraphRunnerCuda(CudaGraphRunner):
                             stride=self.read_stride, seq_lens=self.seq_lens,
                             kv_indptr=kv_indptr, kv_indices=metadata.kv_indices,
                             kv_tokens=kv_tokens, input_ids=input_ids, out=self.out, bs=bs,
-                            ndt=ndt, logit_scale=self.captured_logit_scale)
+                            ndt=ndt, logit_scale=scale)
 
         graph = runner.device.capture(step)
         return CudaCapturedGraph(bs=bs, metadata=metadata, input_ids=input_ids, graph=graph)

@@ -55,6 +55,9 @@ class CapturedGraph:
     bs: int
     metadata: ForwardMetadata  # the attention buffers bound at capture time
     input_ids: Tensor
+    # The verify pass's logit scale is a host scalar, so a captured graph bakes in the value
+    # it had at capture (from the dummy batch); replay must not rely on it being live.
+    logit_scale: float = 1.0
 
 
 class CudaGraphRunner:
@@ -83,9 +86,6 @@ class CudaGraphRunner:
                                      device=model_runner.device)
         self.seq_lens = torch.zeros((self.max_bs,), dtype=torch.int32, device=model_runner.device)
         self.graphs: dict[int, CapturedGraph] = {}
-        # The verify pass's logit scale is a host scalar, so a captured graph bakes in the value
-        # it had at capture (from the dummy batch); replay must not rely on it being live.
-        self.captured_logit_scale = model_runner.capture_logit_scale(self.num_tokens_per_bs)
 
         # Capture
         try:
@@ -128,7 +128,8 @@ class CudaGraphRunner:
         runner.verify_gemms(num_tokens, capturing=True)
         runner.clock.startup_sleep(runner.scenario.timing.capture_per_bs_s, f"capture bs {bs}")
         metadata = runner.attn_backend.init_forward_metadata_capture_cuda_graph(bs)
-        return CapturedGraph(bs=bs, metadata=metadata, input_ids=self.input_ids)
+        return CapturedGraph(bs=bs, metadata=metadata, input_ids=self.input_ids,
+                             logit_scale=runner.capture_logit_scale(self.num_tokens_per_bs, bs))
 
     def can_run(self, forward_batch: ForwardBatch) -> bool:
         bs = forward_batch.batch_size
@@ -148,5 +149,5 @@ class CudaGraphRunner:
         graph = self.graphs[bs]
         rows = self.model_runner.attn_backend.forward_target_verify(
             forward_batch, graph.metadata, graph.input_ids)
-        self.model_runner.verify_logit_scale = self.captured_logit_scale
+        self.model_runner.verify_logit_scale = graph.logit_scale
         return bs, rows

@@ -131,10 +131,13 @@ class ModelRunner:
         ctx = self.target.context(tuple(prompt))
         return self.target.sample(ctx, (), temperature, seed)
 
-    def capture_logit_scale(self, num_draft_tokens: int) -> float:
-        """The logit scale a graph captured for this verify width holds. Defect (g): the
-        value of the capture's dummy batch, not the live one."""
+    def capture_logit_scale(self, num_draft_tokens: int, bs: int) -> float:
+        """The logit scale a graph captured for this verify width and batch size holds.
+        Defect (g): the value of the capture's dummy batch, not the live one (with
+        `min_batch`, only in the graphs of that batch size and up)."""
         st = self.scenario.defects.stale_scalar
+        if st.min_batch is not None and bs < st.min_batch:
+            return LIVE_LOGIT_SCALE
         if st.min_draft_tokens is not None and num_draft_tokens >= st.min_draft_tokens:
             return LIVE_LOGIT_SCALE + 1.0 / num_draft_tokens
         return LIVE_LOGIT_SCALE
