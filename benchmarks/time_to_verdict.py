@@ -126,7 +126,11 @@ def verdict_key(v: Any) -> tuple[Any, ...]:
 
 
 def bisect(exp: Expectation, tasks: str, *, cheap: bool) -> Run:
-    root = Path(tempfile.mkdtemp(prefix="ddprobe-ttv-"))
+    with tempfile.TemporaryDirectory(prefix="ddprobe-ttv-") as d:
+        return _bisect(exp, tasks, cheap=cheap, root=Path(d))
+
+
+def _bisect(exp: Expectation, tasks: str, *, cheap: bool, root: Path) -> Run:
     rep: RunModel = run_bisect([testbed_host(exp.scenario, root)],
                                    request(exp, tasks, cheap=cheap), root=root,
                                    break_lock=True, opts=RemoteOptions())
@@ -160,15 +164,16 @@ def bisect(exp: Expectation, tasks: str, *, cheap: bool) -> Run:
 
 
 def sweep(exp: Expectation, tasks: str) -> Run:
-    root = Path(tempfile.mkdtemp(prefix="ddprobe-ttv-sweep-"))
-    rep = run_sweep([testbed_host(exp.scenario, root)],
-                    SweepRequest(budgets=exp.budgets, graph="both",
-                                 tasks=(tasks_of(exp, tasks),)),
-                    root=root, break_lock=True, opts=RemoteOptions())
-    run = Run("sweep")
-    run.restarts, run.cells = rep.restarts_used, len(rep.results)
-    run.last_s = sum(sim_seconds(c) for c in rep.results)
-    return run
+    with tempfile.TemporaryDirectory(prefix="ddprobe-ttv-sweep-") as d:
+        root = Path(d)
+        rep = run_sweep([testbed_host(exp.scenario, root)],
+                        SweepRequest(budgets=exp.budgets, graph="both",
+                                     tasks=(tasks_of(exp, tasks),)),
+                        root=root, break_lock=True, opts=RemoteOptions())
+        run = Run("sweep")
+        run.restarts, run.cells = rep.restarts_used, len(rep.results)
+        run.last_s = sum(sim_seconds(c) for c in rep.results)  # reads the copied logs
+        return run
 
 
 def m(s: float | None) -> str:
@@ -182,7 +187,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="write every figure to this file")
     args = ap.parse_args(argv)
     # this process's own testbed install and port: several benchmark processes can run at once
-    os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="ddprobe-ttv-data-")
+    with tempfile.TemporaryDirectory(prefix="ddprobe-ttv-data-") as data:
+        os.environ["XDG_DATA_HOME"] = data
+        return _main(args)
+
+
+def _main(args: argparse.Namespace) -> int:
     with socket.socket() as sk:
         sk.bind(("127.0.0.1", 0))
         os.environ["DDPROBE_TESTBED_PORT"] = str(sk.getsockname()[1])

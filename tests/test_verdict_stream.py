@@ -25,8 +25,9 @@ def run(p: Planner, oracle, stream: VerdictStream) -> list[str]:
 
 def test_seed_verdicts_stream_in_the_order_they_are_decided(tmp_path: Path) -> None:
     # expected: every frontier cell first (b64, b16, b8, b32, cheap then real where needed);
-    # then b8's ok (nothing left at b8), b32's graph capture (its real eager control and
-    # oversize), then b16's and b64's once their cheap cures were checked with real weights
+    # then b8's ok (nothing left at b8 or able to bound the mask), b32's graph capture (its
+    # real eager control and oversize), then b16's and b64's once their cheap cures were
+    # checked with real weights
     lines: list[dict] = []
     said = []
     p = Planner(spec(cheap=True))
@@ -44,8 +45,12 @@ def test_seed_verdicts_stream_in_the_order_they_are_decided(tmp_path: Path) -> N
         assert d["type"] == FINAL
         body = {k: v for k, v in d.items() if k not in ("type", "final")}
         assert body == final[identity(d)]
+    # b8's ok waits for the cheap cells that could still bound the fixed mask's capacity:
+    # b16's oversize x4 (it could fail and be escalated), then b64's smaller max bs (failing,
+    # b64's oversize x4 would run next)
     first_after = said[0][2]["after_cells"]
-    assert keys[first_after - 1] == "b32-graph-bs64"  # the frontier's last cell
+    assert keys[first_after - 1] == "b64-graph-bs16+cheap"
+    assert all(k.endswith("+cheap") for k in keys[keys.index("b32-graph-bs64") + 1:first_after])
     assert said[-1][2]["after_cells"] == len(keys)
     j = tmp_path / "journal.jsonl"
     j.write_text("".join(json.dumps(d) + "\n" for d in lines[:2]))
@@ -123,6 +128,42 @@ def test_an_announced_verdict_is_the_one_the_run_ends_with(code: str, cheap: boo
                                  announce=lambda v, w: said.append(v)))
     final = {identity(v): v.to_dict() for v in build_verdicts(p, host="h")}
     assert said
+    for v in said:
+        assert final.get(identity(v)) == v.to_dict(), (v.budgets, v.kind)
+    assert {identity(v) for v in said} == set(final)
+
+
+@pytest.mark.parametrize("cheap", [True, False])
+def test_a_pass_waits_for_the_oversize_that_bounds_a_fixed_buffer(cheap: bool) -> None:
+    # the mask-tiny matrix: b4 and b8 pass, b16 and b32 overflow a fixed mask that x4 does
+    # not cure and x16 does; x4 failing at b16 bounds the mask below 17/4 rows, so b4 and b8
+    # (5 and 9 rows) leave `ok` for a latent overflow. Under the old rule (only an escalated
+    # oversize held `ok` back) both were announced `ok` before the first oversize ran.
+    from dataclasses import replace
+
+    from planner_util import GARBAGE, ILLEGAL, res
+
+    def real(c):
+        if c.config.budget <= 8 or not c.config.graph or (
+                "cuda_graph_custom_mask" in c.buffers and (c.factor or 4) >= 16):
+            return res(c, "ok")
+        return res(c, "crash", ILLEGAL)
+
+    def answer(c):
+        r = real(replace(c, cheap=False))
+        if c.cheap and r.outcome.value != "crash":
+            r = res(c, "garbage", GARBAGE)
+        return replace(r, cheap=c.cheap or None)
+
+    s = spec(cheap=cheap)
+    p = Planner(replace(s, budgets=(4, 8, 16, 32), base=replace(s.base, budget=4)))
+    said: list = []
+    run(p, answer, VerdictStream(p, host="h", append=lambda d: None,
+                                 announce=lambda v, w: said.append(v)))
+    final = {identity(v): v.to_dict() for v in build_verdicts(p, host="h")}
+    assert any(v["kind"] == "buffer_sizing" and v.get("latent") and v["budgets"] == [4, 8]
+               for v in final.values())  # the matrix does reach the inference
+    assert [(v.budgets, v.kind) for v in said if v.kind == "ok"] == []
     for v in said:
         assert final.get(identity(v)) == v.to_dict(), (v.budgets, v.kind)
     assert {identity(v) for v in said} == set(final)

@@ -13,8 +13,10 @@ A verdict is final when no cell the planner may still ask for can change it:
 * no remaining cell, needed or speculative, runs in the verdict's span: its budgets, every
   budget of a mode it shares one with (a mode's experiments run at its first budget, its
   controls at the others), and for `ok` every budget up to its largest (the latent check's
-  memcheck cells restart passing and assumed ones); an `ok` also waits while an escalated
-  oversize runs (its cure can move a pass out of `ok`: capacity.py).
+  memcheck cells restart passing and assumed ones); an `ok` also waits, at any budget, while
+  an oversize of a fixed-size buffer is pending that can still be escalated or follows a
+  failed factor (a factor that fails and a larger one that cures bound the buffer's
+  capacity, which can move a pass out of `ok`: capacity.py).
 
 Such a verdict is written to the journal as a `verdict_final` line (readers that do not know
 the type skip it; the end of the run still writes every verdict as `verdict`) and sent as an
@@ -34,9 +36,11 @@ from typing import Any, Final
 from ddprobe.bisect import agreement
 from ddprobe.bisect.cells import BAD, UNTESTED, PlannedCell
 from ddprobe.bisect.frontier import Row
+from ddprobe.bisect.ladder import escalation
 from ddprobe.bisect.planner import Planner
 from ddprobe.bisect.verdicts import build_verdicts
 from ddprobe.results import CellResult, Verdict
+from ddprobe.sources.buffers import FLAG_FIXED
 
 FINAL: Final = "verdict_final"
 _LOOKAHEAD: Final = 64
@@ -94,12 +98,18 @@ def _span(v: Verdict, modes: Sequence[set[int]], budgets: Sequence[int]) -> set[
 
 
 def _capacity_open(p: Planner, pending: Sequence[PlannedCell]) -> bool:
-    """Is an escalated oversize pending (its factor failed before)? Its cure bounds a fixed
-    buffer's capacity, which can move passing budgets out of `ok` (capacity.py)."""
+    """Can a pending oversize bound a fixed-size buffer's capacity? It does when a factor
+    fails and a larger one cures (capacity.py): the pending factor may fail and be escalated,
+    or a smaller factor failed before and this one may cure. The bound can move passing
+    budgets out of `ok`. The last factor the ladder tries, with none failed before it, cannot
+    (failing, it cures nothing)."""
+    fixed = {s.attr for s in p.spec.suspects if FLAG_FIXED in s.flags}
+    default = p.spec.options.oversize_factor
     tried = [c for c in p.cells.values() if c.purpose == "oversize"]
-    return any(c.purpose == "oversize" and any(
-        t.mode == c.mode and t.config.budget == c.config.budget and p.obs(t).status == BAD
-        for t in tried) for c in pending)
+    return any(c.purpose == "oversize" and fixed.intersection(c.buffers) and (
+        escalation(p.spec.suspects, c.config.budget, c.factor or default) is not None
+        or any(t.mode == c.mode and t.config.budget == c.config.budget
+               and p.obs(t).status == BAD for t in tried)) for c in pending)
 
 
 def journaled(journal_path: Path | None) -> set[tuple[Any, ...]]:
