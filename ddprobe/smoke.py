@@ -298,7 +298,9 @@ def _differential(r: Remote, host: Host, cfg: Config, cell: CellResult, hs: Host
         d = differential.apply(cell, ec,
                                backends=deterministic_backends(r, host, cache=caches.flags))
     case.time = time.monotonic() - t
-    case.output = d.summary
+    cover = differential.batch_coverage(cell)  # the graphs the comparison did not replay
+    case.output = d.summary + (f"; {cover[0]}" if cover and d.status == differential.SAME
+                               else "")
     if d.status == differential.DIVERGED:
         case.status, case.type, case.message = "failure", "divergence", d.summary
     elif d.status == differential.INCOMPARABLE:

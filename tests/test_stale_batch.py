@@ -11,10 +11,10 @@ from test_scenarios import _host
 from testbed_util import install_prefix
 
 from ddprobe.bisect.advice import render
-from ddprobe.bisect.agreement import batch_coverage
 from ddprobe.bisect.run import run_bisect
 from ddprobe.cli.bisect import request_of
 from ddprobe.effective import EffectiveConfig
+from ddprobe.probes.differential import batch_coverage
 from ddprobe.remote import RemoteOptions
 from ddprobe.results import CellResult, Config, Outcome, ProbeSummary
 

@@ -266,7 +266,7 @@ def ok_evidence(row: Row, base: Config, opts: AgreementOptions,
             continue
         go = obs(g).first
         d = compare(go, eo.first, opts)
-        cover = batch_coverage(go)
+        cover = differential.batch_coverage(go)
         details: EvidenceDetails = {"differential": d.to_dict()}
         if cover:
             details["batch_coverage"] = cover[1]
@@ -278,26 +278,6 @@ def ok_evidence(row: Row, base: Config, opts: AgreementOptions,
                     + " (only the largest passing budget and the one kept are compared)",
                     [], {}))
     return out
-
-
-def batch_coverage(graph: CellResult | None) -> tuple[str, dict[str, int]] | None:
-    """Which captured graphs a comparison replayed: no batch held more requests than the
-    probe had in flight (its own count), so the graphs captured for larger batches never ran
-    and a corruption only they carry is not seen. None: not known (an older journal) or
-    every captured size covered."""
-    if graph is None or graph.probes is None or graph.probes.peak_requests is None:
-        return None
-    peak = graph.probes.peak_requests
-    top = graph.effective.max_captured_bs if graph.effective is not None else None
-    if top is None or peak >= top:
-        return None
-    from ddprobe.probes.coding import load_suite
-    suite = len(load_suite("coding").tasks)
-    tasks = min(-(-top // 2), suite)  # each probe task sends two requests
-    return (f"at most {peak} requests in flight: the graphs captured for batches of more "
-            f"than {peak} (up to {top}) were not replayed in the comparison (`--tasks all "
-            f"--concurrency {tasks}`: up to {2 * tasks} requests)",
-            {"peak_requests": peak, "max_captured_bs": top})
 
 
 def unconfirmed(row: Row, base: Config, opts: AgreementOptions,
