@@ -463,9 +463,19 @@ def _ok_verdicts(p: Planner, host: str | None) -> list[Verdict]:
     if not goods:
         return []
     top = below[-1] if below else goods[0]
+    out = [_tested_ok(p, [b[i] for i in goods], top, host)]
+    assumed = [i for i in row.assumed_good if i < top and i not in memchecked]
+    if assumed:
+        out.append(_assumed_ok([b[i] for i in assumed], host))
+    return out
+
+
+def _tested_ok(p: Planner, budgets: list[int], top: int, host: str | None) -> Verdict:
+    """The ok for the budgets restarted and passing; `top`: the index of the one kept."""
+    row = p.state().row
+    b, f, ag = row.budgets, row.first_bad, p.spec.options.agreement
     ev = [_ev("frontier", f"b{b[top]} passes with CUDA graphs "
               f"({describe(row.obs[top].first)})", [p.frontier_cell(b[top])])]
-    ag = p.spec.options.agreement
     covers: list[dict[str, int]] = []  # comparisons that replayed only small batches' graphs
     for text, cells, det in agreement.ok_evidence(row, p.spec.base, ag, p.obs,
                                                   p.frontier_cell):
@@ -478,26 +488,23 @@ def _ok_verdicts(p: Planner, host: str | None) -> list[Verdict]:
         adv.compared_requests = min(c["peak_requests"] for c in covers)
         adv.captured_bs = max(c["max_captured_bs"] for c in covers)
     unsure = bool(agreement.unconfirmed(row, p.spec.base, ag, p.obs) or covers)
-    out = [Verdict(kind="ok", budgets=[b[i] for i in goods], signature=None, outcome="ok",
-                   confidence="medium" if unsure else "high",
-                   decided_by="frontier search",
-                   evidence=ev, host=host, advice=adv)]
-    assumed = [i for i in row.assumed_good if i < top and i not in memchecked]
-    if assumed:
-        names = ", ".join(f"b{b[i]}" for i in assumed)
-        out.append(Verdict(
-            kind="ok", budgets=[b[i] for i in assumed], signature=None, outcome="ok",
-            confidence="low", decided_by="assumed (not tested)",
-            evidence=[_ev("assumed", f"{names} not restarted: below a passing budget "
-                          "(a failure that grows with the budget cannot start there, but one "
-                          "at a single budget can): assumed ok, not tested")],
-            host=host, tested=False, reason="assumed",
-            would_decide=f"a restart at {names}",
-            advice=Advice("works_assumed", budgets=[b[i] for i in assumed],
-                          command=advice.bisect_cmd(
-                              host, "--budgets", ",".join(str(b[i]) for i in assumed),
-                              "--thorough"))))
-    return out
+    return Verdict(kind="ok", budgets=budgets, signature=None, outcome="ok",
+                   confidence="medium" if unsure else "high", decided_by="frontier search",
+                   evidence=ev, host=host, advice=adv)
+
+
+def _assumed_ok(budgets: list[int], host: str | None) -> Verdict:
+    """The low-confidence ok for the budgets below a passing one, never restarted."""
+    names = ", ".join(f"b{x}" for x in budgets)
+    return Verdict(
+        kind="ok", budgets=budgets, signature=None, outcome="ok",
+        confidence="low", decided_by="assumed (not tested)",
+        evidence=[_ev("assumed", f"{names} not restarted: below a passing budget "
+                      "(a failure that grows with the budget cannot start there, but one "
+                      "at a single budget can): assumed ok, not tested")],
+        host=host, tested=False, reason="assumed", would_decide=f"a restart at {names}",
+        advice=Advice("works_assumed", budgets=list(budgets), command=advice.bisect_cmd(
+            host, "--budgets", ",".join(str(x) for x in budgets), "--thorough")))
 
 
 def _skip_verdict(p: Planner, host: str | None) -> Verdict:
