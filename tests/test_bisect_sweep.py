@@ -40,3 +40,36 @@ def test_sweep_matrix_budget_by_graph(sshd: object, tmp_path: Path,
                    "--budgets", "8", "--graph", "on", "--tasks", "reverse_words")
     out = capsys.readouterr().out
     assert code == 0 and "accept" in out and "graph" in out and "coding 1/1" in out
+
+
+@pytest.mark.parametrize("scenario", ["nondet", "stale"])
+def test_sweep_decides_which_side_of_a_divergence_with_deterministic_eager(
+        scenario: str, sshd: object, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A graph/eager divergence, then eager with --enable-deterministic-inference (the testbed's
+    SGLang lists its default backend, triton, in DETERMINISTIC_ATTENTION_BACKEND_CHOICES).
+    Expected, written before the run: nondet (eager's reduction order varies per process)
+    -> the deterministic eager differs from eager, so the graph cell stays ok and the sweep
+    exits 0; stale (graphs flip tokens, eager deterministic) -> identical, the graph cell
+    garbage, exit 1. One extra restart in both."""
+    monkeypatch.setenv("DDPROBE_RUNS", str(tmp_path / "runs"))
+    site = Site(sshd, tmp_path, scenario=scenario)
+    inv = write_inventory(tmp_path, site)
+    code = ddprobe(inv, sshd.ssh_config, "sweep", "--host", "gpu",  # type: ignore[attr-defined]
+                   "--budgets", "16", "--graph", "both", "--tasks", "8", "--json")
+    doc = json.loads(capsys.readouterr().out)
+    m = {(r["budget"], v): e for r in doc["rows"] for v, e in r["entries"].items()}
+    g = m[(16, "graph")]
+    rec = load_run(Path(doc["run_dir"]))
+    side = [c for c in rec.cells if "--enable-deterministic-inference" in (c.launch or [])]
+    assert len(side) == 1 and not side[0].config.graph, [c.config.key for c in rec.cells]
+    assert side[0].config.backend == "triton"
+    assert doc["restarts_used"] == 3
+    graph = next(c for c in rec.cells if c.config.graph)
+    assert graph.differential and graph.differential["side_cell"]["key"] == side[0].config.key
+    if scenario == "nondet":
+        assert "eager is not deterministic" in g["which_side"], g
+        assert g["outcome"] == "ok" and code == 0
+    else:
+        assert "eager is right and deterministic" in g["which_side"], g
+        assert g["outcome"] == "garbage" and code == int(ExitCode.FAILED)

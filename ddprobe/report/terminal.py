@@ -280,6 +280,8 @@ def _entry(e: dict[str, Any]) -> str:
         parts.append(f"[dim]{escape(e['signature'])}[/dim]")
     elif e.get("error") and out in ("error", "refused"):
         parts.append(f"[dim]{escape(e['error'])}[/dim]")
+    if e.get("which_side"):  # a graph/eager divergence: what the cell deciding it showed
+        parts.append(f"[dim]{escape(e['which_side'])}[/dim]")
     return " ".join(parts)
 
 

@@ -20,6 +20,8 @@ from ddprobe.errors import ConfigError, DdprobeError, RemoteError
 from ddprobe.inventory import Host
 from ddprobe.remote import Remote
 from ddprobe.results import Config
+from ddprobe.sources.determinism import NONE as NO_DETERMINISM
+from ddprobe.sources.determinism import Determinism
 from ddprobe.sources.flags import FlagSet
 
 if TYPE_CHECKING:
@@ -201,6 +203,14 @@ def host_flags(r: Remote, host: Host, *, refresh: bool = False,
     except DdprobeError as e:
         return None, (f"launch flags not checked (cannot read {host.package}'s server_args.py "
                       f"on the host: {e})")
+
+
+def deterministic_mode(r: Remote, host: Host, *, cache: FlagsCache | None = None
+                       ) -> Determinism:
+    """The host's --enable-deterministic-inference (flag and backends), from its source
+    (`ddprobe.sources.determinism.NONE`, claiming neither way, when the flags cannot be read)."""
+    flags, _ = host_flags(r, host, cache=cache)
+    return flags.deterministic if flags is not None else NO_DETERMINISM
 
 
 def deterministic_backends(r: Remote, host: Host, *, cache: FlagsCache | None = None
