@@ -433,9 +433,16 @@ class Planner:
         # its real cell runs without a cheap try (`_crash_prior`)
         extra = reversed(st.needed_frontier) if self.cheap_on else iter(st.needed_frontier)
         needed += [self.frontier_cell(st.row.budgets[i]) for i in extra]
-        needed += st.compare  # a divergence moves the frontier: before the search goes on
         need_idx, spec_idx = probes(st.row, k)
-        needed += [self.frontier_cell(st.row.budgets[i]) for i in need_idx]
+        search = [self.frontier_cell(st.row.budgets[i]) for i in need_idx]
+        if any(agreement.is_divergence(m) for m in st.row.modes()):
+            # a divergence seen: the next comparison is likely to move the frontier down, so
+            # it goes before the search goes on
+            needed += [*st.compare, *search]
+        else:
+            # none seen: a pass the search finds becomes the kept budget, making the
+            # comparison of the one kept now moot (it can no longer change a verdict)
+            needed += [*search, *st.compare]
         spec += [self.frontier_cell(st.row.budgets[i]) for i in spec_idx]
         # modes in budget order; a likely-decisive first step is speculated on last
         lad_spec: list[tuple[int, int, PlannedCell]] = []
