@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
-from planner_util import BUDGETS, CUBLAS, ILLEGAL, MASK, res, seed, spec
+from planner_util import BUDGETS, CUBLAS, GARBAGE, ILLEGAL, MASK, res, seed, spec
 
 from ddprobe.bisect.cells import FLAKY, PlannedCell, mode_key, observe
 from ddprobe.bisect.frontier import build_row, probes
@@ -357,3 +357,30 @@ def test_workspace_overrun_at_a_quarter_of_max_bs_is_escalated_to_bs_1_never_cap
     assert "--confirm-patch" in inc.next_command
     bs = sorted({c.config.max_bs for r in rounds for c in r if c.purpose == "max_bs"})
     assert bs == [1, 16]
+
+
+def test_a_second_defect_diagnosed_at_one_budget_serves_a_later_cured_one() -> None:
+    """The mask too small from b16 (x4 cures b16, only x16 cures b64) and a kernel defect from
+    b16 (garbage in eager too). b16's cured cell is garbage and its eager control fails the
+    same way: kernel. b64's own diagnosis (its x4 control still crashed) cures at x16 and the
+    cured cell is garbage like b16's: expected b16's diagnosis applied ("fails like b16"),
+    with no eager cell of b64's own."""
+    def world(c: PlannedCell) -> CellResult:
+        b, g = c.config.budget, c.config.graph
+        if b == 8:
+            return res(c, "ok")
+        if not g:
+            return res(c, "garbage", GARBAGE)
+        cured = "cuda_graph_custom_mask" in c.buffers and (b < 64 or (c.factor or 4) >= 16)
+        return res(c, "garbage", GARBAGE) if cured else res(c, "crash", ILLEGAL)
+
+    p, rounds = simulate(spec(), world)
+    vs = build_verdicts(p)
+    k64 = [v for v in vs if 64 in v.budgets and v.kind == "kernel"]
+    assert len(k64) == 1 and k64[0].decided_by == "cured cell", [
+        (v.budgets, v.kind, v.decided_by) for v in vs]
+    assert any("fails like b16" in e.summary for e in k64[0].evidence)
+    k16 = next(v for v in vs if v.budgets == [16] and v.kind == "kernel")
+    assert k16.decided_by == "eager control"
+    eager = sorted(c.config.budget for r in rounds for c in r if not c.config.graph)
+    assert 64 not in eager and 16 in eager

@@ -379,7 +379,9 @@ class Planner:
                          tuple(self._residuals(plans)))
 
     def _residuals(self, plans: Sequence[ModePlan]) -> list[Residual]:
-        """What each cure leaves at its mode's first budget (a second defect, or none)."""
+        """What each cure leaves at its mode's first budget (a second defect, or none). A
+        second defect diagnosed at one budget is a diagnosis of the row too: a later cured
+        cell that fails like it takes it over (no eager control of its own)."""
         b = self.spec.budgets
         known = {mp.ladder.mode: (b[mp.first], mp.ladder.decision) for mp in plans
                  if mp.ladder.done and mp.ladder.decision is not None
@@ -390,6 +392,9 @@ class Planner:
                                  self.spec.options.agreement)
             if r is not None:
                 out.append(r)
+                d = r.decision
+                if r.mode and r.like is None and d is not None and d.kind != "inconclusive":
+                    known = {**known, r.mode: (r.budget, d)}
         return out
 
     def _frontier_needed(self, row: Row, plans: Sequence[ModePlan]) -> tuple[int, ...]:
