@@ -426,29 +426,26 @@ class Planner:
             return [tw]
         return [cell.with_rep(r) for r in range(o.reps_done + 1, self.spec.options.repeat + 1)]
 
-    def next_cells(self, k: int = 1) -> list[PlannedCell]:
-        """Up to k cells for the next round; needed first, then speculative ones."""
-        st = self.state()
-        needed: list[PlannedCell] = []
-        spec: list[PlannedCell] = []
-        for i, o in enumerate(st.row.obs):
-            if o.status == PENDING:
-                needed.append(self.frontier_cell(st.row.budgets[i]))
+    def _frontier_cells(self, st: PlanState, k: int) -> tuple[list[PlannedCell], list[PlannedCell]]:
+        """The frontier's needed cells (with the comparisons) and its speculative ones."""
+        needed = [self.frontier_cell(st.row.budgets[i]) for i, o in enumerate(st.row.obs)
+                  if o.status == PENDING]
         # largest first with cheap cells: a budget below a known pass is unlikely to crash, so
         # its real cell runs without a cheap try (`_crash_prior`)
         extra = reversed(st.needed_frontier) if self.cheap_on else iter(st.needed_frontier)
         needed += [self.frontier_cell(st.row.budgets[i]) for i in extra]
         need_idx, spec_idx = probes(st.row, k)
         search = [self.frontier_cell(st.row.budgets[i]) for i in need_idx]
-        if any(agreement.is_divergence(m) for m in st.row.modes()):
-            # a divergence seen: the next comparison is likely to move the frontier down, so
-            # it goes before the search goes on
-            needed += [*st.compare, *search]
-        else:
-            # none seen: a pass the search finds becomes the kept budget, making the
-            # comparison of the one kept now moot (it can no longer change a verdict)
-            needed += [*search, *st.compare]
-        spec += [self.frontier_cell(st.row.budgets[i]) for i in spec_idx]
+        # a divergence seen: the next comparison likely moves the frontier down, so it goes
+        # first; none seen: a pass the search finds would make it moot (a new kept budget)
+        diverged = any(agreement.is_divergence(m) for m in st.row.modes())
+        needed += [*st.compare, *search] if diverged else [*search, *st.compare]
+        return needed, [self.frontier_cell(st.row.budgets[i]) for i in spec_idx]
+
+    def next_cells(self, k: int = 1) -> list[PlannedCell]:
+        """Up to k cells for the next round; needed first, then speculative ones."""
+        st = self.state()
+        needed, spec = self._frontier_cells(st, k)
         # modes in budget order; a likely-decisive first step is speculated on last
         lad_spec: list[tuple[int, int, PlannedCell]] = []
         lad_needed: list[PlannedCell] = []
