@@ -124,7 +124,12 @@ def minimum_restarts(exp: Expectation) -> int:
     Frontier: with --thorough every budget; when nothing fails, the largest budget (the rest
     assumed); a pre-load failure, the largest and the smallest; otherwise the more of (a) the
     information bound of a binary search for the first failing budget, 1 + ceil(log2 n), and
-    (b) one restart per run of one failure kind plus the last passing budget below the first.
+    (b) one restart per run of one failure mode plus the last passing budget below the first,
+    plus the largest budget where it fails inside a run (the search starts there, and it is
+    not a run's first budget). A run is one kind from one defect: a silent divergence (the
+    stale scalar) and a capture defect that strikes first at larger budgets are two runs of
+    graph_capture, each with its own diagnosis (ddprobe diagnoses each failure mode apart,
+    and restarts a budget between two modes whose diagnoses differ).
     Per run of one kind, at its first budget, the experiment that decides it when the answer is
     known: kernel 1 (eager control), buffer sizing 1 (one oversize at a curing factor, or the
     smaller max bs), graph capture 2 (eager control + one oversize at the escalated factor),
@@ -142,11 +147,14 @@ def minimum_restarts(exp: Expectation) -> int:
     if all(k == "config_error" for k in kinds.values()):
         return 0  # refused by the flags check / preflight: no restart at all
     fails = [x for x in b if kinds[x] != "ok"]
+    sc = load_scenario(exp.scenario)
     runs: list[list[int]] = []
     for x in b:
         if kinds[x] == "ok":
             continue
-        if runs and kinds[runs[-1][-1]] == kinds[x] and b.index(runs[-1][-1]) == b.index(x) - 1:
+        last = runs[-1][-1] if runs else None
+        if last is not None and kinds[last] == kinds[x] and b.index(last) == b.index(x) - 1 \
+                and _silent(sc, [last]) == _silent(sc, [x]):
             runs[-1].append(x)
         else:
             runs.append([x])
@@ -160,8 +168,8 @@ def minimum_restarts(exp: Expectation) -> int:
     else:
         ok_below = any(kinds[x] == "ok" for x in b if x < fails[0])
         info = 1 + math.ceil(math.log2(len(b))) if kinds[b[-1]] != "ok" else 1
-        frontier = max(info, len(runs) + int(ok_below))
-    sc = load_scenario(exp.scenario)
+        top = int(kinds[b[-1]] != "ok" and all(r[0] != b[-1] for r in runs))
+        frontier = max(info, len(runs) + int(ok_below) + top)
     if sc.defects.nondeterministic.every and all(kinds[x] == "inconclusive" for x in b):
         # every comparison differs: the search for the first budget, a graph and an eager
         # cell each, then eager repeated once (it differs from itself)
