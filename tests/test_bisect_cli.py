@@ -19,7 +19,7 @@ def test_plan_prints_the_procedure_and_restart_bounds(capsys: pytest.CaptureFixt
     # down to the frontier, b8's oversize cheap, what the cure leaves there (the cure with the
     # real weights, eager, eager once more on a divergence), each budget above its own
     # control) costs more than a sweep, which could not tell the modes apart
-    assert "the full sweep takes 8" in out and "at most 10 for one failure threshold" in out
+    assert "the full sweep takes 8" in out and "at most 9 for one failure threshold" in out
     assert "what a cure leaves: " in out
     # the host's deterministic mode is not claimed before its flags are read (the preview is)
     assert "has no --enable-deterministic-inference" not in out
