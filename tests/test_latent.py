@@ -276,14 +276,16 @@ def test_bisect_on_the_cpu_testbed_memchecks_the_passing_budget(tmp_path: Path,
         assert [k for k in keys if "+sanitize" in k] == ["b8-graph+sanitize+cheap",
                                                          "b8-graph+sanitize"], keys
         got = {tuple(v.budgets): v for v in rep.verdicts}
-        assert what(got[(8,)]) == "passes with CUDA graphs; memcheck clean at b8"
+        assert what(got[(8,)]) == ("passes with CUDA graphs; vs eager at <= 4 requests "
+                                   "(graphs up to 64 not compared); memcheck clean at b8")
         assert got[(16,)].kind == "buffer_sizing" and got[(32,)].kind == "graph_capture"
         return
     assert [k for k in keys if k.endswith("+sanitize")] == ["b8-graph+sanitize"], keys
     assert keys[-1] == "b8-graph+sanitize" or keys.index("b8-graph+sanitize") > keys.index(
         "b32-graph")
     got = {tuple(v.budgets): v for v in rep.verdicts}
-    assert what(got[(8,)]) == "passes with CUDA graphs; memcheck clean at b8"
+    assert what(got[(8,)]) == ("passes with CUDA graphs; vs eager at <= 4 requests (graphs up "
+                               "to 64 not compared); memcheck clean at b8")
     assert got[(16,)].kind == "buffer_sizing" and not got[(16,)].latent
     # compared with eager, but only at batches of up to 4 requests (2 tasks) of the 64
     # captured: not high (tests/test_stale_batch.py)

@@ -221,12 +221,22 @@ def what(v: Verdict) -> str:
         return "fixed-capacity workspace" + (": a smaller max bs avoids it" if m else "")
     if v.kind == "ok":
         return ("passes with CUDA graphs" if v.tested else "assumed ok (not tested)") + \
-            latent_note(v)
+            batches_note(v) + latent_note(v)
     if not v.tested:
         return f"assumed {v.kind} (not tested)"
     if v.kind == "inconclusive" and v.reason == "preload":
         return "fails before the model is loaded, in every config"
     return v.signature or v.outcome
+
+
+def batches_note(v: Verdict) -> str:
+    """`; vs eager at <= 16 requests (graphs up to 64 not compared)` for an ok whose
+    comparison replayed only the graphs of small batches."""
+    a = v.advice
+    if a is None or a.compared_requests is None or a.captured_bs is None:
+        return ""
+    return (f"; vs eager at <= {a.compared_requests} requests (graphs up to {a.captured_bs} "
+            "not compared)")
 
 
 def latent_note(v: Verdict) -> str:
