@@ -169,7 +169,10 @@ class ProbeSummary:
         return f"coding {self.passed}/{self.total}"
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if self.peak_requests is None:  # not counted (journals written before it existed)
+            del d["peak_requests"]
+        return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> ProbeSummary | None:

@@ -12,11 +12,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from testbed_util import free_port, install_prefix
+from testbed_util import install_prefix, scenario_host
 
 from ddprobe.bisect.run import BisectRequest, run_bisect
 from ddprobe.cli.bisect import request_of
-from ddprobe.inventory import builtin_testbed
 from ddprobe.remote import RemoteOptions
 from ddtestbed.expect import Expectation, expectations, grade
 
@@ -30,16 +29,6 @@ def test_at_least_twenty_scenarios_state_their_truth() -> None:
     assert all(e.truth for e in EXPECTATIONS)
 
 
-def _host(scenario: str, prefix: Path, tmp: Path):  # -> Host
-    h = builtin_testbed()
-    env = tuple((k, str(prefix) if k == "PYTHONPATH" else scenario if k ==
-                 "DDTESTBED_SCENARIO" else v) for k, v in h.env)
-    server = replace(h.server, port=free_port(), args=("--testbed-scenario", scenario),
-                     workdir=str(tmp / "work"), prepare="", health_timeout=10.0,
-                     max_bs=None)  # the scenario's own max bs is its production one
-    return replace(h, env=env, server=server)
-
-
 def request(exp: Expectation) -> BisectRequest:
     """The header's flags as `ddprobe bisect` reads them; 2 tasks unless they say."""
     req = replace(request_of(exp.flags), budgets=exp.budgets)
@@ -50,7 +39,7 @@ def request(exp: Expectation) -> BisectRequest:
                                                    EXPECTATIONS])
 def test_scenario_verdicts_match_the_header(exp: Expectation, tmp_path: Path) -> None:
     prefix = install_prefix(tmp_path / "site")
-    rep = run_bisect([_host(exp.scenario, prefix, tmp_path)], request(exp),
+    rep = run_bisect([scenario_host(exp.scenario, prefix, tmp_path)], request(exp),
                      root=tmp_path / "runs", opts=RemoteOptions())  # a local host
     graded = grade(exp, rep.verdicts)
     bad = [f"b{g.budget}: got {g.kind} ({g.confidence}, {'tested' if g.tested else 'assumed'})"

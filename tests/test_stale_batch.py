@@ -7,8 +7,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_scenarios import _host
-from testbed_util import install_prefix
+from testbed_util import install_prefix, scenario_host
 
 from ddprobe.bisect.advice import render
 from ddprobe.bisect.run import run_bisect
@@ -25,7 +24,7 @@ def test_an_ok_from_small_batches_says_which_graphs_it_compared(tmp_path: Path) 
     # expected before running: 2 tasks are 4 requests in flight, batches of at most 4 replay
     # the clean graphs (the stale ones are those of bs 24 and up): b64 passes, its comparison
     # is identical, and the ok is not high: it names the graphs not compared and the command
-    host = _host("stale-large-batch", install_prefix(tmp_path / "site"), tmp_path)
+    host = scenario_host("stale-large-batch", install_prefix(tmp_path / "site"), tmp_path)
     req = replace(request_of(["--budgets", "8,16,32,64", "--tasks", "2"]))
     rep = run_bisect([host], req, root=tmp_path / "runs", opts=RemoteOptions())
     ok = [v for v in rep.verdicts if v.kind == "ok" and v.tested]

@@ -222,3 +222,18 @@ def coding_score(url: str, tasks: Sequence[dict[str, Any]],
         meta = generate(url, chat_text(task["prompt"]), max_new_tokens=max_tokens)["meta_info"]
         accepts.append(meta.get("spec_accept_length", 0.0))
     return passed, accepts
+
+
+def scenario_host(scenario: str, prefix: Path, tmp: Path) -> Any:  # -> ddprobe Host
+    """The built-in testbed host running `scenario` from `prefix`, on its own port and
+    workdir under `tmp`, with the scenario's own (production) max bs."""
+    from dataclasses import replace
+
+    from ddprobe.inventory import builtin_testbed
+    h = builtin_testbed()
+    env = tuple((k, str(prefix) if k == "PYTHONPATH" else scenario if k ==
+                 "DDTESTBED_SCENARIO" else v) for k, v in h.env)
+    server = replace(h.server, port=free_port(), args=("--testbed-scenario", scenario),
+                     workdir=str(tmp / "work"), prepare="", health_timeout=10.0,
+                     max_bs=None)  # the scenario's own max bs is its production one
+    return replace(h, env=env, server=server)
