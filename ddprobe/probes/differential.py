@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:  # results is imported where a cell is changed (this module stays pure)
@@ -274,6 +275,13 @@ def pairs(cells: Sequence[CellResult]) -> list[tuple[CellResult, CellResult]]:
     return [(v[True], v[False]) for v in by.values() if True in v and False in v]
 
 
+@cache
+def _suite_tasks() -> int:
+    """The bundled coding suite's task count, read once (ok verdicts are rebuilt per cell)."""
+    from ddprobe.probes.coding import load_suite
+    return len(load_suite("coding").tasks)
+
+
 def batch_coverage(graph: CellResult | None) -> tuple[str, dict[str, int]] | None:
     """Which captured graphs a comparison replayed: no batch held more requests than the
     probe had in flight (its own count), so the graphs captured for larger batches never ran
@@ -285,9 +293,7 @@ def batch_coverage(graph: CellResult | None) -> tuple[str, dict[str, int]] | Non
     top = graph.effective.max_captured_bs if graph.effective is not None else None
     if top is None or peak >= top:
         return None
-    from ddprobe.probes.coding import load_suite
-    suite = len(load_suite("coding").tasks)
-    tasks = min(-(-top // 2), suite)  # each probe task sends two requests
+    tasks = min(-(-top // 2), _suite_tasks())  # each probe task sends two requests
     return (f"at most {peak} requests in flight: the graphs captured for batches of more "
             f"than {peak} (up to {top}) were not replayed in the comparison (`--tasks all "
             f"--concurrency {tasks}`: up to {2 * tasks} requests)",
