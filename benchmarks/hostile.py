@@ -120,9 +120,10 @@ FORMAT_TEXT = ("".join(chr(c) for c in range(32)) + "\x7f\x9b\x9d\udcff lone \ud
 
 def format_rows() -> None:
     from ddprobe.report.junit import junit_xml
-    from ddprobe.smoke import Case, HostSmoke, SmokeReport
-    case = Case(classname="smoke.h", name="probe", status="failure", message=FORMAT_TEXT,
-                type="garbage", output=FORMAT_TEXT)
+    from ddprobe.runmodel import SmokeCase
+    from ddprobe.smoke import HostSmoke, SmokeReport
+    case = SmokeCase(classname="smoke.h", name="probe", status="failure", message=FORMAT_TEXT,
+                     type="garbage", output=FORMAT_TEXT)
     rep = SmokeReport(run_id="r", run_dir=Path("."), wall_s=1.0,
                       hosts=[HostSmoke(host="h", cases=[case], properties={"v": FORMAT_TEXT})])
     try:

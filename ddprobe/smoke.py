@@ -34,7 +34,7 @@ from ddprobe.probes import differential
 from ddprobe.remote import Remote, RemoteOptions, connect
 from ddprobe.report import write_reports
 from ddprobe.results import CellResult, Config, Outcome
-from ddprobe.runmodel import RunModel, load_model
+from ddprobe.runmodel import RunModel, SmokeCase, load_model
 from ddprobe.server.caches import RunCaches
 from ddprobe.server.launch import build_launch, check_launch, deterministic_backends, host_flags
 from ddprobe.store import RunStore, runs_root
@@ -44,34 +44,31 @@ from ddprobe.untrusted import excerpt
 if TYPE_CHECKING:  # the flags come from server.launch.host_flags
     from ddprobe.sources.flags import FlagSet
 
-BaselineLike = Baseline | CellResult | None  # what a cell is compared with (run_cell's)
-
 SEVERITY: Final = (ExitCode.CRASH, ExitCode.HANG, ExitCode.GARBAGE, ExitCode.DEGRADED,
                    ExitCode.REFUSED, ExitCode.SERVER, ExitCode.UNREACHABLE)
 LOG_TAIL_LINES: Final = 80
 LOG_TAIL_BYTES: Final = 64 << 10
 
 
-@dataclass
-class Case:
-    """One JUnit test case: pass | failure | error | skipped."""
+@dataclass(frozen=True)
+class SmokeRequest:
+    """What `ddprobe smoke` (and a playbook's `smoke` step) asks for: the command line's
+    options, parsed and checked (the task ids resolved, the baseline read) before a host is
+    contacted."""
 
-    name: str
-    classname: str
-    status: str = "pass"
-    message: str = ""
-    type: str = ""
-    time: float = 0.0
-    output: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+    budgets: tuple[int, ...] = ()  # none: each host's production budget (server.budget)
+    probe: ProbeOptions | None = None  # None: the cell's default (the whole coding suite)
+    baseline: Baseline | None = None  # a known-good cell: its tok/s, score and answers
+    compare: bool = True  # the graph cell's greedy output against eager (or the baseline's)
 
 
 @dataclass
 class HostSmoke:
+    """One host's smoke check as it runs (its cases are the run model's SmokeCase records,
+    each built once it is decided)."""
+
     host: str
-    cases: list[Case] = field(default_factory=list)
+    cases: list[SmokeCase] = field(default_factory=list)
     exit_code: int = 0
     properties: dict[str, str] = field(default_factory=dict)
     cells: list[CellResult] = field(default_factory=list)
@@ -151,23 +148,21 @@ def _tail(c: CellResult) -> str:
     return excerpt(text, max_lines=LOG_TAIL_LINES, max_chars=LOG_TAIL_BYTES // 4)
 
 
-def smoke_host(host: Host, configs: Sequence[Config], *, opts: RemoteOptions,
-               caches: RunCaches, log_dir: Path | None,
-               probe: ProbeOptions | None = None, baseline: BaselineLike = None,
-               on_cell: Callable[[CellResult], None] | None = None,
-               compare: bool = True) -> HostSmoke:
+def smoke_host(host: Host, configs: Sequence[Config], req: SmokeRequest, *,
+               opts: RemoteOptions, caches: RunCaches, log_dir: Path | None,
+               on_cell: Callable[[CellResult], None] | None = None) -> HostSmoke:
     """Run the smoke checks on one host (never raises for the host's own problems).
-    `compare`: the graph cell's greedy output against eager (`differential b N` case)."""
+    `req.compare`: the graph cell's greedy output against eager (`differential b N` case)."""
     t0 = time.monotonic()
     hs = HostSmoke(host.name, timestamp=utc_stamp())
     cls = f"ddprobe.{host.name}"
-    facts_case = Case("facts", cls)
-    hs.cases.append(facts_case)
 
-    def skip_rest(why: str) -> None:
+    def unreachable(e: RemoteError, why: str) -> None:
+        hs.cases.append(SmokeCase("facts", cls, "error", str(e), "unreachable"))
         for c in configs:
-            for n in ("flags", "cell", "probes", *(("differential",) if compare else ())):
-                hs.cases.append(Case(f"{n} b{c.budget}", f"{cls}.{c.key}", "skipped", why))
+            for n in ("flags", "cell", "probes", *(("differential",) if req.compare else ())):
+                hs.cases.append(SmokeCase(f"{n} b{c.budget}", f"{cls}.{c.key}", "skipped", why))
+        hs.exit_code = int(ExitCode.UNREACHABLE)
 
     try:
         with connect(host, opts) as r:
@@ -175,151 +170,145 @@ def smoke_host(host: Host, configs: Sequence[Config], *, opts: RemoteOptions,
             try:
                 facts = gather_facts(r, host)
             except RemoteError as e:
-                facts_case.status, facts_case.type, facts_case.message = "error", "unreachable", \
-                    str(e)
-                hs.exit_code = int(ExitCode.UNREACHABLE)
-                skip_rest("facts failed")
+                unreachable(e, "facts failed")
                 return hs
-            facts_case.time = time.monotonic() - t
+            hs.cases.append(_facts_case(host, facts, time.monotonic() - t))
             hs.properties = _properties(host, facts)
-            if facts.install is None:
-                facts_case.status, facts_case.type = "failure", "install"
-                facts_case.message = f"package {host.package!r} is not importable by " \
-                                     f"{host.python}"
             flags, why = host_flags(r, host, cache=caches.flags)
-            codes: list[int] = []
-            for cfg in configs:
-                codes.append(_one(r, host, cfg, hs, flags, why, log_dir, probe, baseline,
-                                  on_cell, caches, compare))
-            hs.exit_code = worst(codes)
+            on = _OnHost(r, host, req, hs, caches, log_dir, on_cell)
+            hs.exit_code = worst([_one(on, cfg, flags, why) for cfg in configs])
     except RemoteError as e:
-        if facts_case.status == "pass" and not hs.properties:
-            facts_case.status, facts_case.type, facts_case.message = "error", "unreachable", \
-                str(e)
-            skip_rest("host unreachable")
+        if not hs.cases:  # no facts yet: the host was never reached
+            unreachable(e, "host unreachable")
         hs.exit_code = int(ExitCode.UNREACHABLE)
     finally:
         hs.time = time.monotonic() - t0
     return hs
 
 
-def _one(r: Remote, host: Host, cfg: Config, hs: HostSmoke, flags: FlagSet | None, why: str,
-         log_dir: Path | None, probe: ProbeOptions | None, baseline: BaselineLike,
-         on_cell: Callable[[CellResult], None] | None, caches: RunCaches,
-         compare: bool = True) -> int:
+def _facts_case(host: Host, facts: Facts, took: float) -> SmokeCase:
+    cls = f"ddprobe.{host.name}"
+    if facts.install is None:
+        return SmokeCase("facts", cls, "failure", f"package {host.package!r} is not importable "
+                         f"by {host.python}", "install", took)
+    return SmokeCase("facts", cls, time=took)
+
+
+@dataclass(frozen=True)
+class _OnHost:
+    """What every check on one connected host uses."""
+
+    r: Remote
+    host: Host
+    req: SmokeRequest
+    hs: HostSmoke
+    caches: RunCaches
+    log_dir: Path | None
+    on_cell: Callable[[CellResult], None] | None
+
+    def cell(self, cfg: Config, baseline: Baseline | None, *,
+             keep_answers: bool = False) -> CellResult:
+        """One cell (an infrastructure error is the cell's), kept and announced."""
+        kw: dict[str, Any] = {"log_dir": self.log_dir, "caches": self.caches,
+                              "keep_answers": keep_answers}
+        if self.req.probe is not None:
+            kw["probe"] = self.req.probe
+        if baseline is not None:
+            kw["baseline"] = baseline
+        try:
+            cell = run_cell(self.r, self.host, cfg, **kw)
+        except DdprobeError as e:
+            cell = CellResult(host=self.host.name, config=cfg, outcome=Outcome.ERROR,
+                              error=str(e))
+        self.hs.cells.append(cell)
+        if self.on_cell is not None:
+            self.on_cell(cell)
+        return cell
+
+
+def _one(on: _OnHost, cfg: Config, flags: FlagSet | None, why: str) -> int:
     """One production config: the flags check, the cell, its probes, and its greedy output
     against eager (four cases)."""
-    cls = f"ddprobe.{host.name}.{cfg.key}"
+    cls = f"ddprobe.{on.host.name}.{cfg.key}"
     b = cfg.budget
-    flags_case = Case(f"flags b{b}", cls)
-    hs.cases.append(flags_case)
-    stopped = _check_flags(flags_case, host, cfg, flags, why)
+    flags_case, stopped = _check_flags(SmokeCase(f"flags b{b}", cls), on.host, cfg, flags, why)
     if stopped is not None:
         code, reason = stopped
-        hs.cases += [Case(f"{n} b{b}", cls, "skipped", reason) for n in ("cell", "probes",
-                     *(("differential",) if compare else ()))]
+        on.hs.cases += [flags_case] + [
+            SmokeCase(f"{n} b{b}", cls, "skipped", reason)
+            for n in ("cell", "probes", *(("differential",) if on.req.compare else ()))]
         return code
-    cell = _cell(r, host, cfg, log_dir, probe, baseline, caches, keep_answers=compare)
-    hs.cells.append(cell)
-    if on_cell is not None:
-        on_cell(cell)
-    diff_case = _differential(r, host, cfg, cell, hs, log_dir, probe, baseline, on_cell,
-                              caches) if compare else None
+    cell = on.cell(cfg, on.req.baseline, keep_answers=on.req.compare)
+    diff_case = _differential(on, cfg, cell) if on.req.compare else None
     cases = _Cases(flags_case,
-                   Case(f"cell b{b}", cls, time=float(cell.timings.get("restart", 0.0))
-                        + float(cell.timings.get("health", 0.0)), output=_tail(cell)),
-                   Case(f"probes b{b}", cls, time=float(cell.timings.get("probe", 0.0)),
-                        output=_metrics(cell)))
-    hs.cases += [cases.cell, cases.probes]
-    if diff_case is not None:
-        hs.cases.append(diff_case)
+                   SmokeCase(f"cell b{b}", cls, time=float(cell.timings.get("restart", 0.0))
+                             + float(cell.timings.get("health", 0.0)), output=_tail(cell)),
+                   SmokeCase(f"probes b{b}", cls, time=float(cell.timings.get("probe", 0.0)),
+                             output=_metrics(cell)))
     mark = _MARKS.get(cell.outcome)
     if mark is not None:
-        mark(cases, cell, cell.signature.id if cell.signature else "")
+        cases = mark(cases, cell, cell.signature.id if cell.signature else "")
+    on.hs.cases += [cases.flags, cases.cell, cases.probes, *([diff_case] if diff_case else [])]
     if cell.outcome is Outcome.ERROR:
         return int(ExitCode.SERVER)
     return int(for_outcome(cell.outcome))
 
 
-def _check_flags(case: Case, host: Host, cfg: Config, flags: FlagSet | None, why: str
-                 ) -> tuple[int, str] | None:
-    """The flags case; (exit code, why the rest is skipped) when the config cannot run."""
+def _check_flags(case: SmokeCase, host: Host, cfg: Config, flags: FlagSet | None, why: str
+                 ) -> tuple[SmokeCase, tuple[int, str] | None]:
+    """The flags case, and (exit code, why the rest is skipped) when the config cannot run."""
     t = time.monotonic()
     try:
         launch = build_launch(host, cfg, flags)
         if flags is None:
-            case.status, case.message = "skipped", why or "flags not readable"
+            case = replace(case, status="skipped", message=why or "flags not readable")
         else:
             check_launch(launch, flags)
-            case.output = " ".join(launch.server_args)
+            case = replace(case, output=" ".join(launch.server_args))
     except RefusedError as e:
-        case.status, case.type, case.message = "failure", "refused", str(e)
-        return int(ExitCode.REFUSED), "the flags check refused it"
+        return (replace(case, status="failure", type="refused", message=str(e)),
+                (int(ExitCode.REFUSED), "the flags check refused it"))
     except ConfigError as e:
-        case.status, case.type, case.message = "error", "config", str(e)
-        return int(ExitCode.CONFIG), "no launch command"
-    case.time = time.monotonic() - t
-    return None
+        return (replace(case, status="error", type="config", message=str(e)),
+                (int(ExitCode.CONFIG), "no launch command"))
+    return replace(case, time=time.monotonic() - t), None
 
 
-def _differential(r: Remote, host: Host, cfg: Config, cell: CellResult, hs: HostSmoke,
-                  log_dir: Path | None, probe: ProbeOptions | None, baseline: BaselineLike,
-                  on_cell: Callable[[CellResult], None] | None, caches: RunCaches) -> Case:
+def _differential(on: _OnHost, cfg: Config, cell: CellResult) -> SmokeCase:
     """The graph cell's greedy output against eager at the same budget: a stored eager
     baseline's answers where one is given (the eager cell is paid once), else an eager cell
     now. A divergence makes the graph cell garbage; the case names the first diverging
     position."""
-    case = Case(f"differential b{cfg.budget}", f"ddprobe.{host.name}.{cfg.key}")
-    texts = getattr(baseline, "texts", None)
+    case = SmokeCase(f"differential b{cfg.budget}", f"ddprobe.{on.host.name}.{cfg.key}")
+    base = on.req.baseline
+    texts = base.texts if base is not None else None
     # a baseline's answers may already have made the cell garbage (they differ): compare them
     if cell.outcome not in (Outcome.OK, Outcome.DEGRADED) and not (
             texts and cell.outcome is Outcome.GARBAGE and cell.answers):
-        case.status, case.message = "skipped", f"the graph cell is {cell.outcome.value}"
-        return case
+        return replace(case, status="skipped", message=f"the graph cell is {cell.outcome.value}")
     t = time.monotonic()
-    if texts:
-        eager: Any = differential.Side(getattr(baseline, "key", "") or "baseline",
-                                       texts=dict(texts), graph=False)
-        d = differential.compare(differential.side_of(cell), eager,
-                                 backends=deterministic_backends(r, host, cache=caches.flags))
+    if base is not None and texts:
+        eager = differential.Side(base.key or "baseline", texts=dict(texts), graph=False)
+        d = differential.compare(differential.side_of(cell), eager, backends=deterministic_backends(
+            on.r, on.host, cache=on.caches.flags))
         if d.status == differential.DIVERGED:
             differential.mark_garbage(cell, d)
     else:
-        ec = _cell(r, host, replace(cfg, graph=False), log_dir, probe, None, caches,
-                   keep_answers=True)
-        hs.cells.append(ec)
-        if on_cell is not None:
-            on_cell(ec)
+        ec = on.cell(replace(cfg, graph=False), None, keep_answers=True)
         if ec.outcome is not Outcome.OK:
-            case.status, case.type = "error", "eager"
-            case.message = f"the eager cell could not give a reference: {ec.outcome.value}" + \
-                (f" ({ec.error})" if ec.error else "")
-            return case
-        d = differential.apply(cell, ec,
-                               backends=deterministic_backends(r, host, cache=caches.flags))
-    case.time = time.monotonic() - t
+            return replace(case, status="error", type="eager",
+                           message=f"the eager cell could not give a reference: "
+                                   f"{ec.outcome.value}" + (f" ({ec.error})" if ec.error else ""))
+        d = differential.apply(cell, ec, backends=deterministic_backends(
+            on.r, on.host, cache=on.caches.flags))
     cover = differential.batch_coverage(cell)  # the graphs the comparison did not replay
-    case.output = d.summary + (f"; {cover[0]}" if cover and d.status == differential.SAME
-                               else "")
+    case = replace(case, time=time.monotonic() - t, output=d.summary + (
+        f"; {cover[0]}" if cover and d.status == differential.SAME else ""))
     if d.status == differential.DIVERGED:
-        case.status, case.type, case.message = "failure", "divergence", d.summary
-    elif d.status == differential.INCOMPARABLE:
-        case.status, case.message = "skipped", d.summary
+        return replace(case, status="failure", type="divergence", message=d.summary)
+    if d.status == differential.INCOMPARABLE:
+        return replace(case, status="skipped", message=d.summary)
     return case
-
-
-def _cell(r: Remote, host: Host, cfg: Config, log_dir: Path | None,
-          probe: ProbeOptions | None, baseline: BaselineLike,
-          caches: RunCaches, *, keep_answers: bool = False) -> CellResult:
-    kw: dict[str, Any] = {"log_dir": log_dir, "caches": caches, "keep_answers": keep_answers}
-    if probe is not None:
-        kw["probe"] = probe
-    if baseline is not None:
-        kw["baseline"] = baseline
-    try:
-        return run_cell(r, host, cfg, **kw)
-    except DdprobeError as e:
-        return CellResult(host=host.name, config=cfg, outcome=Outcome.ERROR, error=str(e))
 
 
 def _metrics(cell: CellResult) -> str:
@@ -330,65 +319,70 @@ def _metrics(cell: CellResult) -> str:
         + (f", {p.tok_s:.0f} tok/s" if p.tok_s else "")
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Cases:
     """The three cases of one config."""
 
-    flags: Case
-    cell: Case
-    probes: Case
+    flags: SmokeCase
+    cell: SmokeCase
+    probes: SmokeCase
 
 
-def _mark_refused(c: _Cases, cell: CellResult, sig: str) -> None:
-    c.flags.status, c.flags.type = "failure", "refused"
-    c.flags.message = cell.error or sig or "the server refused the flags"
-    c.cell.status = c.probes.status = "skipped"
-    c.cell.message = c.probes.message = "the server refused the config"
+def _skipped(case: SmokeCase, why: str) -> SmokeCase:
+    return replace(case, status="skipped", message=why)
 
 
-def _mark_error(c: _Cases, cell: CellResult, sig: str) -> None:
-    c.cell.status, c.cell.type = "error", "infrastructure"
-    c.cell.message = cell.error or "infrastructure error"
-    c.probes.status, c.probes.message = "skipped", "no server"
+def _mark_refused(c: _Cases, cell: CellResult, sig: str) -> _Cases:
+    why = "the server refused the config"
+    return _Cases(replace(c.flags, status="failure", type="refused",
+                          message=cell.error or sig or "the server refused the flags"),
+                  _skipped(c.cell, why), _skipped(c.probes, why))
 
 
-def _mark_hang(c: _Cases, cell: CellResult, sig: str) -> None:
-    c.cell.status, c.cell.type = "error", "hang"
-    c.cell.message = f"the server never became healthy{': ' + sig if sig else ''}"
-    c.probes.status, c.probes.message = "skipped", "no server"
+def _mark_error(c: _Cases, cell: CellResult, sig: str) -> _Cases:
+    return replace(c, cell=replace(c.cell, status="error", type="infrastructure",
+                                   message=cell.error or "infrastructure error"),
+                   probes=_skipped(c.probes, "no server"))
 
 
-def _mark_crash(c: _Cases, cell: CellResult, sig: str) -> None:
-    c.cell.status, c.cell.type = "failure", "crash"
-    c.cell.message = sig or cell.error or "the server crashed"
-    c.probes.status, c.probes.message = "skipped", "the server crashed"
+def _mark_hang(c: _Cases, cell: CellResult, sig: str) -> _Cases:
+    return replace(c, cell=replace(c.cell, status="error", type="hang",
+                                   message="the server never became healthy"
+                                           f"{': ' + sig if sig else ''}"),
+                   probes=_skipped(c.probes, "no server"))
 
 
-def _mark_bad_answers(c: _Cases, cell: CellResult, sig: str) -> None:
+def _mark_crash(c: _Cases, cell: CellResult, sig: str) -> _Cases:
+    return replace(c, cell=replace(c.cell, status="failure", type="crash",
+                                   message=sig or cell.error or "the server crashed"),
+                   probes=_skipped(c.probes, "the server crashed"))
+
+
+def _mark_bad_answers(c: _Cases, cell: CellResult, sig: str) -> _Cases:
     p = cell.probes
-    c.probes.status, c.probes.type = "failure", cell.outcome.value
-    c.probes.message = "; ".join(x for x in (sig, c.probes.output,
-                                             *(p.failures[:3] if p else [])) if x)
+    return replace(c, probes=replace(c.probes, status="failure", type=cell.outcome.value,
+                                     message="; ".join(x for x in (
+                                         sig, c.probes.output, *(p.failures[:3] if p else []))
+                                         if x)))
 
 
 # How each outcome marks the cases (an ok cell leaves them passed).
-_MARKS: Final[dict[Outcome, Callable[[_Cases, CellResult, str], None]]] = {
+_MARKS: Final[dict[Outcome, Callable[[_Cases, CellResult, str], _Cases]]] = {
     Outcome.REFUSED: _mark_refused, Outcome.ERROR: _mark_error, Outcome.HANG: _mark_hang,
     Outcome.CRASH: _mark_crash, Outcome.GARBAGE: _mark_bad_answers,
     Outcome.DEGRADED: _mark_bad_answers}
 
 
-def run_smoke(hosts: Sequence[Host], *, opts: RemoteOptions, budgets: Sequence[int] = (),
-              probe: ProbeOptions | None = None, baseline: BaselineLike = None,
-              root: Path | None = None,
-              argv: Sequence[str] = (), on_cell: Callable[[CellResult], None] | None = None,
-              caches: RunCaches | None = None, compare: bool = True) -> RunModel:
-    """The smoke check on every host (in parallel); the run lands in runs/<run-id>/, its files
-    written; its model comes back (`model.smoke`: the hosts and cases the terminal, the JUnit
-    XML and `--json` draw, read back from the end entry). `opts`: how to reach the hosts;
-    `caches`: the run's (a fresh one when none is given)."""
+def run_smoke(hosts: Sequence[Host], req: SmokeRequest, *, opts: RemoteOptions,
+              root: Path | None = None, argv: Sequence[str] = (),
+              on_cell: Callable[[CellResult], None] | None = None,
+              caches: RunCaches | None = None) -> RunModel:
+    """The smoke check `req` on every host (in parallel); the run lands in runs/<run-id>/, its
+    files written; its model comes back (`model.smoke`: the hosts and cases the terminal, the
+    JUnit XML and `--json` draw, read back from the end entry). `opts`: how to reach the
+    hosts; `caches`: the run's (a fresh one when none is given)."""
     caches = caches if caches is not None else RunCaches()
-    plans = [(h, production_configs(h, budgets)) for h in hosts]
+    plans = [(h, production_configs(h, req.budgets)) for h in hosts]
     t0 = time.monotonic()
     store = RunStore.create("smoke", root or runs_root())
     store.append({"type": "run", "run_id": store.run_id, "command": "smoke", "argv": list(argv),
@@ -396,9 +390,8 @@ def run_smoke(hosts: Sequence[Host], *, opts: RemoteOptions, budgets: Sequence[i
                                                                         plans for c in cs}),
                   "started_at": utc_stamp(), "options": {}})
     with ThreadPoolExecutor(max_workers=min(16, max(1, len(hosts)))) as pool:
-        futs = [pool.submit(smoke_host, h, cs, opts=opts, caches=caches,
-                            log_dir=store.dir / "logs", probe=probe,
-                            baseline=baseline, on_cell=on_cell, compare=compare)
+        futs = [pool.submit(smoke_host, h, cs, req, opts=opts, caches=caches,
+                            log_dir=store.dir / "logs", on_cell=on_cell)
                 for h, cs in plans]
         results = [f.result() for f in futs]
     for hs in results:

@@ -108,11 +108,12 @@ def test_first_and_last_chars_bound_a_text_and_change_nothing_else():
 
 def test_junit_parses_with_every_illegal_character(tmp_path):
     from ddprobe.report.junit import junit_xml
-    from ddprobe.smoke import Case, HostSmoke, SmokeReport
+    from ddprobe.runmodel import SmokeCase
+    from ddprobe.smoke import HostSmoke, SmokeReport
     nasty = "".join(chr(c) for c in range(32)) + "\x7f\x9b\ud800\ufffe\uffff" + "".join(
         HOSTILE.values())
-    case = Case(classname="smoke.h", name="probe\x1b]0;t\x07", status="failure",
-                message=nasty, type="garbage", output=nasty)
+    case = SmokeCase(classname="smoke.h", name="probe\x1b]0;t\x07", status="failure",
+                     message=nasty, type="garbage", output=nasty)
     hs = HostSmoke(host="h\x1b[31m", cases=[case], properties={"version": nasty})
     rep = SmokeReport(run_id="r", hosts=[hs], wall_s=1.0, run_dir=tmp_path)
     xml = junit_xml(rep)

@@ -11,19 +11,20 @@ from pathlib import Path
 from junit_util import check_junit, schema_errors
 
 from ddprobe.report.junit import junit_xml
-from ddprobe.smoke import Case, HostSmoke, SmokeReport
+from ddprobe.runmodel import SmokeCase
+from ddprobe.smoke import HostSmoke, SmokeReport
 
 
 def _report() -> SmokeReport:
     evil = "log \x1b[31m\x00\x07 <tag> & ]]> \ud7ff end"
-    a = HostSmoke("b300", [Case("facts", "smoke.b300"),
-                           Case("flags", "smoke.b300", "failure", "unknown flag", "refused"),
-                           Case("cell b16", "smoke.b300.b16-graph", "error", evil, "crash",
-                                output=evil * 50),
-                           Case("probes b16", "smoke.b300", "skipped", "no server")],
+    a = HostSmoke("b300", [SmokeCase("facts", "smoke.b300"),
+                           SmokeCase("flags", "smoke.b300", "failure", "unknown flag", "refused"),
+                           SmokeCase("cell b16", "smoke.b300.b16-graph", "error", evil, "crash",
+                                     output=evil * 50),
+                           SmokeCase("probes b16", "smoke.b300", "skipped", "no server")],
                   exit_code=8, properties={"sglang": "0.5.10", "gpu": evil}, time=1.5,
                   timestamp="2026-12-01T10:00:00")
-    b = HostSmoke("rtx", [Case("facts", "smoke.rtx", "error", "unreachable", "unreachable")],
+    b = HostSmoke("rtx", [SmokeCase("facts", "smoke.rtx", "error", "unreachable", "unreachable")],
                   exit_code=4, time=0.1, timestamp="2026-12-01T10:00:00")
     return SmokeReport("r1", Path("runs/r1"), [a, b], 2.0)
 

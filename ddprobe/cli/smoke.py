@@ -1,5 +1,8 @@
 """`ddprobe smoke --host H [--budgets ...] [--junit FILE] [--json]`: the CI check.
 
+The options (shared ones from `ddprobe.cli.options`) become one `smoke.SmokeRequest`, which
+`run_smoke` runs; --junit and --json are how the command shows the run's model.
+
 Facts, flags check, one CUDA-graph cell at the production budget (`server.budget`), probes.
 Exit codes: 0 ok, 4 unreachable, 5 server could not start (infrastructure), 7 refused,
 8 crash, 9 garbage, 10 degraded, 11 hang (several hosts: the most severe; see ddprobe.smoke).
@@ -20,7 +23,7 @@ from ddprobe.report.jsondoc import smoke_doc
 from ddprobe.report.junit import junit_xml
 from ddprobe.report.smoke import render_smoke
 from ddprobe.results import CellResult
-from ddprobe.smoke import run_smoke
+from ddprobe.smoke import SmokeRequest, run_smoke
 
 
 def register(app: typer.Typer) -> None:
@@ -44,20 +47,20 @@ def register(app: typer.Typer) -> None:
         """CI smoke check: facts, flags, one graph cell at the production budget, probes,
         its greedy output against eager."""
         hosts = common.hosts(host)
-        bs = tuple(budgets or ())  # none: the host's server.budget
-        probe = probe_options(tuple(tasks or ()))
+        probe = probe_options(tuple(tasks or ()))  # task ids resolved before the baseline
+        base = None
+        if baseline:
+            from ddprobe.cli.run import load_baseline
+            base = load_baseline(baseline)
+        req = SmokeRequest(budgets=tuple(budgets or ()), probe=probe, baseline=base,
+                           compare=not no_compare)
 
         def progress(c: CellResult) -> None:
             common.env().err.print(f"{escape(c.host)}: {c.config.key}: {escape(describe(c))}",
                                    highlight=False)
 
-        base = None
-        if baseline:
-            from ddprobe.cli.run import load_baseline
-            base = load_baseline(baseline)
-        model = run_smoke(hosts, opts=common.env().remote_options, caches=common.env().caches,
-                          budgets=bs, probe=probe, baseline=base, on_cell=progress,
-                          compare=not no_compare,
+        model = run_smoke(hosts, req, opts=common.env().remote_options,
+                          caches=common.env().caches, on_cell=progress,
                           argv=["smoke", "--host", host])
         rep = model.smoke
         assert rep is not None  # run_smoke's end entry holds its hosts

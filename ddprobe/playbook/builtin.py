@@ -33,7 +33,7 @@ from ddprobe.report.resolve import resolve_run
 from ddprobe.report.write import write_run_reports
 from ddprobe.results import CellResult, Config
 from ddprobe.runmodel import load_model
-from ddprobe.smoke import run_smoke
+from ddprobe.smoke import SmokeRequest, run_smoke
 from ddprobe.sources.buffers import SizingParams
 from ddprobe.sources.fetch import grep_buffers, read_flags
 from ddprobe.sources.grep import grep
@@ -267,7 +267,8 @@ def _bisect(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
 
 
 def _smoke(ctx: StepContext, a: dict[str, Any]) -> ActionResult:
-    model = run_smoke([ctx.host], budgets=a["budgets"] or (), root=ctx.runs_root,
+    model = run_smoke([ctx.host], SmokeRequest(budgets=tuple(a["budgets"] or ())),
+                      root=ctx.runs_root,
                       argv=_argv("smoke"), opts=ctx.opts, caches=ctx.caches)
     rep = model.smoke
     assert rep is not None  # run_smoke's end entry holds its hosts
