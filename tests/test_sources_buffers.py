@@ -277,3 +277,35 @@ def test_testbed_layout_is_analysed_like_sglang() -> None:
     line = texts[TRITON].splitlines()[r.line - 1]
     assert "cuda_graph_custom_mask" in line and r.allocator == "torch.zeros"
     assert {"max_bs", "context_len"} <= set(r.depends_on)
+
+
+RUNNER = "srt/model_executor/cuda_graph_runner.py"
+PLANT_POSITIONS = (Path(__file__).resolve().parents[1]
+                   / "benchmarks/patches/sglang-0.5.11-plant-positions.patch")
+
+
+def test_a_buffer_held_in_a_dataclass_is_checked_through_its_field() -> None:
+    """0.5.11 keeps the graph runner's static inputs in `DecodeInputBuffers`, allocated as
+    locals of `create()` and stored by `cls(positions=positions, ...)`; the runner reads them
+    as `buffers.positions[:num_tokens]` after `buffers: DecodeInputBuffers = self.buffers`.
+    Those accesses are the buffers' uses: with the real sizes (max_num_token) nothing is
+    flagged, and with positions planted at `max_bs * 16` (the GPU run's buffer-sizing
+    defect) it is the fixed-size buffer with a growing use, so the bisect's oversize
+    experiment can name it."""
+    texts = wheel_texts("0.5.11", "triton")
+    params = SizingParams(max_bs=8, budgets=(7, 15, 31), context_len=2048)
+    clean = analyse_buffers(texts, backend="triton", params=params)
+    rows = {r.attr: r for r in clean.rows if r.file == RUNNER
+            and r.scope == "DecodeInputBuffers.create"}
+    pos = rows["positions"]
+    use_line = line_of(texts[RUNNER], "positions = buffers.positions[:num_tokens]")
+    assert [u.split(" ")[0] for u in pos.growing_uses] == [f"{RUNNER}:{use_line}"]
+    copy_line = line_of(texts[RUNNER], "self.positions[:raw_num_token],")
+    assert f"{RUNNER}:{copy_line}" in [u.split(" ")[0] for u in pos.uses]
+    assert "draft_tokens" in pos.depends_on and FLAG_FIXED not in pos.flags
+    assert not [r.attr for r in rows.values() if FLAG_FIXED in r.flags]
+    planted = apply_patch(load_patch(str(PLANT_POSITIONS)), texts)
+    rep = analyse_buffers({**texts, **planted}, backend="triton", params=params)
+    bad = [r for r in rep.rows if r.file == RUNNER and FLAG_FIXED in r.flags]
+    assert [(r.attr, r.shape, r.depends_on) for r in bad] == [
+        ("positions", "(max_bs * 16,)", ("max_bs",))]

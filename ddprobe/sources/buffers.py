@@ -28,7 +28,14 @@ from ddprobe.sources.bufsize import (
     Resolved,
     Resolver,
 )
-from ddprobe.sources.bufuse import Demand, Use, UseIndex, find_demands, find_uses
+from ddprobe.sources.bufuse import (
+    Demand,
+    Use,
+    UseIndex,
+    constructor_field,
+    find_demands,
+    find_uses,
+)
 from ddprobe.sources.reqlimit import LIMIT_FILES, SeqLimit, seq_limit
 
 BACKEND_FILES: dict[str, tuple[str, ...]] = {
@@ -345,8 +352,15 @@ def _uses_and_demands(home: ModuleScan, a: Alloc, tgt: str, attr: str, cls: str 
     """The accesses of the buffer in its class, and the layouts they demand."""
     if not cls:
         return [], []
-    # uses are looked up on the attribute itself (`self.x` of `self.x.buffer`)
-    use_tgt = "self." + re.split(r"[.\[]", attr)[0] if tgt.startswith("self.") else tgt
+    # uses are looked up on the attribute itself (`self.x` of `self.x.buffer`); a local that
+    # the function stores in a new instance (`cls(x=x)`) is that instance's field
+    held_in = None if tgt.startswith("self.") else constructor_field(home, a)
+    if held_in is not None:
+        use_tgt = "self." + held_in
+    elif tgt.startswith("self."):
+        use_tgt = "self." + re.split(r"[.\[]", attr)[0]
+    else:
+        use_tgt = tgt
     fake = Alloc(use_tgt, home.file, a.line, a.end_line, cls, a.func, a.allocator, a.shape,
                  a.shape_span, a.shape_kind, a.dtype, a.conditions)
     uses = find_uses(_use_index(home), fake)

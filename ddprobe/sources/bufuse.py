@@ -4,7 +4,10 @@ A use "grows with the budget" when the extent of an access (a slice bound, the s
 `copy_`) resolves (like a buffer size, see bufsize) to an expression of the draft tokens, or is
 taken from the draft tree's mask (`spec_info.custom_mask`).
 A buffer whose size does not depend on the draft tokens but has such a use is the classic
-budget-sizing suspect.
+budget-sizing suspect. A buffer is found as `self.<attr>` of its class, or, where a builder
+allocates it as a local and stores it in a new instance (0.5.11's `DecodeInputBuffers.create`:
+`cls(positions=positions)`), as that field, also through locals declared with the class
+(`buffers: DecodeInputBuffers = self.buffers`) in the same module.
 
 A "demand" is a local in the same function, sharing a word with the buffer's name, whose value
 is per-request and grows with the draft tokens, e.g. in SGLang's triton backend
@@ -122,13 +125,64 @@ def _short(node: ast.AST, limit: int = 100) -> str:
 
 
 def find_uses(index: UseIndex, alloc: Alloc) -> list[Use]:
-    """Accesses of `self.<attr>` (and its local aliases) across the allocating class."""
+    """Accesses of `self.<attr>` (and its local aliases) across the allocating class, and of
+    `x.<attr>` where a function of the module declares `x: <the class> = ...`."""
     if not alloc.target.startswith("self.") or alloc.cls is None or "[" in alloc.target:
         return []
-    uses = [u for info, ref in index.refs.get((alloc.cls, alloc.attr), [])
-            if (u := _use_of(index, info, ref)) is not None]
+    refs = [*index.refs.get((alloc.cls, alloc.attr), []),
+            *typed_refs(index.scan, alloc.cls).get(alloc.attr, [])]
+    uses = [u for info, ref in refs if (u := _use_of(index, info, ref)) is not None]
     uses.sort(key=lambda u: u.line)
     return uses
+
+
+def constructor_field(scan: ModuleScan, alloc: Alloc) -> str | None:
+    """The field a local allocation ends up in when its function builds the instance, as
+    0.5.11's `DecodeInputBuffers.create` does: `return cls(positions=positions, ...)` (or the
+    class called by its name). None for anything else."""
+    if not alloc.is_local or alloc.cls is None or alloc.func is None:
+        return None
+    info = scan.funcs.get((alloc.cls, alloc.func))
+    if info is None:
+        return None
+    for node in ast.walk(info.node):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and (
+                node.func.id in ("cls", alloc.cls)):
+            for kw in node.keywords:
+                if kw.arg and isinstance(kw.value, ast.Name) and kw.value.id == alloc.target:
+                    return kw.arg
+    return None
+
+
+def typed_refs(scan: ModuleScan, cls: str
+               ) -> dict[str, list[tuple[FuncInfo, ast.expr]]]:
+    """attr -> `x.attr` loads in the module's functions that declare `x: cls = ...` (the
+    runner's `buffers: DecodeInputBuffers = self.buffers`), built once per class."""
+    key = f"typed:{cls}"
+    cached = scan.cache.get(key)
+    if isinstance(cached, dict):
+        return cached
+    out: dict[str, list[tuple[FuncInfo, ast.expr]]] = {}
+    for info in scan.funcs.values():
+        names = {n.target.id for n in ast.walk(info.node) if isinstance(n, ast.AnnAssign)
+                 and isinstance(n.target, ast.Name) and _names_class(n.annotation, cls)}
+        for node in info.name_loads:
+            parent = scan.parents.get(id(node))
+            if node.id in names and isinstance(parent, ast.Attribute) and parent.value is node:
+                out.setdefault(parent.attr, []).append((info, parent))
+    scan.cache[key] = out
+    return out
+
+
+def _names_class(ann: ast.expr, cls: str) -> bool:
+    """`x: Cls`, `x: "Cls"` or `x: Optional[Cls]`."""
+    if isinstance(ann, ast.Name):
+        return ann.id == cls
+    if isinstance(ann, ast.Constant):
+        return ann.value == cls
+    if isinstance(ann, ast.Subscript):
+        return _names_class(ann.slice, cls)
+    return False
 
 
 def _use_of(index: UseIndex, info: FuncInfo, ref: ast.expr) -> Use | None:
