@@ -198,7 +198,14 @@ fi
 if step plant; then
   banner "ddprobe patch apply $PLANT"
   timeout 120 "${DD[@]}" patch apply "$PLANT" -H h200 --break-lock; echo "patch apply exit: $?"
-  step plant && run_bisect plant -b "$BISECT_BUDGETS" --no-latent-check
+  banner "grep-buffers on the planted tree (flagged rows)"
+  timeout 120 "${DD[@]}" grep-buffers -H h200 --budgets "$BISECT_BUDGETS" --json >"$OUT/grep-planted.json" 2>&1
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); [print(r["attr"], r["file"], r["line"], r["shape"], r["flags"]) for r in d["rows"] if r.get("flags") and ("fixed-size-growing-use" in r["flags"] or "short-at-full-context" in r["flags"])]' "$OUT/grep-planted.json" 2>&1 | tail -8
+  banner "bisect --plan before (cost history: none yet on this host unless an earlier step ran)"
+  timeout 120 "${DD[@]}" bisect -H h200 -b "$BISECT_BUDGETS" --no-latent-check --plan 2>&1 | tail -25
+  step plant && run_bisect plant -b "$BISECT_BUDGETS" --no-latent-check ${PLANT_ARGS:-}
+  banner "bisect --plan after (the host's cost history from the run above)"
+  timeout 120 "${DD[@]}" bisect -H h200 -b "$BISECT_BUDGETS" --no-latent-check --plan 2>&1 | tail -25
   banner "ddprobe patch revert --all"
   timeout 120 "${DD[@]}" patch revert --all -H h200 --break-lock; echo "patch revert exit: $?"
   timeout 60 "${DD[@]}" patch status -H h200 2>&1 | tail -5
