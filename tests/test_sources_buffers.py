@@ -309,3 +309,20 @@ def test_a_buffer_held_in_a_dataclass_is_checked_through_its_field() -> None:
     bad = [r for r in rep.rows if r.file == RUNNER and FLAG_FIXED in r.flags]
     assert [(r.attr, r.shape, r.depends_on) for r in bad] == [
         ("positions", "(max_bs * 16,)", ("max_bs",))]
+
+
+def test_the_gpu_runs_plants_apply_to_the_real_0511_runner() -> None:
+    """The planted defects of the GPU runs (benchmarks/patches) apply to the real file they
+    name; the combined one holds both edits and still leaves positions the only new suspect."""
+    texts = wheel_texts("0.5.11", "triton")
+    pdir = PLANT_POSITIONS.parent
+    ids = apply_patch(load_patch(str(pdir / "sglang-0.5.11-plant-graph-input-ids.patch")), texts)
+    both = apply_patch(load_patch(str(pdir / "sglang-0.5.11-plant-positions-and-input-ids.patch")),
+                       texts)
+    assert "num_ids = min(raw_num_token, raw_bs * 8)" in ids[RUNNER]
+    assert "num_ids = min(raw_num_token, raw_bs * 8)" in both[RUNNER]
+    assert "positions = torch.zeros((max_bs * 16,), dtype=torch.int64)" in both[RUNNER]
+    params = SizingParams(max_bs=8, budgets=(7, 15, 31), context_len=2048)
+    rep = analyse_buffers({**texts, **both}, backend="triton", params=params)
+    assert [r.attr for r in rep.rows if r.file == RUNNER and FLAG_FIXED in r.flags] == [
+        "positions"]
