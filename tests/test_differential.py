@@ -147,12 +147,13 @@ TASKS = ("fizzbuzz", "caesar_cipher", "is_palindrome", "binary_search")
 def test_stale_scenario_on_the_cpu_testbed(ssh_opts, prefix: Path, tmp_path: Path,
                                            budget: int) -> None:
     from ddprobe.cell.differential import run_differential
-    from ddprobe.cell.experiment import ProbeOptions
+    from ddprobe.cell.experiment import CellRequest, ProbeOptions
     from ddprobe.remote import connect
     host = _stale_host(prefix, tmp_path)
+    req = CellRequest(Config(budget), probe=ProbeOptions(tasks=TASKS), stop_after=True,
+                      differential=True)
     with connect(host, ssh_opts) as r:
-        pair = run_differential(r, host, Config(budget), probe=ProbeOptions(tasks=TASKS),
-                                stop_after=True)
+        pair = run_differential(r, host, req)
     g, e, d = pair.graph, pair.eager, pair.diff
     assert e.config.graph is False and g.config.graph is True
     assert e.outcome is Outcome.OK and e.probes is not None and e.probes.passed == len(TASKS)

@@ -15,7 +15,7 @@ from conftest import SshServer
 from server_util import inventory_text, procs_with
 
 from ddprobe import remote
-from ddprobe.cell.restart import start_server
+from ddprobe.cell.restart import StartRequest, start_server
 from ddprobe.errors import LockedError
 from ddprobe.exitcodes import ExitCode
 from ddprobe.inventory import Host, ServerSettings
@@ -44,7 +44,7 @@ def _pgrp(pid: int) -> int:
 
 def test_start_status_logs_stop(ssh_opts, tb_host: Host) -> None:
     with remote.connect(tb_host, ssh_opts) as r:
-        rep = start_server(r, tb_host, Config(budget=8))
+        rep = start_server(r, tb_host, StartRequest(Config(budget=8)))
         assert rep.status == "healthy", rep.to_dict()
         mgr = get_manager(r, tb_host)
         st = mgr.status()

@@ -1,7 +1,7 @@
 """`ddprobe run --differential`: one budget with and without CUDA graphs, outputs compared.
 
     with connect(host, opts) as r:
-        pair = run_differential(r, host, Config(budget=16), probe=ProbeOptions())
+        pair = run_differential(r, host, CellRequest(Config(budget=16), differential=True))
         pair.graph.outcome   # garbage when its greedy answers differ from eager's (decisive)
         pair.diff.summary    # "graph vs eager: 2/8 greedy answers differ; first: ..."
 
@@ -12,14 +12,13 @@ ids); `ddprobe.probes.differential` compares them. The host lock is held across 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any
 
-from ddprobe.cell.experiment import CellReporter, ProbeOptions, run_cell
+from ddprobe.cell.experiment import CellReporter, CellRequest, run_cell
 from ddprobe.inventory import Host
 from ddprobe.probes.differential import Differential, apply
 from ddprobe.remote import Remote
-from ddprobe.results import CellResult, Config
+from ddprobe.results import CellResult
 from ddprobe.server.caches import RunCaches
 from ddprobe.server.lock import HostLock
 
@@ -35,19 +34,20 @@ class DifferentialRun:
                 "differential": self.diff.to_dict()}
 
 
-def run_differential(r: Remote, host: Host, config: Config, *,
-                     probe: ProbeOptions = ProbeOptions(), log_dir: Path | None = None,
+def run_differential(r: Remote, host: Host, req: CellRequest, *,
                      reporter: CellReporter | None = None, break_lock: bool = False,
-                     health_timeout: float | None = None, stop_after: bool = False,
                      caches: RunCaches | None = None) -> DifferentialRun:
+    """`req.config`'s budget eager, then with CUDA graphs (`req.config.graph` is not asked;
+    `req.baseline` not used: eager is the reference), both keeping their answers."""
     caches = caches if caches is not None else RunCaches()  # one run: flags read once
     with HostLock(r, host, break_lock=break_lock, caches=caches) as lk:
         kw: dict[str, Any] = {
-            "probe": probe, "log_dir": log_dir, "reporter": reporter, "lock": lk,
+            "probe": req.probe, "log_dir": req.log_dir, "reporter": reporter, "lock": lk,
             "caches": caches,
-            "health_timeout": health_timeout, "keep_answers": True}
-        eager = run_cell(r, host, replace(config, graph=False), stop_after=True, **kw)
-        graph = run_cell(r, host, replace(config, graph=True), stop_after=stop_after, **kw)
+            "health_timeout": req.health_timeout, "keep_answers": True}
+        eager = run_cell(r, host, replace(req.config, graph=False), stop_after=True, **kw)
+        graph = run_cell(r, host, replace(req.config, graph=True), stop_after=req.stop_after,
+                         **kw)
     from ddprobe.server.launch import deterministic_backends
     backends = deterministic_backends(r, host, cache=caches.flags)
     return DifferentialRun(graph, eager, apply(graph, eager, backends=backends))

@@ -58,7 +58,8 @@ from ddprobe.untrusted import first_chars
 
 XID_NOTE_CAP = 200  # characters of the last Xid line a cell's note quotes
 
-__all__ = ["Baseline", "CellReporter", "ProbeOptions", "run_cell", "run_sanitize_cell"]
+__all__ = ["Baseline", "CellReporter", "CellRequest", "ProbeOptions", "run_cell",
+           "run_cell_request", "run_sanitize_cell"]
 
 _INFRA = (RemoteError, HostOpError, RemoteCommandError, ProbeHTTPError)
 
@@ -73,6 +74,22 @@ class ProbeOptions:
     stop_when_dead: bool = False  # end the probe once a request failed and the server died
 
 
+@dataclass(frozen=True)
+class CellRequest:
+    """What `ddprobe run` asks for: one cell at `config` (the server's options resolved against
+    the host by the command), or with `differential` the budget without and then with CUDA
+    graphs, compared (`cell.differential.run_differential`)."""
+
+    config: Config
+    probe: ProbeOptions = ProbeOptions()
+    baseline: Baseline | None = None  # a stored cell to compare with (never with differential)
+    health_timeout: float | None = None  # seconds; None: the host's server.health_timeout
+    keep_answers: bool = False  # keep the answers in the cell (a later baseline)
+    log_dir: Path | None = None  # copy the server log here
+    stop_after: bool = False  # stop the server after the cell (else a working one runs on)
+    differential: bool = False
+
+
 class CellReporter:
     """Progress of a cell, for the CLI to render (library code never prints). No-op here."""
 
@@ -84,6 +101,16 @@ class CellReporter:
 
     def probe(self, result: TaskResult, done: int, total: int) -> None:
         return None
+
+
+def run_cell_request(r: Remote, host: Host, req: CellRequest, *,
+                     reporter: CellReporter | None = None, break_lock: bool = False,
+                     caches: RunCaches | None = None) -> CellResult:
+    """`ddprobe run`'s one cell (`req.differential` is `run_differential`'s)."""
+    return run_cell(r, host, req.config, probe=req.probe, baseline=req.baseline,
+                    log_dir=req.log_dir, caches=caches, reporter=reporter,
+                    break_lock=break_lock, health_timeout=req.health_timeout,
+                    keep_answers=req.keep_answers, stop_after=req.stop_after)
 
 
 def run_cell(r: Remote, host: Host, config: Config, *, probe: ProbeOptions = ProbeOptions(),

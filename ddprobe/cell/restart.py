@@ -1,5 +1,6 @@
 """ONE restart-and-wait sequence, for every caller: a cell (`experiment`), a sanitize cell
-(`sanitize`) and `ddprobe server start|restart` (`start_server`).
+(`sanitize`) and `ddprobe server start|restart` (`start_server`, which runs the command's one
+`StartRequest`).
 
     rs = Restart(r, host, config, timeout=600.0, stall=120.0, caches=caches)  # the run's
     fail = rs.prepare() or rs.stop_old()       # RestartFailure | None
@@ -253,13 +254,25 @@ class StartReport:
                 "error": self.error, "notes": self.notes, "log_excerpt": self.log_excerpt}
 
 
-def start_server(r: Remote, host: Host, config: Config, *, restart: bool = False,
-                 wait: bool = True, timeout: float | None = None,
+@dataclass(frozen=True)
+class StartRequest:
+    """What `ddprobe server start|restart` asks for (the server's options resolved against the
+    host into `config` by the command)."""
+
+    config: Config
+    restart: bool = False  # stop the running server first (`server restart`)
+    wait: bool = True  # wait until /health_generate answers
+    health_timeout: float | None = None  # seconds; None: the host's server.health_timeout
+
+
+def start_server(r: Remote, host: Host, req: StartRequest, *,
                  reporter: HealthReporter | None = None,
                  caches: RunCaches | None = None) -> StartReport:
-    """Start the server with `config` (after stopping the old one when `restart`), then wait
-    until healthy. A server that fails to come up is stopped again (no half-started group)."""
-    limit = host.server.health_timeout if timeout is None else timeout
+    """Start the server with `req.config` (after stopping the old one when `req.restart`),
+    then wait until healthy (unless not `req.wait`). A server that fails to come up is stopped
+    again (no half-started group)."""
+    config, wait = req.config, req.wait
+    limit = host.server.health_timeout if req.health_timeout is None else req.health_timeout
     rs = Restart(r, host, config, timeout=limit, stall=host.server.stall_timeout, caches=caches)
     rep = StartReport(host.name, config, "error")
     fail = rs.prepare()
@@ -267,7 +280,7 @@ def start_server(r: Remote, host: Host, config: Config, *, restart: bool = False
         return _failed(rep, fail)
     assert rs.launch is not None
     rep.launch, rep.notes = rs.launch.argv, list(rs.launch.notes)
-    if restart:
+    if req.restart:
         fail = rs.stop_old()
         rep.stop = rs.old_stop
         if fail is not None:

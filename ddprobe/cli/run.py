@@ -1,5 +1,7 @@
 """`ddprobe run --host H --budget 16 [--graph/--no-graph] [--max-bs N] [--backend B] [--json]`:
-one cell (lock, restart with the config, health wait, probes, classify).
+one cell (lock, restart with the config, health wait, probes, classify). The options (shared ones
+from `ddprobe.cli.options`) become one `cell.experiment.CellRequest`, handed to
+`run_cell_request` (or, with --differential, `cell.differential.run_differential`).
 
 Also the pieces `ddprobe server` shares: building a Config from options, the live progress
 reporter (stderr; a heartbeat line instead of a spinner when stderr is not a terminal).
@@ -14,7 +16,13 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from ddprobe.cell.experiment import Baseline, CellReporter, ProbeOptions, run_cell
+from ddprobe.cell.experiment import (
+    Baseline,
+    CellReporter,
+    CellRequest,
+    ProbeOptions,
+    run_cell_request,
+)
 from ddprobe.cli import common, options
 from ddprobe.defaults import PROBE_CONCURRENCY, PROBE_MAX_TOKENS, PROBE_SUITE, PROBE_TIMEOUT_S
 from ddprobe.errors import ConfigError, UsageError
@@ -138,20 +146,18 @@ def register(app: typer.Typer) -> None:
         if differential and baseline:
             raise UsageError("--differential compares graph with eager: it takes no "
                              "--baseline")
-        base = load_baseline(baseline) if baseline else None
         ids = tuple(tasks or ()) or None  # None, () ('all'): the whole suite
-        opts = ProbeOptions(suite=suite, concurrency=concurrency, tasks=ids,
-                            max_tokens=max_tokens, timeout=probe_timeout)
-        if differential:
-            _differential(h, cfg, opts, log_dir=log_dir, break_lock=break_lock,
-                          health_timeout=health_timeout, stop_after=stop_after,
-                          as_json=as_json)
+        req = CellRequest(cfg, baseline=load_baseline(baseline) if baseline else None,
+                          probe=ProbeOptions(suite=suite, concurrency=concurrency, tasks=ids,
+                                             max_tokens=max_tokens, timeout=probe_timeout),
+                          health_timeout=health_timeout, keep_answers=keep_answers,
+                          log_dir=log_dir, stop_after=stop_after, differential=differential)
+        if req.differential:
+            _differential(h, req, break_lock=break_lock, as_json=as_json)
             return
         with common.env().connect(h) as r, LiveReporter(common.env().err) as rep:
-            cell = run_cell(r, h, cfg, probe=opts, baseline=base, log_dir=log_dir,
-                            caches=common.env().caches,
-                            reporter=rep, break_lock=break_lock, health_timeout=health_timeout,
-                            keep_answers=keep_answers, stop_after=stop_after)
+            cell = run_cell_request(r, h, req, caches=common.env().caches, reporter=rep,
+                                    break_lock=break_lock)
         if as_json:
             common.emit_json(cell.to_dict())
         else:
@@ -163,15 +169,11 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(int(code))
 
 
-def _differential(h: Host, cfg: Config, opts: ProbeOptions, *, log_dir: Path | None,
-                  break_lock: bool, health_timeout: float | None, stop_after: bool,
-                  as_json: bool) -> None:
+def _differential(h: Host, req: CellRequest, *, break_lock: bool, as_json: bool) -> None:
     from ddprobe.cell.differential import run_differential
     with common.env().connect(h) as r, LiveReporter(common.env().err) as rep:
-        pair = run_differential(r, h, cfg, probe=opts, log_dir=log_dir, reporter=rep,
-                                caches=common.env().caches,
-                                break_lock=break_lock, health_timeout=health_timeout,
-                                stop_after=stop_after)
+        pair = run_differential(r, h, req, reporter=rep, caches=common.env().caches,
+                                break_lock=break_lock)
     if as_json:
         common.emit_json(pair.to_dict())
     else:

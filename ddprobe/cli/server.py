@@ -1,6 +1,8 @@
 """`ddprobe server start|stop|restart|status|logs --host H`: the host's server manager, directly.
 
-start/restart/stop take the host lock for their duration; status and logs only read.
+start/restart/stop take the host lock for their duration; status and logs only read. start and
+restart build one `cell.restart.StartRequest` from the options (shared ones from
+`ddprobe.cli.options`) and hand it to `start_server`.
 """
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ import typer
 from rich.text import Text
 
 from ddprobe import remote
-from ddprobe.cell.restart import start_server
+from ddprobe.cell.restart import StartRequest, start_server
 from ddprobe.cli import common, options
 from ddprobe.cli.run import LiveReporter, make_config
 from ddprobe.errors import UsageError
@@ -35,19 +37,11 @@ def register(app: typer.Typer) -> None:
                       no_args_is_help=True)
     app.add_typer(srv, name="server")
 
-    def _start(restart: bool, host: str, budget: Optional[int], graph: bool,
-               max_bs: Optional[int], backend: Optional[str], extra: Optional[list[str]],
-               env: Optional[list[str]], wait: bool, health_timeout: Optional[float],
-               break_lock: bool, as_json: bool) -> None:
-        h = common.one_host(host)
-        cfg = make_config(h, budget=budget, graph=graph, max_bs=max_bs, backend=backend,
-                          extra=extra, env=env)
+    def _start(h: Host, req: StartRequest, *, break_lock: bool, as_json: bool) -> None:
         with common.env().connect(h) as r, HostLock(r, h, break_lock=break_lock,
                                                       caches=common.env().caches), \
                 LiveReporter(common.env().err) as rep:
-            res = start_server(r, h, cfg, restart=restart, wait=wait, timeout=health_timeout,
-                               caches=common.env().caches,
-                               reporter=rep)
+            res = start_server(r, h, req, caches=common.env().caches, reporter=rep)
         if as_json:
             common.emit_json(res.to_dict())
         else:
@@ -71,8 +65,11 @@ def register(app: typer.Typer) -> None:
             break_lock: options.BreakLock = False,
             as_json: options.Json = False,
         ) -> None:
-            _start(restart, host, budget, graph, max_bs, backend, extra, env, wait,
-                   health_timeout, break_lock, as_json)
+            h = common.one_host(host)
+            req = StartRequest(make_config(h, budget=budget, graph=graph, max_bs=max_bs,
+                                           backend=backend, extra=extra, env=env),
+                               restart=restart, wait=wait, health_timeout=health_timeout)
+            _start(h, req, break_lock=break_lock, as_json=as_json)
         cmd.__doc__ = ("Stop the running server, then start it with a config and wait for "
                        "health." if restart else
                        "Start the server with a config (refused while one runs) and wait "
