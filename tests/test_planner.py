@@ -11,6 +11,7 @@ from ddprobe.bisect.frontier import build_row, probes
 from ddprobe.bisect.ladder import failure_class
 from ddprobe.bisect.planner import BisectSpec, Planner, PlanOptions, simulate, small_max_bs_for
 from ddprobe.bisect.plantext import plan_lines
+from ddprobe.bisect.static import Suspect
 from ddprobe.bisect.synthetic import restarts_for, threshold
 from ddprobe.bisect.verdicts import build_verdicts, exit_code, run_status
 from ddprobe.errors import UsageError
@@ -384,3 +385,20 @@ def test_a_second_defect_diagnosed_at_one_budget_serves_a_later_cured_one() -> N
     assert k16.decided_by == "eager control"
     eager = sorted(c.config.budget for r in rounds for c in r if not c.config.graph)
     assert 64 not in eager and 16 in eager
+
+
+def test_an_oversize_that_did_not_cure_is_not_narrowed_down() -> None:
+    """Seen on the real H200 (docs/gpu-results.md, 2026-12-02 second plant run): with two
+    suspects, b15's garbage survived both enlarged together, and the planner then enlarged
+    the first alone (a restart that cannot cure what the pair did not) and called the
+    graph_capture verdict "oversize bisection, medium". A failed enlargement decides it
+    as the oversize experiment, with high confidence, and names no buffer."""
+    other = Suspect("positions", "srt/model_executor/cuda_graph_runner.py", 191,
+                    "(max_bs * 16,)", "DecodeInputBuffers.create", ("fixed-size-growing-use",), 1)
+    s = spec(suspects=(MASK, other))
+    p, rounds = simulate(s, threshold(s, 32, "capture"))
+    ov = [c.buffers for r in rounds for c in r if c.purpose == "oversize"]
+    assert ov and all(set(b) == {MASK.attr, other.attr} for b in ov), ov
+    v = next(v for v in build_verdicts(p) if v.budgets[0] == 32)
+    assert v.kind == "graph_capture" and v.decided_by == "oversize experiment"
+    assert v.confidence == "high" and not v.buffer

@@ -336,10 +336,13 @@ class _Observed:
     max_bs2: Obs = NONE_OBS  # max bs 1
 
     def cure(self, cs: _Cells) -> PlannedCell | None:
-        """The oversize cell that cured it: the escalation when only that one did."""
-        if self.escalated.status == GOOD and self.oversize.status != GOOD:
+        """The oversize cell that cured it (the escalation when only that one did); None
+        when neither did: an enlargement that failed has nothing to narrow down."""
+        if self.oversize.status == GOOD:
+            return cs.O
+        if self.escalated.status == GOOD:
             return cs.O2
-        return cs.O
+        return None
 
 
 def _observe_all(li: LadderInput, cs: _Cells) -> _Observed:
