@@ -133,3 +133,48 @@ def test_thorough_with_cheap_cells_goes_down_from_the_top() -> None:
     assert [c.key for r in rounds for c in r] == [
         "b64-graph-bs64+cheap", "b64-graph-bs64", "b32-graph-bs64", "b16-graph-bs64",
         "b8-graph-bs64"]
+
+
+def test_a_cheap_cure_is_not_bet_on_where_the_cure_runs_again_with_real_weights() -> None:
+    # a cure a cheap run finds at the mode's first budget is run again with the real weights
+    # (what the cure leaves), so the cheap run saves the real one only when the crash stays:
+    # on a host where a cheap start costs about 0.6 of a real one (a 60 s weight load) that
+    # even bet does not pay, and b16's oversize and b64's max bs run real only. The frontier
+    # below a crash (likely a crash too) still runs cheap first; the verdicts are the same
+    from ddprobe.bisect.costs import DEFAULTS
+    cost = CostModel(defaults={**DEFAULTS, "load": 60.0, "load_dummy": 20.0})
+    p_on, rounds = simulate(spec(cheap=True, cost=cost), cheap_seed)
+    p_off, _ = simulate(spec(), seed)
+    keys = [c.key for r in rounds for c in r]
+    assert summary(build_verdicts(p_on)) == summary(build_verdicts(p_off))
+    assert "b16-graph-bs64+cheap" in keys  # the bet on a crash below a crash still runs
+    experiments = [k for k in keys if "oversize" in k or "-bs16" in k]
+    assert experiments == ["b16-graph-bs64+oversize[cuda_graph_custom_mask]",
+                           "b32-graph-bs64+oversize[cuda_graph_custom_mask]x16",
+                           "b64-graph-bs16"], keys
+    # with the default cost model (a 240 s load against 20 s) the even bet pays: cheap first
+    _, rounds = simulate(spec(cheap=True), cheap_seed)
+    keys = [c.key for r in rounds for c in r]
+    assert "b16-graph-bs64+oversize[cuda_graph_custom_mask]+cheap" in keys
+
+
+def test_a_control_at_another_budget_is_saved_by_its_cheap_cure() -> None:
+    # b16 and b32 crash alike (the mask): b32's control (the same oversize) cured by a cheap
+    # run agrees with b16's verdict and is not run again, so it goes cheap at the same costs
+    from planner_util import GARBAGE, ILLEGAL, res
+
+    from ddprobe.bisect.costs import DEFAULTS
+    cost = CostModel(defaults={**DEFAULTS, "load": 60.0, "load_dummy": 20.0})
+
+    def crash(c):
+        if c.config.budget >= 16 and c.config.graph and "cuda_graph_custom_mask" not in c.buffers:
+            return replace(res(c, "crash", ILLEGAL), cheap=c.cheap or None)
+        return replace(res(c, "ok") if not c.cheap else res(c, "garbage", GARBAGE),
+                       cheap=c.cheap or None)
+
+    _, rounds = simulate(spec(cheap=True, cost=cost), crash)
+    keys = [c.key for r in rounds for c in r]
+    assert "b16-graph-bs64+oversize[cuda_graph_custom_mask]" in keys
+    assert "b16-graph-bs64+oversize[cuda_graph_custom_mask]+cheap" not in keys
+    ctl = [k for k in keys if "oversize" in k and not k.startswith("b16")]
+    assert ctl and all(k.endswith("+cheap") for k in ctl), keys

@@ -19,14 +19,19 @@ What a cheap cell can say (`answer`): a crash is the config's crash (the buffers
 max bs and the kernels are the real cell's; only the numbers in them are random); no crash
 says nothing about ok vs garbage (random weights always give garbage), so a frontier cell
 and an eager control then run with the real weights. For an experiment of a crash mode, no
-crash of that kind means the experiment avoided it. Every verdict names its cheap cells.
+crash of that kind means the experiment avoided it; at the mode's first budget such a cure is
+run again with the real weights (residual.py), so there the cheap run saves the real one only
+when the crash stays (the planner bets on it only where that pays: planner.question_is_cheap).
+Every verdict names its cheap cells.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Final, Literal
 
+from ddprobe.bisect.cells import BAD, GOOD, Obs, PlannedCell, same_failure
 from ddprobe.defaults import PROBE_CONCURRENCY
 from ddprobe.errors import RefusedError
 from ddprobe.inventory import Host
@@ -121,6 +126,32 @@ def crashed(c: CellResult | None) -> bool:
 def crash_mode(mode: str | None) -> bool:
     """Is a failure mode (a `cells.mode_key`, or a ladder label `MODE @bN`) a crash?"""
     return bool(mode) and str(mode).startswith("crash ")
+
+
+def crash_prior(budget: int, budgets: Sequence[int], obs: Callable[[int], Obs]) -> float:
+    """The chance a frontier budget crashes, from the nearest budget above it that ran
+    (`obs`: a budget's frontier result): failures grow with the budget (the search's own
+    premise) and one failure mode spans neighbouring budgets, so below a pass, or below a
+    failure that is no crash, a crash is unlikely (0.05); below a crash, likely (0.75); with
+    nothing above known, even (0.5)."""
+    for b in (x for x in budgets if x > budget):
+        o = obs(b)
+        if o.status == GOOD:
+            return 0.05
+        if o.status == BAD:
+            return 0.75 if crashed(o.first) else 0.05
+    return 0.5
+
+
+def at_diagnosis(cell: PlannedCell, budgets: Sequence[int], obs: Callable[[int], Obs]) -> bool:
+    """Is `cell` at the budget where its mode's diagnosis runs (its first failing budget, or
+    the budget a `MODE @bN` diagnosis names), not a control at another budget?"""
+    mode = str(cell.mode)
+    at = re.fullmatch(r"(.*) @b(\d+)", mode)
+    if at is not None:
+        return int(at.group(2)) == cell.config.budget
+    first = next((b for b in budgets if same_failure(obs(b).mode, mode)), None)
+    return first is None or first == cell.config.budget
 
 
 def host_support(r: Remote, host: Host, base: Config, *, max_bs: int | None, concurrency: int,

@@ -34,7 +34,7 @@ from ddprobe.bisect.cells import (
     observe,
     same_failure,
 )
-from ddprobe.bisect.cheap import crash_mode, crashed
+from ddprobe.bisect.cheap import at_diagnosis, crash_mode, crash_prior, crashed
 from ddprobe.bisect.costs import CostModel
 from ddprobe.bisect.frontier import Row, build_row, probes
 from ddprobe.bisect.ladder import (
@@ -255,32 +255,24 @@ class Planner:
         return None
 
     def question_is_cheap(self, cell: PlannedCell) -> float:
-        """The chance a cheap run decides `cell` (0: it cannot): an experiment on a crash
-        mode is decided either way; a frontier cell or an eager control by a crash."""
+        """The chance a cheap run saves `cell`'s real run (0: it cannot). A frontier cell or
+        an eager control: by a crash. An experiment on a crash mode is answered either way,
+        but where it runs in the mode's own diagnosis a cure is run again with the real
+        weights (residual.py: what the cure leaves), so only a crash that stays saves it
+        (even odds); a control at another budget of the mode is saved either way."""
         if not self.cheap_on or cell.cheap or cell.patch or cell.rep > 1:
             return 0.0
         if cell.purpose in ("oversize", "max_bs"):
-            return 1.0 if crash_mode(cell.mode) else 0.0
+            if not crash_mode(cell.mode):
+                return 0.0
+            return 0.5 if at_diagnosis(cell, self.spec.budgets, self._frontier_obs) else 1.0
         if cell.purpose == "frontier":
-            return self._crash_prior(cell.config.budget)
+            return crash_prior(cell.config.budget, self.spec.budgets, self._frontier_obs)
         if cell.purpose == "eager" and crash_mode(cell.mode):
             return 0.5
         if cell.purpose == "sanitize" and cell.mode == latent.LATENT_MODE:
             return 0.5  # the latent check's memcheck cell: invalid writes decide it
         return 0.0
-
-    def _crash_prior(self, budget: int) -> float:
-        """The chance a frontier budget crashes, from the nearest budget above it that ran:
-        failures grow with the budget (the search's own premise) and one failure mode spans
-        neighbouring budgets, so below a pass, or below a failure that is no crash, a crash is
-        unlikely (0.05); below a crash, likely (0.75); with nothing above known, even (0.5)."""
-        for b in (x for x in self.spec.budgets if x > budget):
-            o = self.obs(self.frontier_cell(b))
-            if o.status == GOOD:
-                return 0.05
-            if o.status == BAD:
-                return 0.75 if crashed(o.first) else 0.05
-        return 0.5
 
     def estimate(self, cell: PlannedCell) -> float:
         """Expected seconds of the cell as it would be run next (cheap or real)."""
@@ -300,6 +292,9 @@ class Planner:
 
     def frontier_cell(self, budget: int) -> PlannedCell:
         return PlannedCell(replace(self.spec.base, budget=budget, graph=True), "frontier")
+
+    def _frontier_obs(self, budget: int) -> Obs:
+        return self.obs(self.frontier_cell(budget))
 
     # -- state -----------------------------------------------------------------------------
     def _ladder(self, mode: str, i: int, name: str = "") -> LadderState:
@@ -431,7 +426,7 @@ class Planner:
         needed = [self.frontier_cell(st.row.budgets[i]) for i, o in enumerate(st.row.obs)
                   if o.status == PENDING]
         # largest first with cheap cells: a budget below a known pass is unlikely to crash, so
-        # its real cell runs without a cheap try (`_crash_prior`)
+        # its real cell runs without a cheap try (`cheap.crash_prior`)
         extra = reversed(st.needed_frontier) if self.cheap_on else iter(st.needed_frontier)
         needed += [self.frontier_cell(st.row.budgets[i]) for i in extra]
         need_idx, spec_idx = probes(st.row, k)
