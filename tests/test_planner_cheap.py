@@ -20,7 +20,7 @@ def test_seed_cheap_cells_keep_the_verdicts_and_need_six_real_restarts() -> None
     # expected before running: cheap b64 (cuBLAS crash), b16 (illegal address), b8 and b32
     # (no crash: then real), the b16 oversize and the b64 max-bs experiments cheap (a crash
     # mode's experiment is decided either way); real: b8, b32, b32 eager, b32 oversize x16
-    # (straight to the escalated factor: x4's result cannot change the verdict), and what
+    # (straight to the escalated factor: failing, x4 cannot change the verdict), and what
     # each cure leaves: b16's oversize and b64's max bs 16 again with the real weights (a
     # cheap cure says only "no crash"; at b64 the cured cell fails like b32: a second defect)
     p_off, _ = simulate(spec(), seed)

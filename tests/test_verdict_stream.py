@@ -25,8 +25,8 @@ def run(p: Planner, oracle, stream: VerdictStream) -> list[str]:
 
 def test_seed_verdicts_stream_in_the_order_they_are_decided(tmp_path: Path) -> None:
     # expected: every frontier cell first (b64, b16, b8, b32, cheap then real where needed);
-    # then b8's ok (nothing left at b8 or able to bound the mask), b32's graph capture (its
-    # real eager control and oversize), then b16's and b64's once their cheap cures were
+    # then b8's ok (nothing left at b8 or able to bound the mask) with b32's graph capture
+    # (its real eager control and oversize), then b16's and b64's once their cheap cures were
     # checked with real weights
     lines: list[dict] = []
     said = []
@@ -45,12 +45,15 @@ def test_seed_verdicts_stream_in_the_order_they_are_decided(tmp_path: Path) -> N
         assert d["type"] == FINAL
         body = {k: v for k, v in d.items() if k not in ("type", "final")}
         assert body == final[identity(d)]
-    # b8's ok waits for the cheap cells that could still bound the fixed mask's capacity:
-    # b16's oversize x4 (it could fail and be escalated), then b64's smaller max bs (failing,
-    # b64's oversize x4 would run next)
+    # b8's ok waits for the cells that could still bound the fixed mask's capacity: b16's
+    # oversize x4 (it could fail and be escalated), b64's smaller max bs (failing, b64's
+    # oversize x4 would run next), and b32's oversize, which starts at x16 (real weights:
+    # garbage is no crash) and, curing, would have x4 run after it; x16 fails there, and
+    # b32's verdict comes with the same cell
     first_after = said[0][2]["after_cells"]
-    assert keys[first_after - 1] == "b64-graph-bs16+cheap"
-    assert all(k.endswith("+cheap") for k in keys[keys.index("b32-graph-bs64") + 1:first_after])
+    assert keys[first_after - 1] == "b32-graph-bs64+oversize[cuda_graph_custom_mask]x16"
+    assert said[1][2]["after_cells"] == first_after
+    assert keys.index("b64-graph-bs16+cheap") < first_after - 1
     assert said[-1][2]["after_cells"] == len(keys)
     j = tmp_path / "journal.jsonl"
     j.write_text("".join(json.dumps(d) + "\n" for d in lines[:2]))
@@ -133,12 +136,17 @@ def test_an_announced_verdict_is_the_one_the_run_ends_with(code: str, cheap: boo
     assert {identity(v) for v in said} == set(final)
 
 
+@pytest.mark.parametrize("crash", [True, False])
 @pytest.mark.parametrize("cheap", [True, False])
-def test_a_pass_waits_for_the_oversize_that_bounds_a_fixed_buffer(cheap: bool) -> None:
+def test_a_pass_waits_for_the_oversize_that_bounds_a_fixed_buffer(cheap: bool,
+                                                                  crash: bool) -> None:
     # the mask-tiny matrix: b4 and b8 pass, b16 and b32 overflow a fixed mask that x4 does
     # not cure and x16 does; x4 failing at b16 bounds the mask below 17/4 rows, so b4 and b8
     # (5 and 9 rows) leave `ok` for a latent overflow. Under the old rule (only an escalated
-    # oversize held `ok` back) both were announced `ok` before the first oversize ran.
+    # oversize held `ok` back) both were announced `ok` before the first oversize ran. The
+    # overrun as garbage (no crash): with cheap cells the real-weight oversize starts at x16,
+    # and x16 curing then runs x4 too (it bounds the mask), so cheap cells on and off reach
+    # the same verdicts (before, x4 never ran with cheap cells and b4, b8 stayed `ok`)
     from dataclasses import replace
 
     from planner_util import GARBAGE, ILLEGAL, res
@@ -147,7 +155,7 @@ def test_a_pass_waits_for_the_oversize_that_bounds_a_fixed_buffer(cheap: bool) -
         if c.config.budget <= 8 or not c.config.graph or (
                 "cuda_graph_custom_mask" in c.buffers and (c.factor or 4) >= 16):
             return res(c, "ok")
-        return res(c, "crash", ILLEGAL)
+        return res(c, "crash", ILLEGAL) if crash else res(c, "garbage", GARBAGE)
 
     def answer(c):
         r = real(replace(c, cheap=False))

@@ -42,6 +42,7 @@ from ddprobe.bisect.served import before_model_load, served_max_bs
 from ddprobe.bisect.static import Suspect
 from ddprobe.defaults import MAX_OVERSIZE_FACTOR
 from ddprobe.results import CellResult, Confidence, Config, VerdictReason
+from ddprobe.sources.buffers import FLAG_FIXED
 
 # what one mode's ladder decides (a Verdict's kind, of the four a ladder can reach)
 DecisionKind = Literal["buffer_sizing", "graph_capture", "kernel", "inconclusive"]
@@ -192,8 +193,11 @@ class LadderInput:
     obs: Callable[[PlannedCell], Obs]
     name: str = ""  # the ladder's name (a budget's own diagnosis: "MODE @b48"); default: mode
     # the oversize experiment starts at the factor it would escalate to: when its cells need
-    # the real weights, the smaller factor's result cannot change the verdict (a larger
-    # enlargement covers what a smaller one does), only which factor it names
+    # the real weights, the smaller factor's result cannot change the decision (a larger
+    # enlargement covers what a smaller one does), only which factor it names. Where a
+    # suspect is a fixed-size buffer and the larger factor cures, the smaller one runs too
+    # (`O0`): its failure bounds the buffer's capacity (capacity.py), which can move a
+    # passing budget out of `ok`
     escalate_first: bool = False
 
     @property
@@ -210,6 +214,7 @@ class _Cells:
     notes: list[str]
     O2_spec: PlannedCell | None = None  # the escalation, before O's result is known
     M2: PlannedCell | None = None  # max bs 1, once the smaller max bs still failed
+    O0: PlannedCell | None = None  # the factor escalate_first skipped, once O cured (fixed)
 
     def named(self) -> dict[str, PlannedCell]:
         return {k: v for k, v in (("E", self.E), ("M", self.M), ("M2", self.M2),
@@ -223,7 +228,7 @@ def _cells(li: LadderInput, cls: FailureClass) -> _Cells:
         return _Cells(E, None, None, None, notes)
     M, M2 = _max_bs_cells(li, notes)
     O, O2, spec2 = _oversize_cells(li)  # noqa: E741
-    return _Cells(E, M, O, O2, notes, spec2, M2)
+    return _Cells(E, M, O, O2, notes, spec2, M2, _skipped_factor(li, O))
 
 
 def _max_bs_cells(li: LadderInput,
@@ -264,14 +269,34 @@ def _oversize_cells(li: LadderInput) -> tuple[PlannedCell | None, PlannedCell | 
     return O, None, None
 
 
+def first_factor(tier1: Sequence[Suspect], budget: int, factor: int) -> int | None:
+    """The oversize cell's factor before any escalation (None: the default `factor`): when
+    grep-buffers evaluated the shortfall and x factor would not cover it, start there."""
+    need = needed_factor(tier1, budget)
+    return min(MAX_FACTOR, 1 << (need - 1).bit_length()) if need and need > factor else None
+
+
 def _first_factor(li: LadderInput, tier1: list[Suspect]) -> int | None:
-    """The oversize cell's factor (None: the default): when grep-buffers evaluated the
-    shortfall and x factor would not cover it, start there."""
-    need = needed_factor(tier1, li.config.budget)
-    f1 = min(MAX_FACTOR, 1 << (need - 1).bit_length()) if need and need > li.factor else None
+    """The oversize cell's factor (None: the default), escalated with `escalate_first`."""
+    f1 = first_factor(tier1, li.config.budget, li.factor)
     if li.escalate_first:  # (the cell has suspects)
         f1 = escalation(tier1, li.config.budget, f1 or li.factor) or f1
     return f1
+
+
+def _skipped_factor(li: LadderInput, first: PlannedCell | None) -> PlannedCell | None:
+    """The oversize at the factor `escalate_first` skipped, once the escalated one (`first`)
+    cured and a suspect is a fixed-size buffer: that factor failing bounds the buffer
+    (capacity.py)."""
+    if first is None or not li.escalate_first or \
+            not any(FLAG_FIXED in s.flags for s in li.suspects):
+        return None
+    tier1 = [s for s in li.suspects if s.tier == 1]
+    f0 = first_factor(tier1, li.config.budget, li.factor)
+    if (f0 or li.factor) == (first.factor or li.factor) or \
+            cured(li.obs(first), li.mode).status != GOOD:
+        return None
+    return replace(first, factor=f0)
 
 
 def _m_obs(li: LadderInput, M: PlannedCell | None) -> Obs:
@@ -310,6 +335,9 @@ def diagnose(li: LadderInput) -> LadderState:
                            needed=needed, speculative=spec, cells=cells, notes=notes)
 
     if decision is not None:
+        if cs.O0 is not None and decision.decided_by == "oversize experiment" and \
+                not li.obs(cs.O0).decided:
+            return state(decision, (cs.O0,))
         cure = ob.cure(cs)
         if decision.decided_by == "oversize experiment" and cure is not None:
             st = _naming(li, cure, decision, cls)
@@ -334,10 +362,14 @@ class _Observed:
     oversize: Obs
     escalated: Obs
     max_bs2: Obs = NONE_OBS  # max bs 1
+    skipped: Obs = NONE_OBS  # the factor escalate_first skipped (`O0`)
 
     def cure(self, cs: _Cells) -> PlannedCell | None:
-        """The oversize cell that cured it (the escalation when only that one did); None
-        when neither did: an enlargement that failed has nothing to narrow down."""
+        """The oversize cell that cured it (the skipped smaller factor when it cured too;
+        the escalation when only that one did); None when neither did: an enlargement that
+        failed has nothing to narrow down."""
+        if cs.O0 is not None and self.skipped.status == GOOD:
+            return cs.O0
         if self.oversize.status == GOOD:
             return cs.O
         if self.escalated.status == GOOD:
@@ -355,7 +387,8 @@ def _observe_all(li: LadderInput, cs: _Cells) -> _Observed:
         m2 if m2.status in (GOOD, BAD) else Obs(UNTESTED) if not m2.decided else m2)
     return _Observed(eager=li.obs(cs.E), max_bs=mo,
                      oversize=cured(li.obs(cs.O), mode) if cs.O else NONE_OBS,
-                     escalated=cured(li.obs(cs.O2), mode) if cs.O2 else NONE_OBS, max_bs2=m2)
+                     escalated=cured(li.obs(cs.O2), mode) if cs.O2 else NONE_OBS, max_bs2=m2,
+                     skipped=cured(li.obs(cs.O0), mode) if cs.O0 else NONE_OBS)
 
 
 def _speculative(li: LadderInput, cs: _Cells, cls: FailureClass,

@@ -14,9 +14,10 @@ A verdict is final when no cell the planner may still ask for can change it:
   budget of a mode it shares one with (a mode's experiments run at its first budget, its
   controls at the others), and for `ok` every budget up to its largest (the latent check's
   memcheck cells restart passing and assumed ones); an `ok` also waits, at any budget, while
-  an oversize of a fixed-size buffer is pending that can still be escalated or follows a
-  failed factor (a factor that fails and a larger one that cures bound the buffer's
-  capacity, which can move a pass out of `ok`: capacity.py).
+  an oversize of a fixed-size buffer is pending that can still be escalated, follows a
+  failed factor, or starts above the first factor (curing, the smaller one runs after it):
+  a factor that fails and a larger one that cures bound the buffer's capacity, which can
+  move a pass out of `ok` (capacity.py).
 
 Such a verdict is written to the journal as a `verdict_final` line (readers that do not know
 the type skip it; the end of the run still writes every verdict as `verdict`) and sent as an
@@ -30,13 +31,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Final
 
 from ddprobe.bisect import agreement
 from ddprobe.bisect.cells import BAD, UNTESTED, PlannedCell
 from ddprobe.bisect.frontier import Row
-from ddprobe.bisect.ladder import escalation
+from ddprobe.bisect.ladder import escalation, first_factor
 from ddprobe.bisect.planner import Planner
 from ddprobe.bisect.verdicts import build_verdicts
 from ddprobe.results import CellResult, Verdict
@@ -100,14 +102,23 @@ def _span(v: Verdict, modes: Sequence[set[int]], budgets: Sequence[int]) -> set[
 def _capacity_open(p: Planner, pending: Sequence[PlannedCell]) -> bool:
     """Can a pending oversize bound a fixed-size buffer's capacity? It does when a factor
     fails and a larger one cures (capacity.py): the pending factor may fail and be escalated,
-    or a smaller factor failed before and this one may cure. The bound can move passing
-    budgets out of `ok`. The last factor the ladder tries, with none failed before it, cannot
-    (failing, it cures nothing)."""
+    or a smaller factor failed before and this one may cure, or it starts above the first
+    factor (the ladder's escalate_first) and curing, has the smaller one run after it. The
+    bound can move passing budgets out of `ok`. The last factor the ladder tries, with none
+    failed or skipped before it, cannot (failing, it cures nothing)."""
     fixed = {s.attr for s in p.spec.suspects if FLAG_FIXED in s.flags}
     default = p.spec.options.oversize_factor
     tried = [c for c in p.cells.values() if c.purpose == "oversize"]
+
+    def skipped(c: PlannedCell) -> bool:
+        tier1 = [s for s in p.spec.suspects if s.tier == 1]
+        f0 = first_factor(tier1, c.config.budget, default) or default
+        return (c.factor or default) > f0 and not p.obs(replace(c, factor=f0 if f0 != default
+                                                              else None)).decided
+
     return any(c.purpose == "oversize" and fixed.intersection(c.buffers) and (
         escalation(p.spec.suspects, c.config.budget, c.factor or default) is not None
+        or skipped(c)
         or any(t.mode == c.mode and t.config.budget == c.config.budget
                and p.obs(t).status == BAD for t in tried)) for c in pending)
 
