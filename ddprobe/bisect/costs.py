@@ -8,7 +8,8 @@ phase over the host's earlier cells, split the ways that change a phase:
 * the capture: per captured batch size (the capture line's seconds / the sizes captured), so
   a cheap cell that captures 5 sizes is estimated from a cell that captured 12;
 * the probes: a full probe vs a cheap cell's short one;
-* eager cells capture nothing.
+* eager cells capture nothing;
+* a cheap cell's load and probes with no cheap cell in the history: at most the real cells'.
 
 A phase with no history comes from `DEFAULTS` (a mid-sized model on a rented node), and the
 estimate says so (`CellEstimate.from_history`). `host_history` reads the journals under the
@@ -105,6 +106,8 @@ class CostModel:
 
         pick("start", self._learned("start"), "start")
         pick("load", self._learned("load", cheap=cheap), "load_dummy" if cheap else "load")
+        if cheap:
+            self._at_most_real(out, learned, "load")
         if graph:
             per = self._per_bs()
             n = captured or _median([float(c.captured) for c in self.history
@@ -118,8 +121,19 @@ class CostModel:
         pick("health", self._learned("health"), "health")
         pick("probes", self._learned("probes", cheap=cheap), "probes_cheap" if cheap
              else "probes")
+        if cheap:
+            self._at_most_real(out, learned, "probes")
         pick("stop", self._learned("stop"), "stop")
         return CellEstimate(out, tuple(learned))
+
+    def _at_most_real(self, out: dict[str, float], learned: list[str], phase: str) -> None:
+        """A cheap cell's phase with no cheap history is at most what the host's real cells
+        took (random weights read nothing; the short probe asks less): the default for a
+        tens-of-GB model would overstate a small model's dummy load."""
+        real = self._learned(phase, cheap=False)
+        if phase not in learned and real is not None and real < out[phase]:
+            out[phase] = real
+            learned.append(phase)
 
 
 def host_history(root: Path, host: str, *, max_runs: int = MAX_RUNS,
