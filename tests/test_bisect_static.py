@@ -112,3 +112,64 @@ def test_the_crash_traceback_ranks_the_writer_first() -> None:
         "write_tree_mask) is called with it at srt/layers/attention/triton_backend.py:145")
     assert [s.attr for s in ranked[1:]] == [s.attr for s in others]
     assert rank_by_traceback(others, ["no traceback here"]) == others
+
+
+def test_a_chained_traceback_ranks_by_the_first_exceptions_frames() -> None:
+    """Real 0.5.11 on the H200 (docs/gpu-results.md, the planted positions buffer at b31):
+    the capture fails in the rotary embedding, and the runner re-raises it as `Capture cuda
+    graph failed` ("During handling of the above exception ..."). Read from the last
+    traceback alone, the innermost frame was the re-raise in `__init__` and no suspect was
+    ranked, so the oversize naming tried the mask first; the first exception's frames run
+    through `capture_one_batch_size`, which reads `buffers.positions[:num_tokens]`."""
+    from ddprobe.bisect.static import rank_by_traceback, traceback_frames
+    log = (Path(__file__).parent / "data/sglang-0.5.11-h200-plant-positions-b31-capture.log"
+           ).read_text().splitlines()
+    frames = traceback_frames(log)
+    assert frames[0][2] == "forward_cuda" and frames[0][0].endswith("rotary_embedding/base.py")
+    funcs = [f for _, _, f in frames]
+    assert funcs.index("capture_one_batch_size") < funcs.index("run_scheduler_process")
+    mask = Suspect("cuda_graph_custom_mask", "srt/layers/attention/triton_backend.py", 519,
+                   "max_num_tokens * self.max_context_len",
+                   "TritonAttnBackend.init_cuda_graph_state",
+                   ("short-at-full-context",), 1,
+                   uses=("srt/layers/attention/triton_backend.py:806 "
+                         "init_forward_metadata_replay_cuda_graph: custom_mask = "
+                         "self.cuda_graph_custom_mask",))
+    pos = Suspect("positions", "srt/model_executor/cuda_graph_runner.py", 191, "(max_bs * 16,)",
+                  "DecodeInputBuffers.create", ("fixed-size-growing-use",), 1,
+                  uses=("srt/model_executor/cuda_graph_runner.py:972 capture_one_batch_size: "
+                        "positions = buffers.positions[:num_tokens]",))
+    ranked = rank_by_traceback([mask, pos], log)
+    assert [s.attr for s in ranked] == ["positions", "cuda_graph_custom_mask"]
+    assert "cuda_graph_runner.py:1171 capture_one_batch_size" in ranked[0].ranked_by
+    # an unchained second traceback still replaces the first
+    assert traceback_frames([*log, "Traceback (most recent call last):",
+                             '  File "/x/y.py", line 3, in other']) == [("/x/y.py", 3, "other")]
+
+
+def test_a_crash_cells_excerpt_keeps_the_frames_the_ranking_needs() -> None:
+    """The cell's log excerpt (its last 25 lines) of the real b31 capture failure starts after
+    both tracebacks; the excerpt now leads with the first exception's frames, so the
+    planner, which sees only the excerpt, ranks positions first."""
+    from ddprobe.bisect.static import rank_by_traceback
+    from ddprobe.cell.classify import classify_dead, excerpt
+    text = (Path(__file__).parent / "data/sglang-0.5.11-h200-plant-positions-b31-capture.log"
+            ).read_text()
+    v = classify_dead(text, package="sglang", during="start-up")
+    ex = excerpt(text, v.signature)
+    assert ex[0].endswith("Traceback (most recent call last):") and "..." in ex
+    cut = ex.index("...")
+    assert ex[cut - 1].startswith("RuntimeError: view size is not compatible")
+    assert ex[cut - 2].lstrip().startswith('File "/tmp/site/sglang/srt/layers/rotary_embedding')
+    assert len(ex) <= 25 + 15 + 2  # the tail, the chain head, the signature line and its cut
+    pos = Suspect("positions", "srt/model_executor/cuda_graph_runner.py", 191, "(max_bs * 16,)",
+                  "DecodeInputBuffers.create", ("fixed-size-growing-use",), 1,
+                  uses=("srt/model_executor/cuda_graph_runner.py:972 capture_one_batch_size: "
+                        "positions = buffers.positions[:num_tokens]",))
+    other = Suspect("cuda_graph_custom_mask", "srt/layers/attention/triton_backend.py", 519,
+                    "x", "TritonAttnBackend.init_cuda_graph_state", (), 1)
+    assert [s.attr for s in rank_by_traceback([other, pos], ex)] == [
+        "positions", "cuda_graph_custom_mask"]
+    # without a chain the excerpt is the tail, as before
+    plain = 'Traceback (most recent call last):\n  File "/a.py", line 1, in f\nValueError: x\n'
+    assert excerpt(plain, None) == plain.splitlines()

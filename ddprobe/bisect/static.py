@@ -94,16 +94,29 @@ def find_suspects(report: BufferReport | Sequence[BufferRow]) -> list[Suspect]:
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[A-Za-z_]\w*)')
 
 
+_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+
+
 def traceback_frames(lines: Sequence[str]) -> list[tuple[str, int, str]]:
-    """(file, line, function) of the last traceback in a log excerpt, innermost first."""
+    """(file, line, function) of the last traceback in a log excerpt, innermost first. A
+    chained traceback (an exception raised while handling another, as 0.5.11 re-raises a
+    capture failure as `Capture cuda graph failed: ...`) is read from the first exception of
+    the chain: its innermost frame is where it failed, then the frames of the later ones."""
+    chain: list[list[tuple[str, int, str]]] = []
     frames: list[tuple[str, int, str]] = []
+    chained = False
     for ln in lines:
-        if "Traceback (most recent call last)" in ln:
-            frames = []
+        if ln.strip() == "...":  # a ddprobe excerpt's cut: what follows is a later part
+            chain, frames, chained = ([*chain, frames] if frames else chain), [], True
+        elif any(c in ln for c in _CHAINED):
+            chained = True
+        elif "Traceback (most recent call last)" in ln:
+            chain = [*chain, frames] if chained and frames else []
+            frames, chained = [], False
         m = _FRAME.search(ln)
         if m:
             frames.append((m["file"], int(m["line"]), m["func"]))
-    return frames[::-1]
+    return [f for seg in (*chain, frames) for f in seg[::-1]]
 
 
 def rank_by_traceback(suspects: Sequence[Suspect], log_lines: Sequence[str]

@@ -394,16 +394,46 @@ def _below_baseline(report: ProbeReport, baseline: Baseline | None,
 
 
 def excerpt(log: str, sig: Signature | None, *, lines: int = 25) -> list[str]:
-    """The log's tail, with the signature's line first when the tail does not show it."""
+    """The log's tail, with the signature's line first when the tail does not show it, and
+    before both the frames of the first exception of the last traceback chain when the tail
+    starts after them (0.5.11 re-raises a capture failure as `Capture cuda graph failed`: the
+    frames where it failed come first in the log, and the bisect ranks suspects by them).
+    Each part the tail does not continue is followed by a line `...`."""
     # cleaned: the excerpt goes to journals, reports, JUnit and the terminal (ddprobe/untrusted.py)
     all_lines = [ln.rstrip() for ln in clean(log).splitlines() if ln.strip()]
     tail = all_lines[-lines:]
+    head = _chain_head(all_lines, len(all_lines) - len(tail))
     if sig is not None and sig.line and not any(sig.line in ln for ln in tail):
         for ln in all_lines:
             if sig.line in ln:
-                return [first_chars(ln, EXCERPT_LINE_CAP), "..."] + \
-                    [first_chars(t, EXCERPT_LINE_CAP) for t in tail]
-    return [first_chars(t, EXCERPT_LINE_CAP) for t in tail]
+                head += [ln, "..."]
+                break
+    return [first_chars(t, EXCERPT_LINE_CAP) for t in [*head, *tail]]
+
+
+_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
+_HEAD_FRAMES: Final = 12
+
+
+def _chain_head(all_lines: list[str], tail_start: int) -> list[str]:
+    """The first traceback of the log's last chain, as its header, its innermost frames'
+    `File` lines (torch's own left out) and its exception line, then `...`: [] when the tail
+    shows that header or the log has no chained traceback."""
+    starts = [i for i, ln in enumerate(all_lines) if "Traceback (most recent call last)" in ln]
+    first = None
+    for a, b in zip(reversed(starts[:-1]), reversed(starts[1:]), strict=True):
+        if not any(c in ln for ln in all_lines[a:b] for c in _CHAIN):
+            break
+        first = a
+    if first is None or first >= tail_start:
+        return []
+    end = next(i for i in starts if i > first)
+    body = all_lines[first + 1:end]
+    # torch's own frames (nn.Module's call wrappers, decorators) hold no server buffer's use
+    frames = [ln for ln in body if ln.lstrip().startswith('File "')
+              and "/site-packages/torch/" not in ln][-_HEAD_FRAMES:]
+    exc = [ln for ln in body if ln[:1].isalpha() and not any(c in ln for c in _CHAIN)][-1:]
+    return [all_lines[first], *frames, *exc, "..."]
 
 
 def refused_signature(message: str) -> Signature:
