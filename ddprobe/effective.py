@@ -184,13 +184,16 @@ def captured_bs(log: str) -> tuple[int, ...] | None:
 def fetch_server_info(url: str, *, timeout: float = 10.0) -> tuple[dict[str, Any], str]:
     """(`/server_info` or `/get_server_info` as a dict, the path that answered) or ({}, "")."""
     import httpx
-    for path in ("/server_info", "/get_server_info"):
-        with contextlib.suppress(httpx.HTTPError, ValueError):
-            res = httpx.get(url + path, timeout=timeout, trust_env=False)
-            if res.status_code == 200:
-                data = res.json()
-                if isinstance(data, dict):
-                    return dict(data), path
+
+    from ddprobe import httpclients
+    with httpclients.client() as c:
+        for path in ("/server_info", "/get_server_info"):
+            with contextlib.suppress(httpx.HTTPError, ValueError):
+                res = c.get(url + path, timeout=timeout)
+                if res.status_code == 200:
+                    data = res.json()
+                    if isinstance(data, dict):
+                        return dict(data), path
     return {}, ""
 
 

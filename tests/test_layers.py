@@ -28,7 +28,7 @@ DOC = ROOT.parent / "docs" / "ARCHITECTURE.md"
 # the leaves any layer may import (they import nothing above them: their own rows below)
 LEAVES = ("results", "effective", "errors", "exitcodes", "untrusted", "safeconsole", "yamlio",
           "timestamps", "store", "runmodel", "interrupt", "bundled_files", "intlist",
-          "defaults")
+          "defaults", "httpclients")
 # the modules of hostside/ that run in ddprobe's process; the rest are host programs, run only
 # on a host (as text), which no other package imports
 HOST_LOCAL = ("hostside.client", "hostside.errors", "hostside.patchtext")
@@ -49,7 +49,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
              "hostside.client", "hostside.errors", "facts", *LEAVES),
     "server": ("sources", "remote", "inventory", "hostside.client", "hostside.errors",
                *LEAVES),
-    "probes": ("results", "errors", "untrusted", "defaults"),
+    "probes": ("results", "errors", "untrusted", "defaults", "httpclients"),
     "sources": ("remote", "inventory", "hostside.client", "hostside.patchtext", *LEAVES),
     "signatures": ("results", "errors", "yamlio", "untrusted"),
     "hostside": (),  # the host programs: the standard library and each other only
@@ -63,7 +63,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
                "errors", "untrusted", "safeconsole"),
     "facts": ("hostside.client", "remote", "inventory", "errors", "untrusted"),
     "results": ("effective",),
-    "effective": (),
+    "effective": ("httpclients",),
     "errors": ("exitcodes",),
     "exitcodes": (),
     "untrusted": (),
@@ -76,6 +76,7 @@ ALLOWED: dict[str, tuple[str, ...]] = {
     "bundled_files": (),
     "intlist": (),
     "defaults": (),
+    "httpclients": (),
     "__init__": (),
 }
 

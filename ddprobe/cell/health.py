@@ -19,6 +19,7 @@ from typing import Literal, Protocol
 
 import httpx
 
+from ddprobe import httpclients
 from ddprobe.server.manager import Peek
 from ddprobe.signatures import LogMatch, find_matches
 from ddprobe.untrusted import first_chars
@@ -82,7 +83,7 @@ def health_now(base_url: str, *, timeout: float = 30.0,
                client: httpx.Client | None = None) -> str:
     """One look at /health_generate (a one-token generation through the scheduler): ok, error
     (an HTTP error status or a refused connection) or timeout."""
-    c = client or httpx.Client(trust_env=False)
+    c = client or httpclients.client()
     try:
         r = c.get(base_url + ENDPOINTS[-1], timeout=httpx.Timeout(timeout, connect=5.0))
         return "ok" if r.status_code == 200 else "error"
@@ -112,7 +113,7 @@ def wait_healthy(base_url: str, peek: Callable[[int], Peek], *, timeout: float,
     grew = t0  # when the log last grew
     listening: bool | None = None
     own = client is None
-    c = client or httpx.Client(timeout=httpx.Timeout(10.0, connect=2.0), trust_env=False)
+    c = client or httpclients.client(timeout=httpx.Timeout(10.0, connect=2.0))
 
     def result(status: HealthStatus, match: LogMatch | None = None) -> HealthResult:
         return HealthResult(status, clock() - t0, ENDPOINTS[min(stage_i, 1)], line, log, offset,

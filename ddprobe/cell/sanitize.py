@@ -30,6 +30,7 @@ from typing import Any
 
 import httpx
 
+from ddprobe import httpclients
 from ddprobe.cell.classify import Classification, classify_dead, excerpt
 from ddprobe.cell.memcheck import SanitizerFinding, SanitizerReport, match_buffer, parse_memcheck
 from ddprobe.cell.phases import cell_phases
@@ -352,8 +353,8 @@ class _Run:
         body = {"text": self.opts.prompt, "sampling_params": {
             "max_new_tokens": self.opts.max_new_tokens, "temperature": 0.0}}
         try:
-            res = httpx.post(url + "/generate", json=body, timeout=self.opts.request_timeout,
-                             trust_env=False)
+            res = httpclients.post(url + "/generate", json=body,
+                                   timeout=self.opts.request_timeout)
         except httpx.HTTPError as e:
             self.cell.notes.append(f"request: {type(e).__name__}: {e}")
             return False
@@ -383,7 +384,7 @@ class _Run:
 def _server_info(url: str) -> dict[str, Any]:
     for path in ("/server_info", "/get_server_info"):
         with contextlib.suppress(httpx.HTTPError, ValueError):
-            res = httpx.get(url + path, timeout=30.0, trust_env=False)
+            res = httpclients.get(url + path, timeout=30.0)
             if res.status_code == 200 and isinstance(res.json(), dict):
                 return dict(res.json())
     return {}

@@ -15,7 +15,7 @@ import httpx
 import typer
 from rich.text import Text
 
-from ddprobe import remote
+from ddprobe import httpclients, remote
 from ddprobe.cell.restart import StartRequest, start_server
 from ddprobe.cli import common, options
 from ddprobe.cli.run import LiveReporter, make_config
@@ -196,7 +196,7 @@ def _host_now(r: remote.Remote) -> float:
 def _healthy(r: remote.Remote, h: Host) -> bool:
     try:
         with r.tunnel(h.server.port, server_target(h)) as port:
-            res = httpx.get(f"http://127.0.0.1:{port}/health", timeout=5.0, trust_env=False)
+            res = httpclients.get(f"http://127.0.0.1:{port}/health", timeout=5.0)
             return res.status_code == 200
     except (httpx.HTTPError, OSError):
         return False

@@ -16,6 +16,7 @@ from typing import Any, Final
 
 import httpx
 
+from ddprobe import httpclients
 from ddprobe.errors import ServerError
 from ddprobe.untrusted import clean, first_chars
 
@@ -134,8 +135,8 @@ class ProbeClient:
         self.max_answer_bytes = max_answer_bytes
         self._own = client is None
         # no proxies from the environment: the server is on loopback or behind our tunnel
-        self._client = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)), trust_env=False,
+        self._client = client or httpclients.async_client(
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0)),
             limits=httpx.Limits(max_connections=256, max_keepalive_connections=64),
             headers={"Accept-Encoding": "identity"})
 
