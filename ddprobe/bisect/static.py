@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
+from ddprobe.cell.classify import CHAINED
 from ddprobe.sources.buffers import FLAG_FIXED, FLAG_NONE, FLAG_SHORT, BufferReport, BufferRow
 
 _CAPTURED_PHASES = ("init", "capture")
@@ -94,9 +95,6 @@ def find_suspects(report: BufferReport | Sequence[BufferRow]) -> list[Suspect]:
 _FRAME = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<func>[A-Za-z_]\w*)')
 
 
-_CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
-
-
 def traceback_frames(lines: Sequence[str]) -> list[tuple[str, int, str]]:
     """(file, line, function) of the last traceback in a log excerpt, innermost first. A
     chained traceback (an exception raised while handling another, as 0.5.11 re-raises a
@@ -108,7 +106,7 @@ def traceback_frames(lines: Sequence[str]) -> list[tuple[str, int, str]]:
     for ln in lines:
         if ln.strip() == "...":  # a ddprobe excerpt's cut: what follows is a later part
             chain, frames, chained = ([*chain, frames] if frames else chain), [], True
-        elif any(c in ln for c in _CHAINED):
+        elif any(c in ln for c in CHAINED):
             chained = True
         elif "Traceback (most recent call last)" in ln:
             chain = [*chain, frames] if chained and frames else []

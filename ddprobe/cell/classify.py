@@ -411,7 +411,9 @@ def excerpt(log: str, sig: Signature | None, *, lines: int = 25) -> list[str]:
     return [first_chars(t, EXCERPT_LINE_CAP) for t in [*head, *tail]]
 
 
-_CHAIN = ("During handling of the above exception", "The above exception was the direct cause")
+# the lines Python prints between the tracebacks of a chain of exceptions
+CHAINED: Final = ("During handling of the above exception",
+                  "The above exception was the direct cause")
 _HEAD_FRAMES: Final = 12
 
 
@@ -422,7 +424,7 @@ def _chain_head(all_lines: list[str], tail_start: int) -> list[str]:
     starts = [i for i, ln in enumerate(all_lines) if "Traceback (most recent call last)" in ln]
     first = None
     for a, b in zip(reversed(starts[:-1]), reversed(starts[1:]), strict=True):
-        if not any(c in ln for ln in all_lines[a:b] for c in _CHAIN):
+        if not any(c in ln for ln in all_lines[a:b] for c in CHAINED):
             break
         first = a
     if first is None or first >= tail_start:
@@ -432,7 +434,7 @@ def _chain_head(all_lines: list[str], tail_start: int) -> list[str]:
     # torch's own frames (nn.Module's call wrappers, decorators) hold no server buffer's use
     frames = [ln for ln in body if ln.lstrip().startswith('File "')
               and "/site-packages/torch/" not in ln][-_HEAD_FRAMES:]
-    exc = [ln for ln in body if ln[:1].isalpha() and not any(c in ln for c in _CHAIN)][-1:]
+    exc = [ln for ln in body if ln[:1].isalpha() and not any(c in ln for c in CHAINED)][-1:]
     return [all_lines[first], *frames, *exc, "..."]
 
 
