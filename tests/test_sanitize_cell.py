@@ -134,14 +134,18 @@ def prefix(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return install_prefix(tmp_path_factory.mktemp("san-tb") / "site")
 
 
-@pytest.fixture
-def stand_in(tmp_path: Path) -> Path:
+def _write_stand_in(tmp_path: Path, text: str = STAND_IN) -> Path:
     bindir = tmp_path / "bin"
     bindir.mkdir()
     exe = bindir / "compute-sanitizer"
-    exe.write_text(STAND_IN)
+    exe.write_text(text)
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     return bindir
+
+
+@pytest.fixture
+def stand_in(tmp_path: Path) -> Path:
+    return _write_stand_in(tmp_path)
 
 
 def test_cell_runs_the_config_under_the_sanitizer_and_sends_one_request(
@@ -244,3 +248,18 @@ def test_the_report_printed_while_the_server_is_stopped_is_read(ssh_opts, prefix
     assert f["kernel"] == "write_tree_mask_kernel" and f["allocation_size"] == 18_879_552
     assert "stop" in cell.timings and not any("could not be read" in n
                                               for n in cell.notes)
+
+
+def test_a_sanitizer_that_exits_a_moment_after_its_summary_still_reads_as_a_crash(
+        ssh_opts, prefix: Path, tmp_path: Path) -> None:
+    """The summary is the sanitizer's last line, but its own exit comes after it: CI once read
+    the wrapper between the two and called the crashed server alive ("the request failed but
+    the server stayed up"). Here the gap is made wide; the cell must wait for the exit."""
+    lingering = STAND_IN.replace('echo "========= ERROR SUMMARY: 0 errors"\n',
+                                 'echo "========= ERROR SUMMARY: 0 errors"\nsleep 1\n')
+    assert lingering != STAND_IN
+    host = sanitize_host(prefix, tmp_path, _write_stand_in(tmp_path, lingering))
+    with connect(host, ssh_opts) as r:
+        cell = run_sanitize_cell(r, host, Config(budget=16))
+    assert cell.outcome is Outcome.CRASH, cell.to_dict()
+    assert cell.signature is not None and cell.signature.kind == "cuda_illegal_address"

@@ -86,6 +86,9 @@ class RestartFailure:
     verdict: Classification
 
 
+MARKER_GRACE_S = 5.0  # after the settle marker: the most a process takes to exit on its own
+
+
 class Restart:
     """The state of one restart: the manager, the launch, the log read so far, timings."""
 
@@ -193,16 +196,20 @@ class Restart:
         return self.peek().alive
 
     def settle(self, seconds: float) -> bool:
-        """Read the log while the process exits on its own (or logs `settle_marker`) for up to
-        `seconds`; True if still alive."""
+        """Read the log while the process exits on its own for up to `seconds` (once it logs
+        `settle_marker`, at most MARKER_GRACE_S more); True if still alive."""
         t0 = time.perf_counter()
-        delay = 0.05
+        deadline, delay = t0 + seconds, 0.05
         try:
             while True:
                 p = self.peek()
-                if not p.alive or time.perf_counter() >= t0 + seconds or (
-                        self.settle_marker and self.settle_marker in p.data):
+                now = time.perf_counter()
+                if not p.alive or now >= deadline:
                     return p.alive
+                if self.settle_marker and self.settle_marker in p.data:
+                    # the marker is the last line a wrapper prints before it exits itself:
+                    # give the exit a moment, or a dying server reads as alive
+                    deadline = min(deadline, now + MARKER_GRACE_S)
                 time.sleep(delay)
                 delay = min(delay * 2, 0.5)
         finally:
